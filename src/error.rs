@@ -1,0 +1,200 @@
+//! The crate's error type: every refusal names what happened and carries what a caller needs.
+
+use std::path::PathBuf;
+
+use crate::name::{Incarnation, Offset};
+
+/// A result whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in brook.
+///
+/// Refusals of a request (`StreamSeqConflict`, `StreamClosed`, ...) change nothing: the stream is
+/// exactly as it was before the call. I/O failures on the durability path poison the affected
+/// journal shard (see [`Error::Poisoned`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No stream of that name exists (or it expired).
+    #[error("stream not found")]
+    NotFound,
+    /// The stream was deleted while forks still read from it; it is gone for clients.
+    #[error("stream is gone: it was deleted and is kept only for its forks")]
+    Gone,
+    /// A create found the stream with a different configuration.
+    #[error("stream already exists with a different configuration ({0})")]
+    ConfigMismatch(&'static str),
+    /// The caller named an incarnation that is not the stream's current one.
+    #[error("stream incarnation mismatch: the stream is now incarnation {current}")]
+    IncarnationMismatch {
+        /// The stream's current incarnation token.
+        current: Incarnation,
+    },
+    /// The caller named an incarnation for a stream that does not exist (a PUT with the header).
+    #[error("stream incarnation mismatch: no stream exists at this name")]
+    IncarnationMissing,
+    /// An append to a closed stream.
+    #[error("stream is closed")]
+    StreamClosed {
+        /// The stream's final offset.
+        tail: Offset,
+    },
+    /// The request's content type is not the stream's.
+    #[error("content type mismatch: the stream's content type is {expected}")]
+    ContentTypeMismatch {
+        /// The stream's (normalized) content type.
+        expected: String,
+    },
+    /// A Stream-Seq that is not strictly greater than the stored one.
+    #[error("Stream-Seq conflict: the stream's last Stream-Seq is {last_seq:?}")]
+    StreamSeqConflict {
+        /// The stream's current tail.
+        tail: Offset,
+        /// The stream's last accepted Stream-Seq.
+        last_seq: String,
+    },
+    /// A producer's sequence number skipped ahead of (or fell behind) the expected one.
+    #[error("producer sequence gap: expected {expected}, received {received}")]
+    ProducerSeqGap {
+        /// The next sequence number the stream accepts from this producer.
+        expected: u64,
+        /// The sequence number that was sent.
+        received: u64,
+    },
+    /// A producer epoch older than the stream's current epoch for that producer.
+    #[error("stale producer epoch: the current epoch is {current}")]
+    ProducerEpochStale {
+        /// The producer's current epoch.
+        current: u64,
+    },
+    /// A new producer epoch must start at sequence 0.
+    #[error("a new producer epoch must start at Producer-Seq 0")]
+    ProducerEpochSeqNotZero,
+    /// An append body that is not valid JSON on a JSON stream.
+    #[error("invalid JSON: {0}")]
+    InvalidJson(String),
+    /// An append of an empty JSON array.
+    #[error("empty JSON array: an append must carry at least one message")]
+    EmptyJsonArray,
+    /// An append with no data that does not close the stream.
+    #[error("empty append: a body is required unless the append closes the stream")]
+    EmptyAppend,
+    /// An argument the engine cannot accept (a malformed name, value or option).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A name or value larger than brook's documented limit.
+    #[error("too large: {0}")]
+    TooLarge(String),
+    /// A read below the earliest retained offset.
+    #[error("offset is before the earliest retained offset {earliest}")]
+    OffsetGone {
+        /// The earliest readable offset.
+        earliest: Offset,
+    },
+    /// A read or position past the stream's tail.
+    #[error("offset is beyond the tail {tail}")]
+    OffsetBeyondTail {
+        /// The stream's current tail.
+        tail: Offset,
+    },
+    /// The fork's source does not exist.
+    #[error("fork source stream not found")]
+    ForkSourceNotFound,
+    /// The fork's source was deleted and is kept only for its forks.
+    #[error("fork source stream is deleted")]
+    ForkSourceGone,
+    /// A fork position that is not a valid position in the source.
+    #[error("invalid fork position: {0}")]
+    InvalidForkPosition(String),
+    /// No snapshot at that offset (or none at all).
+    #[error("snapshot not found")]
+    SnapshotNotFound,
+    /// A different snapshot is already published at that offset.
+    #[error("a different snapshot is already published at this offset")]
+    SnapshotConflict,
+    /// A snapshot offset older than the latest published snapshot.
+    #[error("a newer snapshot is already published at {latest}")]
+    SnapshotStale {
+        /// The latest snapshot's offset.
+        latest: Offset,
+    },
+    /// `Stream-Snapshot-Match` named a digest that is not the latest snapshot's.
+    #[error("snapshot digest mismatch")]
+    SnapshotMatchFailed {
+        /// The latest snapshot's digest, if any.
+        current: Option<String>,
+    },
+    /// An offset that is not on a message boundary where one is required.
+    #[error("offset {0} is not on a message boundary")]
+    NotOnBoundary(Offset),
+    /// Retention may only advance to a published snapshot's offset or older.
+    #[error("retention may only advance to a published snapshot's offset or older")]
+    RetentionBeyondSnapshot,
+    /// The latest snapshot cannot be deleted; snapshots are immutable.
+    #[error("the latest snapshot cannot be deleted")]
+    SnapshotDeleteRefused,
+    /// Another process holds the store's directory.
+    #[error("the data directory {0} is in use by another process")]
+    Locked(PathBuf),
+    /// On-disk data failed validation.
+    #[error("corrupt data in {path}: {reason}")]
+    Corrupt {
+        /// The file that failed validation.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// An earlier I/O failure on the durability path; nothing more is acknowledged until reopen.
+    #[error("the store is poisoned by an earlier I/O failure on the durability path; reopen it")]
+    Poisoned,
+    /// The store was shut down.
+    #[error("the store is shut down")]
+    ShutDown,
+    /// An I/O error.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Error::Corrupt { path: path.into(), reason: reason.into() }
+    }
+
+    /// A stable, upper-snake-case code naming the error, as used in problem+json bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NotFound => "STREAM_NOT_FOUND",
+            Error::Gone => "STREAM_GONE",
+            Error::ConfigMismatch(_) => "STREAM_CONFIG_MISMATCH",
+            Error::IncarnationMismatch { .. } | Error::IncarnationMissing => "INCARNATION_MISMATCH",
+            Error::StreamClosed { .. } => "STREAM_CLOSED",
+            Error::ContentTypeMismatch { .. } => "CONTENT_TYPE_MISMATCH",
+            Error::StreamSeqConflict { .. } => "STREAM_SEQ_CONFLICT",
+            Error::ProducerSeqGap { .. } => "PRODUCER_SEQ_GAP",
+            Error::ProducerEpochStale { .. } => "PRODUCER_EPOCH_STALE",
+            Error::ProducerEpochSeqNotZero => "PRODUCER_EPOCH_SEQ_NOT_ZERO",
+            Error::InvalidJson(_) => "INVALID_JSON",
+            Error::EmptyJsonArray => "EMPTY_JSON_ARRAY",
+            Error::EmptyAppend => "EMPTY_BODY",
+            Error::InvalidArgument(_) => "INVALID_ARGUMENT",
+            Error::TooLarge(_) => "PAYLOAD_TOO_LARGE",
+            Error::OffsetGone { .. } => "OFFSET_GONE",
+            Error::OffsetBeyondTail { .. } => "OFFSET_BEYOND_TAIL",
+            Error::ForkSourceNotFound => "FORK_SOURCE_NOT_FOUND",
+            Error::ForkSourceGone => "FORK_SOURCE_GONE",
+            Error::InvalidForkPosition(_) => "INVALID_FORK_OFFSET",
+            Error::SnapshotNotFound => "SNAPSHOT_NOT_FOUND",
+            Error::SnapshotConflict => "SNAPSHOT_CONFLICT",
+            Error::SnapshotStale { .. } => "SNAPSHOT_STALE",
+            Error::SnapshotMatchFailed { .. } => "SNAPSHOT_MATCH_FAILED",
+            Error::NotOnBoundary(_) => "OFFSET_NOT_ON_BOUNDARY",
+            Error::RetentionBeyondSnapshot => "RETENTION_BEYOND_SNAPSHOT",
+            Error::SnapshotDeleteRefused => "SNAPSHOT_DELETE_REFUSED",
+            Error::Locked(_) => "STORE_LOCKED",
+            Error::Corrupt { .. } => "CORRUPT",
+            Error::Poisoned => "POISONED",
+            Error::ShutDown => "SHUT_DOWN",
+            Error::Io(_) => "IO_ERROR",
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! brook: durable, append-only, URL-addressed streams on one machine.
+//!
+//! brook is an embedded storage engine for named append-only streams (the Durable Streams model:
+//! byte or JSON streams, readable from any offset, tailable live, with compare-and-set
+//! `Stream-Seq`, exactly-once producers and incarnation checks), and, with the `http` feature,
+//! a server for the Durable Streams protocol with Ursula's extensions.
+//!
+//! ```
+//! use brook::{AppendRequest, CreateOptions, Options, ReadFrom, ReadRequest, Store, StreamName};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path(), Options::default())?;
+//! let name = StreamName::new("chat/room-1")?;
+//! store.create(&name, CreateOptions { content_type: Some("application/json".into()), ..Default::default() })?;
+//! store.append(&name, AppendRequest { data: r#"[{"text":"hi"},{"text":"there"}]"#.into(), ..Default::default() })?;
+//! let chunk = store.read(&name, &ReadRequest::from(ReadFrom::Start))?;
+//! assert_eq!(chunk.to_vec(), br#"[{"text":"hi"},{"text":"there"}]"#);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Features: none by default (the engine); `http` adds the server (`brook serve`) and the
+//! [`headers`] module; `client` adds a Rust client with the conditional-write recipes.
+#![deny(unsafe_code)]
+
+mod engine; // the store's machinery: streams, journal shards, checkpoints, recovery
+mod error; // Error, Result
+mod fs; // file-system helpers and the fsync protocol
+mod journal; // journal records, shard files, group commit
+mod name; // StreamName, Offset, Incarnation, content types
+mod options; // Options, Durability
+mod segment; // per-stream segment logs and mmap'd indexes
+mod sidecar; // the per-stream metadata checkpoint record
+mod state; // conditional state (Stream-Seq, producers, closure) and its checks
+mod store; // Store, the public entry point
+mod types; // requests and outcomes
+
+pub use error::{Error, Result};
+pub use name::{Incarnation, Offset, ReadFrom, StreamName, is_json, normalize_content_type};
+pub use options::{Durability, Options};
+pub use store::{Pending, Store};
+pub use types::{
+    AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Message,
+    Producer, ReadChunk, ReadRequest, Snapshot, SnapshotInfo, StreamInfo,
+};

@@ -1,0 +1,299 @@
+//! Domain newtypes: stream names, offsets, incarnation tokens and content types, with their parsing.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// Longest stream name brook accepts, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// Last path segments reserved for the snapshot, retention and bootstrap routes.
+pub const RESERVED_SEGMENTS: [&str; 3] = ["snapshot", "retention", "bootstrap"];
+
+/// A stream's name: a `/`-separated path such as `v1/stream/chat-42`.
+///
+/// Valid names are 1 to [`MAX_NAME_LEN`] bytes of UTF-8 without NUL or other control characters,
+/// with no empty, `.` or `..` segment (a single leading `/` is dropped). The last segment may not be
+/// `snapshot`, `retention` or `bootstrap`, and the second-to-last may not be `snapshot` or
+/// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
+/// before them.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamName(String);
+
+impl StreamName {
+    /// Parses and validates a name.
+    pub fn new(name: &str) -> Result<Self> {
+        let name = name.strip_prefix('/').unwrap_or(name);
+        if name.is_empty() {
+            return Err(Error::InvalidArgument("stream name is empty".into()));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(Error::TooLarge(format!("stream name is longer than {MAX_NAME_LEN} bytes")));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(Error::InvalidArgument("stream name contains a control character".into()));
+        }
+        let segments: Vec<&str> = name.split('/').collect();
+        for seg in &segments {
+            if seg.is_empty() {
+                return Err(Error::InvalidArgument("stream name has an empty segment".into()));
+            }
+            let decoded = percent_decode_lossy(seg);
+            if decoded == "." || decoded == ".." {
+                return Err(Error::InvalidArgument("stream name has a '.' or '..' segment".into()));
+            }
+            if decoded.contains('\0') {
+                return Err(Error::InvalidArgument("stream name contains NUL".into()));
+            }
+        }
+        let last = segments[segments.len() - 1];
+        if RESERVED_SEGMENTS.contains(&last) {
+            return Err(Error::InvalidArgument(format!(
+                "stream names may not end in the reserved segment '{last}'"
+            )));
+        }
+        if segments.len() >= 2 && matches!(segments[segments.len() - 2], "snapshot" | "retention") {
+            return Err(Error::InvalidArgument(
+                "stream names may not have 'snapshot' or 'retention' as their second-to-last segment"
+                    .into(),
+            ));
+        }
+        Ok(StreamName(name.to_owned()))
+    }
+
+    /// The name as a string, without a leading `/`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn percent_decode_lossy(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl fmt::Display for StreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for StreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StreamName({:?})", self.0)
+    }
+}
+
+impl FromStr for StreamName {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        StreamName::new(s)
+    }
+}
+
+/// A position in a stream: the number of whole messages before it and its byte position.
+///
+/// Offsets print as `%016d_%016d` (`messages_bytes`), fixed width, so lexicographic order is
+/// stream order. The byte position counts the stream's stored representation: raw bytes for
+/// byte streams; for `application/json` streams each message's JSON text plus one separator byte.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Offset {
+    /// Whole messages before this position.
+    pub messages: u64,
+    /// Byte position.
+    pub bytes: u64,
+}
+
+impl Offset {
+    /// The start of every stream, `0000000000000000_0000000000000000`.
+    pub const ZERO: Offset = Offset { messages: 0, bytes: 0 };
+    /// Largest value of each half (16 decimal digits).
+    pub const MAX_PART: u64 = 9_999_999_999_999_999;
+
+    /// An offset from its two halves.
+    pub const fn new(messages: u64, bytes: u64) -> Self {
+        Offset { messages, bytes }
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016}_{:016}", self.messages, self.bytes)
+    }
+}
+
+impl fmt::Debug for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Offset({self})")
+    }
+}
+
+impl FromStr for Offset {
+    type Err = Error;
+    /// Parses exactly 16 digits, `_`, 16 digits.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::InvalidArgument(format!("malformed offset {s:?}"));
+        let b = s.as_bytes();
+        if b.len() != 33 || b[16] != b'_' {
+            return Err(bad());
+        }
+        let part = |p: &[u8]| -> Option<u64> {
+            if !p.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            std::str::from_utf8(p).ok()?.parse().ok()
+        };
+        match (part(&b[..16]), part(&b[17..])) {
+            (Some(messages), Some(bytes)) => Ok(Offset { messages, bytes }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Where a read starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The earliest retained position (the wire's `offset=-1`).
+    Start,
+    /// The current tail (the wire's `offset=now`): no existing data.
+    Tail,
+    /// A position previously returned by brook.
+    At(Offset),
+}
+
+impl FromStr for ReadFrom {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "-1" => Ok(ReadFrom::Start),
+            "now" => Ok(ReadFrom::Tail),
+            _ => s.parse().map(ReadFrom::At),
+        }
+    }
+}
+
+/// An opaque token naming one incarnation of a stream: fresh on every creation, unique even when
+/// a name is deleted and created again, stable across restarts.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Incarnation(String);
+
+impl Incarnation {
+    /// Longest token accepted from a caller.
+    pub const MAX_LEN: usize = 128;
+
+    /// Wraps a token received from a caller (any printable ASCII up to [`Self::MAX_LEN`] bytes).
+    pub fn new(token: &str) -> Result<Self> {
+        if token.is_empty() || token.len() > Self::MAX_LEN || !token.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(Error::InvalidArgument("malformed Stream-Incarnation".into()));
+        }
+        Ok(Incarnation(token.to_owned()))
+    }
+
+    pub(crate) fn from_raw(s: String) -> Self {
+        Incarnation(s)
+    }
+
+    /// The token.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Incarnation({})", self.0)
+    }
+}
+
+/// Normalizes a media type: type and subtype lower-cased, parameters kept in order with their
+/// names lower-cased and values as given, whitespace around `;` and `=` removed.
+///
+/// `Application/JSON ; Charset=utf-8` becomes `application/json;charset=utf-8`.
+pub fn normalize_content_type(ct: &str) -> Result<String> {
+    let mut parts = ct.split(';');
+    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let valid_token = |s: &str| {
+        !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    match essence.split_once('/') {
+        Some((t, s)) if valid_token(t) && valid_token(s) => {}
+        _ => return Err(Error::InvalidArgument(format!("malformed content type {ct:?}"))),
+    }
+    let mut out = essence;
+    for p in parts {
+        let p = p.trim();
+        if p.is_empty() {
+            continue;
+        }
+        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+        out.push(';');
+        out.push_str(&k.trim().to_ascii_lowercase());
+        out.push('=');
+        out.push_str(v.trim());
+    }
+    Ok(out)
+}
+
+/// Whether a normalized content type selects JSON mode (`application/json`, any parameters).
+pub fn is_json(ct: &str) -> bool {
+    ct.split(';').next() == Some("application/json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_round_trip_and_sort() {
+        let a = Offset::new(3, 120);
+        let s = a.to_string();
+        assert_eq!(s, "0000000000000003_0000000000000120");
+        assert_eq!(s.parse::<Offset>().unwrap(), a);
+        assert!(Offset::new(3, 121).to_string() > s);
+        assert!("0000000000000000_0000000000000000".parse::<Offset>().is_ok());
+        assert!("9999999999999999_9999999999999999".parse::<Offset>().is_ok());
+        for bad in ["", "-1", "0_0", "000000000000000a_0000000000000000", "0000000000000000-0000000000000000"] {
+            assert!(bad.parse::<Offset>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert_eq!(StreamName::new("/a/b").unwrap().as_str(), "a/b");
+        for bad in ["", "/", "a//b", "a/../b", "a/%2e%2e/b", "a/./b", "a\0b", "x/snapshot", "x/bootstrap", "x/retention/5", "x/snapshot/0"] {
+            assert!(StreamName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(StreamName::new("snapshots/x").is_ok());
+    }
+
+    #[test]
+    fn content_types_normalize_keeping_parameters() {
+        assert_eq!(normalize_content_type("Application/JSON ; Charset=utf-8").unwrap(), "application/json;charset=utf-8");
+        assert_eq!(normalize_content_type("text/plain").unwrap(), "text/plain");
+        assert!(normalize_content_type("nonsense").is_err());
+        assert!(is_json("application/json;charset=utf-8"));
+        assert!(!is_json("application/jsonx"));
+    }
+}

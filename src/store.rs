@@ -1,0 +1,194 @@
+//! `Store`: a directory of streams: open, create, append, read, wait, delete, fork, snapshots,
+//! retention, listing and expiry.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
+use crate::options::Options;
+use crate::types::{
+    AppendOutcome, AppendRequest, Created, CreateOptions, Message, ReadChunk, ReadRequest, Snapshot,
+    SnapshotInfo, StreamInfo,
+};
+
+/// A store of durable streams in one directory. Cheap to clone; all clones share the store.
+///
+/// Only one process may open a directory at a time ([`Error::Locked`](crate::Error::Locked)).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<crate::engine::Engine>,
+}
+
+/// An accepted operation whose durability is still pending. [`Pending::wait`] (blocking) or
+/// [`Pending::wait_async`] return the outcome once it is durable as the store's mode promises.
+#[must_use = "an append is acknowledged only once its Pending is waited on"]
+pub struct Pending<T> {
+    pub(crate) value: T,
+    pub(crate) ticket: crate::engine::Ticket,
+}
+
+impl<T> Pending<T> {
+    /// Blocks until durable, then returns the outcome.
+    pub fn wait(self) -> Result<T> {
+        self.ticket.wait()?;
+        Ok(self.value)
+    }
+
+    /// Waits (without blocking a thread) until durable, then returns the outcome.
+    pub async fn wait_async(self) -> Result<T> {
+        self.ticket.wait_async().await?;
+        Ok(self.value)
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir`, replaying its journal after a crash.
+    ///
+    /// Recovery reads only the journal written since the last checkpoint, not every stream.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
+        Ok(Store { inner: crate::engine::Engine::open(dir.as_ref(), options)? })
+    }
+
+    /// The options the store runs with.
+    pub fn options(&self) -> &Options {
+        self.inner.options()
+    }
+
+    /// Creates a stream, or confirms that it exists with the same configuration.
+    ///
+    /// Durable when it returns. A different configuration is
+    /// [`ConfigMismatch`](crate::Error::ConfigMismatch); the Stream-Seq of a request that finds
+    /// the stream is ignored.
+    pub fn create(&self, name: &StreamName, req: CreateOptions) -> Result<Created> {
+        self.inner.create(name, req)?.wait()
+    }
+
+    /// Like [`Store::create`], returning before the create is durable.
+    pub fn submit_create(&self, name: &StreamName, req: CreateOptions) -> Result<Pending<Created>> {
+        self.inner.create(name, req)
+    }
+
+    /// Appends (and/or closes), checking every guard atomically; durable when it returns.
+    ///
+    /// A refused append changes nothing.
+    pub fn append(&self, name: &StreamName, req: AppendRequest) -> Result<AppendOutcome> {
+        self.inner.append(name, req)?.wait()
+    }
+
+    /// Like [`Store::append`], returning once the append is accepted and ordered but before it is
+    /// durable; wait on the [`Pending`] for the acknowledgement.
+    pub fn submit_append(&self, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>> {
+        self.inner.append(name, req)
+    }
+
+    /// Closes the stream (idempotent); durable when it returns.
+    pub fn close(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<AppendOutcome> {
+        let req = AppendRequest { close: true, expect: expect.cloned(), ..Default::default() };
+        self.append(name, req)
+    }
+
+    /// Reads a chunk of durable data. Renews a sliding TTL.
+    pub fn read(&self, name: &StreamName, req: &ReadRequest) -> Result<ReadChunk> {
+        self.inner.read(name, req)
+    }
+
+    /// Reads whole messages one by one (for bootstrap), from `from` up to about `max_bytes`.
+    pub fn read_messages(
+        &self,
+        name: &StreamName,
+        req: &ReadRequest,
+    ) -> Result<(Vec<Message>, ReadChunk)> {
+        self.inner.read_messages(name, req)
+    }
+
+    /// The stream's metadata. Does not renew a sliding TTL.
+    pub fn head(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<StreamInfo> {
+        self.inner.head(name, expect)
+    }
+
+    /// Renews a sliding TTL as a read does, without reading.
+    pub fn touch(&self, name: &StreamName) -> Result<()> {
+        self.inner.touch(name)
+    }
+
+    /// Deletes the stream; durable when it returns. A stream that live forks read from is
+    /// soft-deleted: gone for clients ([`Error::Gone`](crate::Error::Gone)), kept for its forks.
+    pub fn delete(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<()> {
+        self.inner.delete(name, expect)?.wait()
+    }
+
+    /// Resolves once the stream's durable tail is past `after`, or it is closed, deleted or
+    /// expired. Never polls; usable from any async runtime.
+    pub async fn wait(&self, name: &StreamName, after: Offset) -> Result<()> {
+        self.inner.wait(name, after).await
+    }
+
+    /// Blocking form of [`Store::wait`]; `false` when `timeout` passed first.
+    pub fn wait_blocking(&self, name: &StreamName, after: Offset, timeout: Duration) -> Result<bool> {
+        self.inner.wait_blocking(name, after, timeout)
+    }
+
+    /// Publishes an immutable snapshot blob at a message boundary `offset`.
+    ///
+    /// `content_type` defaults to `application/octet-stream`. The same blob and type again is
+    /// idempotent; other content at that offset is a conflict. With `expect_digest`, publishes only
+    /// if the latest snapshot's digest is that value. Durable when it returns.
+    pub fn publish_snapshot(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        content_type: Option<&str>,
+        blob: &mut dyn Read,
+        expect_digest: Option<&str>,
+        expect: Option<&Incarnation>,
+    ) -> Result<(SnapshotInfo, StreamInfo)> {
+        self.inner.publish_snapshot(name, offset, content_type, blob, expect_digest, expect)
+    }
+
+    /// The latest snapshot, or the one at `offset`.
+    pub fn snapshot(
+        &self,
+        name: &StreamName,
+        offset: Option<Offset>,
+        expect: Option<&Incarnation>,
+    ) -> Result<Snapshot> {
+        self.inner.snapshot(name, offset, expect)
+    }
+
+    /// Snapshots are immutable: always refused, with
+    /// [`SnapshotDeleteRefused`](crate::Error::SnapshotDeleteRefused) for the latest and
+    /// [`SnapshotNotFound`](crate::Error::SnapshotNotFound) otherwise.
+    pub fn delete_snapshot(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<()> {
+        self.inner.delete_snapshot(name, offset, expect)
+    }
+
+    /// Advances the earliest readable offset to `offset`, which must be a published snapshot's
+    /// offset or older; data before it is reclaimed a whole segment at a time. Durable when it returns.
+    pub fn set_retention(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<StreamInfo> {
+        self.inner.set_retention(name, offset, expect)
+    }
+
+    /// Names of the live streams whose names start with `prefix`, sorted.
+    pub fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {
+        self.inner.list(prefix)
+    }
+
+    /// Forces a checkpoint: stream files synced, sidecars written, journals truncated.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.checkpoint()
+    }
+
+    /// Shuts the store down cleanly: drains pending writes and checkpoints, so the next open
+    /// replays nothing. Dropping the last clone does the same.
+    pub fn shutdown(&self) -> Result<()> {
+        self.inner.shutdown()
+    }
+
+    /// The resolved read start for `from` without reading: convenience for servers.
+    pub fn resolve(&self, name: &StreamName, from: ReadFrom) -> Result<Offset> {
+        self.inner.resolve(name, from)
+    }
+}

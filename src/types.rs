@@ -1,0 +1,249 @@
+//! The requests a store takes and the outcomes it answers with.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+
+use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
+
+/// When a stream expires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Expiry {
+    /// Never.
+    #[default]
+    Never,
+    /// After this many whole seconds without a read or a write (HEAD does not count).
+    Ttl(u64),
+    /// At this instant (kept to the millisecond).
+    At(SystemTime),
+}
+
+/// Where a fork branches off its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkFrom {
+    /// The source stream.
+    pub source: StreamName,
+    /// The divergence point; the source's tail when `None`.
+    pub offset: Option<Offset>,
+    /// How far past `offset` the fork still inherits: whole messages on JSON streams, bytes
+    /// otherwise. It may not reach past the end of the message that `offset` starts.
+    pub sub_offset: u64,
+}
+
+/// A request to create a stream (or fork one).
+#[derive(Clone, Debug, Default)]
+pub struct CreateOptions {
+    /// Media type; normalized on create. `None` means `application/octet-stream`, or the
+    /// source's type for a fork.
+    pub content_type: Option<String>,
+    /// Expiry; a fork without one inherits its source's.
+    pub expiry: Expiry,
+    /// Create the stream already closed (with `data` as its whole content).
+    pub closed: bool,
+    /// Initial content. A JSON array on a JSON stream is flattened one level; `[]` is allowed.
+    pub data: Bytes,
+    /// Starting Stream-Seq, stored without any check. Ignored when the stream already exists.
+    pub stream_seq: Option<String>,
+    /// Create a fork of another stream.
+    pub fork: Option<ForkFrom>,
+    /// Succeed only if the stream exists and is this incarnation (a PUT with Stream-Incarnation).
+    pub expect: Option<Incarnation>,
+}
+
+/// The outcome of a create.
+#[derive(Clone, Debug)]
+pub struct Created {
+    /// `true` when this call created the stream; `false` when it already existed as requested.
+    pub created: bool,
+    /// The stream's state after the call.
+    pub info: StreamInfo,
+}
+
+/// An idempotent producer's identity and position (the Producer-Id/-Epoch/-Seq headers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Producer {
+    /// Stable producer id, 1 to 256 bytes.
+    pub id: String,
+    /// Epoch; a higher one fences older ones.
+    pub epoch: u64,
+    /// Sequence number within the epoch, from 0, one per append.
+    pub seq: u64,
+}
+
+/// A request to append (and/or close).
+#[derive(Clone, Debug, Default)]
+pub struct AppendRequest {
+    /// The bytes (or JSON text) to append. Empty only together with `close`.
+    pub data: Bytes,
+    /// The request's media type; checked against the stream's when `data` is not empty.
+    pub content_type: Option<String>,
+    /// Close the stream atomically after this append.
+    pub close: bool,
+    /// Compare-and-set value: accepted only if bytewise greater than the stored one. Values with
+    /// bytes outside printable ASCII are ignored, as if absent; longer than 256 bytes is refused.
+    pub stream_seq: Option<String>,
+    /// Exactly-once producer identity.
+    pub producer: Option<Producer>,
+    /// Apply only if the stream is this incarnation.
+    pub expect: Option<Incarnation>,
+}
+
+/// What an accepted append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendStatus {
+    /// The data (and/or close) was appended.
+    Appended,
+    /// A retry of a write this producer already made: nothing was appended.
+    Duplicate {
+        /// The original write's tail, when the retry repeats the producer's newest write.
+        original_tail: Option<Offset>,
+    },
+    /// A close-only request on a stream that was already closed.
+    AlreadyClosed,
+}
+
+/// The outcome of an accepted append. When it is returned the append is durable as the store's
+/// [`Durability`](crate::Durability) promises.
+#[derive(Clone, Debug)]
+pub struct AppendOutcome {
+    /// What happened.
+    pub status: AppendStatus,
+    /// The stream's tail after the call.
+    pub tail: Offset,
+    /// Whether the stream is closed after the call.
+    pub closed: bool,
+    /// For a producer append: its epoch and the highest sequence accepted in it.
+    pub producer: Option<(u64, u64)>,
+    /// The stream's incarnation.
+    pub incarnation: Incarnation,
+}
+
+/// A read request.
+#[derive(Clone, Debug)]
+pub struct ReadRequest {
+    /// Where to start.
+    pub from: ReadFrom,
+    /// Upper bound on the body; the store's `max_read_bytes` when `None`.
+    pub max_bytes: Option<u64>,
+    /// Answer only if the stream is this incarnation.
+    pub expect: Option<Incarnation>,
+}
+
+impl ReadRequest {
+    /// A read from `from` with default bounds.
+    pub fn from(from: ReadFrom) -> Self {
+        ReadRequest { from, max_bytes: None, expect: None }
+    }
+}
+
+/// A chunk of a stream, as a read answers it. Only durable data is ever returned.
+#[derive(Clone, Debug)]
+pub struct ReadChunk {
+    /// Where the chunk starts.
+    pub start: Offset,
+    /// Where the next read continues.
+    pub next: Offset,
+    /// The body, in pieces that are views of the stream's files (no copy). For JSON streams it is
+    /// the JSON array of the messages in the chunk (`[]` when there are none).
+    pub body: Vec<Bytes>,
+    /// Data bytes covered (excluding JSON brackets).
+    pub data_len: u64,
+    /// Whether `next` is the tail when the chunk was read.
+    pub up_to_date: bool,
+    /// Whether the stream is closed and `next` is its final offset.
+    pub closed: bool,
+    /// The stream's content type.
+    pub content_type: String,
+    /// The stream's incarnation.
+    pub incarnation: Incarnation,
+}
+
+impl ReadChunk {
+    /// Total body length in bytes.
+    pub fn body_len(&self) -> usize {
+        self.body.iter().map(Bytes::len).sum()
+    }
+
+    /// The body in one buffer (copies when it has several pieces).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.body_len());
+        for b in &self.body {
+            v.extend_from_slice(b);
+        }
+        v
+    }
+}
+
+/// A stream's metadata, as HEAD answers it.
+#[derive(Clone, Debug)]
+pub struct StreamInfo {
+    /// The stream's name.
+    pub name: StreamName,
+    /// Normalized content type.
+    pub content_type: String,
+    /// Tail offset (durable).
+    pub tail: Offset,
+    /// Whether the stream is closed.
+    pub closed: bool,
+    /// The stream's expiry setting.
+    pub expiry: Expiry,
+    /// When the stream expires if nothing touches it (TTL) or at all (absolute).
+    pub expires_at: Option<SystemTime>,
+    /// The incarnation token.
+    pub incarnation: Incarnation,
+    /// Earliest readable offset (moves with retention).
+    pub earliest: Offset,
+    /// The latest published snapshot.
+    pub snapshot: Option<SnapshotInfo>,
+    /// The source and divergence point, for a fork.
+    pub fork: Option<(StreamName, Offset)>,
+    /// The last accepted Stream-Seq.
+    pub stream_seq: Option<String>,
+}
+
+impl StreamInfo {
+    /// The TTL in seconds, for a TTL stream.
+    pub fn ttl(&self) -> Option<Duration> {
+        match self.expiry {
+            Expiry::Ttl(s) => Some(Duration::from_secs(s)),
+            _ => None,
+        }
+    }
+}
+
+/// A published snapshot's description.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The stream offset the snapshot represents (a message boundary).
+    pub offset: Offset,
+    /// `sha256:` and the hex SHA-256 of the content type, a NUL, and the blob.
+    pub digest: String,
+    /// The blob's media type.
+    pub content_type: String,
+    /// The blob's length in bytes.
+    pub len: u64,
+}
+
+/// A snapshot with its blob.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Its description.
+    pub info: SnapshotInfo,
+    /// The blob (a view of the snapshot's file).
+    pub data: Bytes,
+    /// The stream's tail when it was read.
+    pub tail: Offset,
+    /// Whether the stream is closed.
+    pub closed: bool,
+    /// The stream's incarnation.
+    pub incarnation: Incarnation,
+}
+
+/// One message of a stream with the offsets around it, as bootstrap uses them.
+#[derive(Clone, Debug)]
+pub struct Message {
+    /// Offset where the message starts.
+    pub start: Offset,
+    /// The message: one append's bytes, or one JSON value's text.
+    pub data: Bytes,
+}
