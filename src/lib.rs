@@ -25,6 +25,10 @@
 mod engine; // the store's machinery: streams, journal shards, checkpoints, recovery
 mod error; // Error, Result
 mod fs; // file-system helpers and the fsync protocol
+#[cfg(any(feature = "http", feature = "client"))]
+pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
+#[cfg(feature = "http")]
+pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping
 mod journal; // journal records, shard files, group commit
 mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability

@@ -1,0 +1,183 @@
+//! `brook`: the command line. `brook serve` runs the Durable Streams server over a data
+//! directory.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use brook::http::{ServerConfig, serve};
+use brook::{Durability, Error, Options, Store};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "brook", version, about = "Durable, append-only, URL-addressed streams")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the Durable Streams protocol (with Ursula's snapshot, retention and bootstrap routes).
+    Serve(ServeArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DurabilityArg {
+    /// An acknowledged write is fsynced: it survives a power loss.
+    Sync,
+    /// An acknowledged write reached the OS: it survives a crash of brook, not of the machine.
+    Buffered,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (4437 is the protocol's port).
+    #[arg(long, default_value_t = 4437)]
+    port: u16,
+    /// Directory holding the streams; created if missing. One process at a time.
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
+    /// How long a long-poll read waits for data before answering 204, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    long_poll_timeout_ms: u64,
+    /// How long an SSE connection stays open before the server closes it (the client reconnects
+    /// from its last offset), in milliseconds.
+    #[arg(long, alias = "sse-reconnect-ms", default_value_t = 60_000)]
+    sse_max_duration_ms: u64,
+    /// What an acknowledged write survives.
+    #[arg(long, value_enum, default_value = "sync")]
+    durability: DurabilityArg,
+    /// Largest append (or create) body in bytes; larger bodies are refused with 413.
+    #[arg(long, default_value_t = 64 << 20)]
+    max_append_bytes: usize,
+    /// Largest body one read returns, in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_read_bytes: u64,
+    /// Largest snapshot blob in bytes; larger ones are refused with 413.
+    #[arg(long, default_value_t = 128 << 20)]
+    max_snapshot_bytes: u64,
+    /// Journal shards: files with their own sync thread, so several fsyncs run at once.
+    #[arg(long, default_value_t = 2)]
+    journal_shards: usize,
+    /// Streams kept open (file handles and maps) at once.
+    #[arg(long, default_value_t = 4096)]
+    max_open_streams: usize,
+    /// Mark cacheable reads `private` instead of `public` (for per-user data behind a CDN).
+    #[arg(long)]
+    private_cache: bool,
+    /// The URL clients reach this server at, for absolute `Location` headers
+    /// (default: http:// and the request's Host).
+    #[arg(long)]
+    public_url: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => run_serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("brook: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_serve(args: ServeArgs) -> Result<(), String> {
+    let dir = &args.data_dir;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+    let durability = match args.durability {
+        DurabilityArg::Sync => Durability::Sync,
+        DurabilityArg::Buffered => Durability::Buffered,
+    };
+    let options = Options::default()
+        .durability(durability)
+        .max_append_bytes(args.max_append_bytes)
+        .max_read_bytes(args.max_read_bytes)
+        .max_snapshot_bytes(args.max_snapshot_bytes)
+        .journal_shards(args.journal_shards)
+        .max_open_streams(args.max_open_streams);
+    let store = Store::open(dir, options).map_err(|e| match e {
+        Error::Locked(_) => format!(
+            "the data directory {} is in use by another brook process (use another --data-dir)",
+            dir.display()
+        ),
+        Error::InvalidArgument(d) => format!("invalid option: {d}"),
+        other => format!("cannot open the data directory {}: {other}", dir.display()),
+    })?;
+    let config = ServerConfig {
+        long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
+        sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
+        private_cache: args.private_cache,
+        public_url: args.public_url.clone(),
+        ..ServerConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let served = runtime.block_on(async {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!("cannot listen on {addr}: the port is already in use"),
+            _ => format!("cannot listen on {addr}: {e}"),
+        })?;
+        let local: SocketAddr = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
+        tracing::info!(
+            "brook {} listening on http://{local}, storing streams in {} (durability {})",
+            env!("CARGO_PKG_VERSION"),
+            dir.display(),
+            match durability {
+                Durability::Sync => "sync",
+                Durability::Buffered => "buffered",
+            }
+        );
+        serve(listener, store.clone(), config, shutdown_signal())
+            .await
+            .map_err(|e| format!("the server failed: {e}"))
+    });
+    // In-flight requests are done; drain pending writes and checkpoint so the next start
+    // replays nothing.
+    let closed = store.shutdown().map_err(|e| format!("the store did not shut down cleanly: {e}"));
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    served?;
+    closed?;
+    tracing::info!("brook stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

@@ -1,0 +1,172 @@
+//! Request bodies in (bounded, never buffered past the limit) and read chunks out (without a
+//! copy).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, header};
+use bytes::{Buf, Bytes};
+use http_body::{Frame, SizeHint};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::mpsc;
+
+use super::error::ApiError;
+
+/// A response body made of the pieces of a [`ReadChunk`](crate::ReadChunk): views of the
+/// stream's files handed to the socket as they are, with an exact length (so the response
+/// has a `Content-Length`).
+pub(crate) struct Pieces {
+    pieces: VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl Pieces {
+    pub(crate) fn new(pieces: Vec<Bytes>) -> Self {
+        let remaining = pieces.iter().map(|b| b.len() as u64).sum();
+        Pieces { pieces: pieces.into_iter().filter(|b| !b.is_empty()).collect(), remaining }
+    }
+
+    pub(crate) fn into_body(self) -> Body {
+        Body::new(self)
+    }
+}
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.pieces.pop_front() {
+            Some(piece) => {
+                self.remaining -= piece.len() as u64;
+                Poll::Ready(Some(Ok(Frame::data(piece))))
+            }
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// The request's declared `Content-Length`, if any.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// Reads a whole request body of at most `limit` bytes. A larger body is refused with 413 as
+/// soon as that is known: from its `Content-Length` before reading anything, or once the bytes
+/// read pass the limit, never after buffering all of it.
+pub(crate) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+    if content_length(headers).is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit as u64));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::too_large(limit as u64)),
+        Err(_) => Err(ApiError::bad_request("INVALID_BODY", "the request body could not be read")),
+    }
+}
+
+/// A blocking [`io::Read`] over a request body that an async task pumps in, so the engine can
+/// stream a large body (a snapshot) to disk from the blocking pool without it ever being held
+/// in memory whole. At most a few frames are in flight.
+pub(crate) struct ChannelReader {
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+    current: Bytes,
+}
+
+impl io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if !self.current.is_empty() {
+                let n = buf.len().min(self.current.len());
+                self.current.copy_to_slice(&mut buf[..n]);
+                return Ok(n);
+            }
+            // Called only on the blocking pool (see `pump`), where blocking is allowed.
+            match self.rx.blocking_recv() {
+                Some(Ok(b)) => self.current = b,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+    }
+}
+
+/// What went wrong with a pumped body, if anything.
+#[derive(Clone, Default)]
+pub(crate) struct PumpStatus {
+    overflow: Arc<AtomicBool>,
+    failed: Arc<AtomicBool>,
+}
+
+impl PumpStatus {
+    /// The body went over its limit.
+    pub(crate) fn overflowed(&self) -> bool {
+        self.overflow.load(Ordering::Acquire)
+    }
+
+    /// The body could not be read (the client went away or sent a broken body).
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+}
+
+/// A reader for a body of at most `limit` bytes, and the task that feeds it. Run the task
+/// concurrently with the blocking consumer of the reader. Past the limit, the reader fails and
+/// [`PumpStatus::overflowed`] turns true; on a broken body, [`PumpStatus::failed`].
+pub(crate) fn pump(
+    body: Body,
+    limit: u64,
+) -> (ChannelReader, PumpStatus, impl std::future::Future<Output = ()> + Send) {
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(4);
+    let status = PumpStatus::default();
+    let flags = status.clone();
+    let task = async move {
+        let mut body = body;
+        let mut total = 0u64;
+        loop {
+            let item = match body.frame().await {
+                None => return,
+                Some(Err(_)) => {
+                    flags.failed.store(true, Ordering::Release);
+                    Err(io::Error::other("the request body could not be read"))
+                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        total += data.len() as u64;
+                        if total > limit {
+                            flags.overflow.store(true, Ordering::Release);
+                            Err(io::Error::other("the request body is over the limit"))
+                        } else {
+                            Ok(data)
+                        }
+                    }
+                    // Trailers carry no data.
+                    Err(_) => continue,
+                },
+            };
+            let stop = item.is_err();
+            // A closed channel means the consumer finished or gave up: stop reading.
+            if tx.send(item).await.is_err() || stop {
+                return;
+            }
+        }
+    };
+    (ChannelReader { rx, current: Bytes::new() }, status, task)
+}

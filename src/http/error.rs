@@ -1,0 +1,239 @@
+//! Every refusal as an RFC 9457 `application/problem+json` response; the one place that maps an
+//! engine [`Error`] to an HTTP status and the headers the protocol names for it.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::Error;
+use crate::headers::{
+    InvalidHeader, PRODUCER_EPOCH, PRODUCER_EXPECTED_SEQ, PRODUCER_RECEIVED_SEQ, STREAM_CLOSED,
+    STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_LAST_SEQ, STREAM_NEXT_OFFSET,
+    STREAM_SNAPSHOT_DIGEST,
+};
+
+use super::set_header;
+
+/// What the request was doing when the engine refused it: a few errors answer differently
+/// depending on the operation (a `Gone` stream is 410 for a read but 409 for a re-creating PUT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// GET of a stream, HEAD, DELETE, bootstrap, snapshot reads.
+    Read,
+    /// PUT of a stream (create or fork).
+    Create,
+    /// POST (append or close).
+    Append,
+    /// Snapshot publish or delete, retention.
+    Snapshot,
+}
+
+/// A refused request.
+#[derive(Debug)]
+pub(crate) enum ApiError {
+    /// The engine refused it.
+    Store(Error, Op),
+    /// The HTTP layer refused it before it reached the engine.
+    Http {
+        /// The status.
+        status: StatusCode,
+        /// The problem's `code` member.
+        code: &'static str,
+        /// The problem's `detail` member.
+        detail: String,
+    },
+    /// The method is not served on this route; `allow` lists the ones that are.
+    MethodNotAllowed {
+        /// The `Allow` header's value.
+        allow: &'static str,
+    },
+}
+
+impl ApiError {
+    /// 400 with `code`.
+    pub(crate) fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        ApiError::Http { status: StatusCode::BAD_REQUEST, code, detail: detail.into() }
+    }
+
+    /// 413: a body over the configured limit.
+    pub(crate) fn too_large(limit: u64) -> Self {
+        ApiError::Http {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "PAYLOAD_TOO_LARGE",
+            detail: format!("the request body is larger than this server's limit of {limit} bytes"),
+        }
+    }
+
+    /// 500 for a failure inside the server (a panicked worker), without internals.
+    pub(crate) fn internal(what: &str) -> Self {
+        tracing::error!("internal error: {what}");
+        ApiError::Http {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "INTERNAL_ERROR",
+            detail: "the server failed to process the request".into(),
+        }
+    }
+}
+
+impl From<InvalidHeader> for ApiError {
+    fn from(e: InvalidHeader) -> Self {
+        let code = if e.name == "offset" { "INVALID_OFFSET" } else { "INVALID_ARGUMENT" };
+        ApiError::bad_request(code, e.to_string())
+    }
+}
+
+/// The status for an engine error, given what the request was doing.
+pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
+    use StatusCode as S;
+    match err {
+        Error::NotFound => S::NOT_FOUND,
+        // A soft-deleted stream is 410 for every operation on it, but its path cannot be
+        // re-created: a PUT answers 409 (PROTOCOL.md 4.2).
+        Error::Gone if op == Op::Create => S::CONFLICT,
+        Error::Gone => S::GONE,
+        Error::ConfigMismatch(_) => S::CONFLICT,
+        Error::IncarnationMismatch { .. } | Error::IncarnationMissing => S::PRECONDITION_FAILED,
+        Error::StreamClosed { .. } => S::CONFLICT,
+        Error::ContentTypeMismatch { .. } => S::CONFLICT,
+        Error::StreamSeqConflict { .. } => S::CONFLICT,
+        Error::ProducerSeqGap { .. } => S::CONFLICT,
+        Error::ProducerEpochStale { .. } => S::FORBIDDEN,
+        Error::ProducerEpochSeqNotZero => S::BAD_REQUEST,
+        Error::InvalidJson(_) | Error::EmptyJsonArray | Error::EmptyAppend => S::BAD_REQUEST,
+        Error::InvalidArgument(_) => S::BAD_REQUEST,
+        Error::TooLarge(_) => S::PAYLOAD_TOO_LARGE,
+        Error::OffsetGone { .. } => S::GONE,
+        // Past the tail: 416 for a read; a fork position is a bad argument (400, PROTOCOL.md
+        // 5.1); a snapshot or retention offset is out of the stream's range (409, as Ursula).
+        Error::OffsetBeyondTail { .. } => match op {
+            Op::Read => S::RANGE_NOT_SATISFIABLE,
+            Op::Create | Op::Append => S::BAD_REQUEST,
+            Op::Snapshot => S::CONFLICT,
+        },
+        Error::ForkSourceNotFound => S::NOT_FOUND,
+        Error::ForkSourceGone => S::CONFLICT,
+        Error::InvalidForkPosition(_) => S::BAD_REQUEST,
+        Error::SnapshotNotFound => S::NOT_FOUND,
+        Error::SnapshotConflict | Error::SnapshotStale { .. } => S::CONFLICT,
+        Error::SnapshotMatchFailed { .. } => S::CONFLICT,
+        Error::NotOnBoundary(_) => S::BAD_REQUEST,
+        Error::RetentionBeyondSnapshot => S::CONFLICT,
+        Error::SnapshotDeleteRefused => S::CONFLICT,
+        Error::Locked(_) | Error::Poisoned | Error::ShutDown => S::SERVICE_UNAVAILABLE,
+        Error::Corrupt { .. } | Error::Io(_) => S::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The protocol headers an engine error answers with, and the extension members of its problem
+/// body (so a client behind a header-stripping proxy can still act on it).
+fn error_details(err: &Error, headers: &mut HeaderMap, extra: &mut serde_json::Map<String, serde_json::Value>) {
+    use serde_json::Value;
+    match err {
+        Error::IncarnationMismatch { current } => {
+            set_header(headers, STREAM_INCARNATION, current.as_str());
+            extra.insert("incarnation".into(), Value::from(current.as_str()));
+        }
+        Error::StreamClosed { tail } => {
+            set_header(headers, STREAM_CLOSED, "true");
+            set_header(headers, STREAM_NEXT_OFFSET, &tail.to_string());
+            extra.insert("tail".into(), Value::from(tail.to_string()));
+        }
+        // The seed: a Stream-Seq 409 carries Stream-Next-Offset and Stream-Last-Seq, and neither
+        // Stream-Closed nor Producer-Expected-Seq.
+        Error::StreamSeqConflict { tail, last_seq } => {
+            set_header(headers, STREAM_NEXT_OFFSET, &tail.to_string());
+            set_header(headers, STREAM_LAST_SEQ, last_seq);
+            extra.insert("tail".into(), Value::from(tail.to_string()));
+            extra.insert("lastSeq".into(), Value::from(last_seq.as_str()));
+        }
+        Error::ProducerSeqGap { expected, received } => {
+            set_header(headers, PRODUCER_EXPECTED_SEQ, &expected.to_string());
+            set_header(headers, PRODUCER_RECEIVED_SEQ, &received.to_string());
+            extra.insert("expectedSeq".into(), Value::from(*expected));
+            extra.insert("receivedSeq".into(), Value::from(*received));
+        }
+        Error::ProducerEpochStale { current } => {
+            set_header(headers, PRODUCER_EPOCH, &current.to_string());
+            extra.insert("currentEpoch".into(), Value::from(*current));
+        }
+        Error::OffsetGone { earliest } => {
+            set_header(headers, STREAM_EARLIEST_OFFSET, &earliest.to_string());
+            extra.insert("earliest".into(), Value::from(earliest.to_string()));
+        }
+        Error::OffsetBeyondTail { tail } => {
+            set_header(headers, STREAM_NEXT_OFFSET, &tail.to_string());
+            extra.insert("tail".into(), Value::from(tail.to_string()));
+        }
+        Error::SnapshotMatchFailed { current: Some(digest) } => {
+            set_header(headers, STREAM_SNAPSHOT_DIGEST, digest);
+        }
+        _ => {}
+    }
+}
+
+/// Whether the error is the server's own failure: its detail is logged, never sent.
+fn is_internal(err: &Error) -> bool {
+    status_of(err, Op::Read).is_server_error()
+}
+
+/// A problem+json response.
+fn problem(
+    status: StatusCode,
+    code: &str,
+    detail: &str,
+    mut headers: HeaderMap,
+    extra: serde_json::Map<String, serde_json::Value>,
+) -> Response {
+    let mut body = serde_json::Map::new();
+    body.insert("type".into(), "about:blank".into());
+    body.insert("title".into(), status.canonical_reason().unwrap_or("Error").into());
+    body.insert("status".into(), status.as_u16().into());
+    body.insert("code".into(), code.into());
+    body.insert("detail".into(), detail.into());
+    body.extend(extra);
+    let bytes = serde_json::Value::Object(body).to_string();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let mut res = Response::new(Body::from(bytes));
+    *res.status_mut() = status;
+    res.headers_mut().extend(headers);
+    res
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Store(err, op) => {
+                let status = status_of(&err, op);
+                let mut headers = HeaderMap::new();
+                let mut extra = serde_json::Map::new();
+                error_details(&err, &mut headers, &mut extra);
+                let detail = if is_internal(&err) {
+                    tracing::error!(error = %err, "storage failure");
+                    "the server could not complete the request because of a storage failure".to_owned()
+                } else {
+                    err.to_string()
+                };
+                let code = match (&err, op) {
+                    (Error::OffsetBeyondTail { .. }, Op::Create) => "INVALID_FORK_OFFSET",
+                    _ => err.code(),
+                };
+                problem(status, code, &detail, headers, extra)
+            }
+            ApiError::Http { status, code, detail } => {
+                problem(status, code, &detail, HeaderMap::new(), serde_json::Map::new())
+            }
+            ApiError::MethodNotAllowed { allow } => {
+                let mut headers = HeaderMap::new();
+                headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+                problem(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "METHOD_NOT_ALLOWED",
+                    &format!("this route serves only {allow}"),
+                    headers,
+                    serde_json::Map::new(),
+                )
+            }
+        }
+    }
+}

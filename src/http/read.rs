@@ -1,0 +1,487 @@
+//! GET of a stream (catch-up, `live=long-poll`, `live=sse`) and HEAD.
+
+use std::convert::Infallible;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use base64::Engine as _;
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::headers::{
+    QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, STREAM_CLOSED, STREAM_CURSOR,
+    STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET,
+    STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_SSE_DATA_ENCODING, STREAM_TTL,
+    STREAM_UP_TO_DATE, format_expires_at, parse_canonical_u64, parse_read_from,
+};
+use crate::{Expiry, Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
+
+use super::body::Pieces;
+use super::cursor::{interval_at, response_cursor};
+use super::error::{ApiError, Op};
+use super::{AppState, Reply, blocking, expected_incarnation, query_params, single};
+
+/// The read mode a GET asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Live {
+    CatchUp,
+    LongPoll,
+    Sse,
+}
+
+/// A GET's query, validated.
+struct ReadParams {
+    from: Option<ReadFrom>,
+    live: Live,
+    cursor: Option<u64>,
+    max_bytes: Option<u64>,
+}
+
+fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
+    let q = query_params(parts);
+    let from = match single(&q, QUERY_OFFSET)? {
+        None => None,
+        Some(o) => Some(parse_read_from(o)?),
+    };
+    let live = match single(&q, QUERY_LIVE)? {
+        None | Some("") | Some("false") => Live::CatchUp,
+        Some("long-poll") => Live::LongPoll,
+        Some("sse") => Live::Sse,
+        Some(_) => return Err(ApiError::bad_request("INVALID_ARGUMENT", "live must be long-poll or sse")),
+    };
+    if live != Live::CatchUp && from.is_none() {
+        return Err(ApiError::bad_request("INVALID_OFFSET", "a live read needs an offset (-1 for the start)"));
+    }
+    // A malformed cursor is treated as absent: it only shapes cache keys.
+    let cursor = single(&q, QUERY_CURSOR)?.and_then(|c| c.parse::<u64>().ok());
+    let max_bytes = match single(&q, QUERY_MAX_BYTES)? {
+        None => None,
+        Some(m) => match parse_canonical_u64(m.as_bytes()) {
+            Some(n) if n > 0 => Some(n),
+            _ => return Err(ApiError::bad_request("INVALID_ARGUMENT", "max_bytes must be a positive integer")),
+        },
+    };
+    Ok(ReadParams { from, live, cursor, max_bytes })
+}
+
+/// Whether a chunk carries any data (a JSON chunk's body is at least `[]`).
+fn has_data(chunk: &ReadChunk) -> bool {
+    chunk.data_len > 0 || chunk.next != chunk.start
+}
+
+/// `"{incarnation}:{start}:{next}"`, with `:c` when the chunk reaches the end of a closed
+/// stream: the tag changes when the stream is closed, so a 304 never hides the closure.
+fn etag(chunk: &ReadChunk) -> String {
+    let closed = if chunk.closed { ":c" } else { "" };
+    format!("\"{}:{}:{}{}\"", chunk.incarnation, chunk.start, chunk.next, closed)
+}
+
+/// Whether `If-None-Match` names `tag` (or is `*`). Weak tags compare by their opaque part.
+fn none_match(headers: &HeaderMap, tag: &str) -> bool {
+    headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).any(|list| {
+        list.split(',').map(str::trim).any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag)
+    })
+}
+
+fn cache_control(app: &AppState) -> &'static str {
+    if app.config.private_cache {
+        "private, max-age=60, stale-while-revalidate=300"
+    } else {
+        "public, max-age=60, stale-while-revalidate=300"
+    }
+}
+
+/// The headers every read response carries.
+fn chunk_reply(status: StatusCode, chunk: &ReadChunk) -> Reply {
+    Reply::new(status)
+        .header(header::CONTENT_TYPE, &chunk.content_type)
+        .header(STREAM_NEXT_OFFSET, &chunk.next.to_string())
+        .header(STREAM_INCARNATION, chunk.incarnation.as_str())
+        .flag(STREAM_UP_TO_DATE, chunk.up_to_date)
+        .flag(STREAM_CLOSED, chunk.closed)
+}
+
+async fn read_chunk(app: &AppState, name: &StreamName, req: ReadRequest) -> Result<ReadChunk, ApiError> {
+    let store = app.store.clone();
+    let name = name.clone();
+    blocking(Op::Read, move || store.read(&name, &req)).await
+}
+
+/// GET `{s}`.
+pub(crate) async fn get(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+    let p = read_params(parts)?;
+    let expect = expected_incarnation(&parts.headers)?;
+    match p.live {
+        Live::CatchUp => catch_up(app, name, parts, p, expect).await,
+        Live::LongPoll => long_poll(app, name, p, expect).await,
+        Live::Sse => sse(app, name, p, expect).await,
+    }
+}
+
+async fn catch_up(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+    p: ReadParams,
+    expect: Option<Incarnation>,
+) -> Result<Response, ApiError> {
+    let from = p.from.unwrap_or(ReadFrom::Start);
+    let chunk = read_chunk(app, &name, ReadRequest { from, max_bytes: p.max_bytes, expect }).await?;
+    if from == ReadFrom::Tail {
+        // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
+        let r = chunk_reply(StatusCode::OK, &chunk)
+            .flag(STREAM_UP_TO_DATE, true)
+            .header(header::CACHE_CONTROL, "no-store");
+        return Ok(r.body(Pieces::new(chunk.body).into_body()));
+    }
+    let tag = etag(&chunk);
+    if none_match(&parts.headers, &tag) {
+        let r = chunk_reply(StatusCode::NOT_MODIFIED, &chunk)
+            .header(header::ETAG, &tag)
+            .header(header::CACHE_CONTROL, cache_control(app));
+        return Ok(r.empty());
+    }
+    let r = chunk_reply(StatusCode::OK, &chunk)
+        .header(header::ETAG, &tag)
+        .header(header::CACHE_CONTROL, cache_control(app));
+    Ok(r.body(Pieces::new(chunk.body).into_body()))
+}
+
+/// `live=long-poll`: data at once if there is any; otherwise wait for it up to the configured
+/// timeout (204), answering a closed stream at its tail at once (204 with `Stream-Closed`).
+async fn long_poll(
+    app: &AppState,
+    name: StreamName,
+    p: ReadParams,
+    expect: Option<Incarnation>,
+) -> Result<Response, ApiError> {
+    let deadline = Instant::now() + app.config.long_poll_timeout;
+    let cursor = response_cursor(p.cursor, SystemTime::now()).to_string();
+    let from = p.from.unwrap_or(ReadFrom::Start);
+    let mut chunk = read_chunk(app, &name, ReadRequest { from, max_bytes: p.max_bytes, expect }).await?;
+    // Later reads must see the same incarnation: a stream recreated meanwhile is another stream.
+    let expect = Some(chunk.incarnation.clone());
+    loop {
+        if has_data(&chunk) {
+            let tag = etag(&chunk);
+            let r = chunk_reply(StatusCode::OK, &chunk)
+                .header(header::ETAG, &tag)
+                .header(header::CACHE_CONTROL, cache_control(app))
+                .header(STREAM_CURSOR, &cursor);
+            return Ok(r.body(Pieces::new(chunk.body).into_body()));
+        }
+        let at = chunk.next;
+        let no_content = |closed: bool, inc: &Incarnation| {
+            let mut r = Reply::new(StatusCode::NO_CONTENT)
+                .header(STREAM_NEXT_OFFSET, &at.to_string())
+                .header(STREAM_INCARNATION, inc.as_str())
+                .header(header::CACHE_CONTROL, "no-store")
+                .flag(STREAM_UP_TO_DATE, true)
+                .flag(STREAM_CLOSED, closed);
+            if !closed {
+                r = r.header(STREAM_CURSOR, &cursor);
+            }
+            r.empty()
+        };
+        if chunk.closed {
+            return Ok(no_content(true, &chunk.incarnation));
+        }
+        tokio::select! {
+            woke = app.store.wait(&name, at) => woke.map_err(|e| ApiError::Store(e, Op::Read))?,
+            _ = tokio::time::sleep_until(deadline) => return Ok(no_content(false, &chunk.incarnation)),
+            _ = app.shutting_down() => return Ok(no_content(false, &chunk.incarnation)),
+        }
+        let req = ReadRequest { from: ReadFrom::At(at), max_bytes: p.max_bytes, expect: expect.clone() };
+        chunk = read_chunk(app, &name, req).await?;
+    }
+}
+
+/// How SSE data events carry the stream's bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    /// `text/*` and `application/json`: UTF-8 text, one `data:` line per line.
+    Text,
+    /// Everything else: standard base64, one line per event.
+    Base64,
+}
+
+fn encoding_for(content_type: &str) -> Encoding {
+    if content_type.starts_with("text/") || is_json(content_type) { Encoding::Text } else { Encoding::Base64 }
+}
+
+/// Appends an `event: data` whose payload is `body`.
+fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
+    out.extend_from_slice(b"event: data\n");
+    match encoding {
+        Encoding::Base64 => {
+            let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+            out.extend_from_slice(b"data:");
+            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(joined).as_bytes());
+            out.push(b'\n');
+        }
+        Encoding::Text => {
+            let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+            // Every line break (CRLF, CR or LF) ends a `data:` line, so a payload can never end
+            // the event or inject another one; the client joins the lines with LF.
+            let mut rest: &[u8] = &joined;
+            loop {
+                let brk = rest.iter().position(|&c| c == b'\n' || c == b'\r');
+                let (line, next) = match brk {
+                    None => (rest, None),
+                    Some(i) => {
+                        let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                        (&rest[..i], Some(&rest[i + skip..]))
+                    }
+                };
+                out.extend_from_slice(b"data:");
+                // A client strips one space after "data:": keep a leading space by adding one.
+                if line.first() == Some(&b' ') {
+                    out.push(b' ');
+                }
+                out.extend_from_slice(line);
+                out.push(b'\n');
+                match next {
+                    Some(n) => rest = n,
+                    None => break,
+                }
+            }
+        }
+    }
+    out.push(b'\n');
+}
+
+/// Appends an `event: control`.
+fn control_event(out: &mut Vec<u8>, next: Offset, cursor: Option<u64>, up_to_date: bool, closed: bool) {
+    let mut c = serde_json::Map::new();
+    c.insert("streamNextOffset".into(), next.to_string().into());
+    // The cursor is omitted once the stream is closed: the client must not reconnect.
+    if let (Some(cursor), false) = (cursor, closed) {
+        c.insert("streamCursor".into(), cursor.to_string().into());
+    }
+    if up_to_date || closed {
+        c.insert("upToDate".into(), true.into());
+    }
+    if closed {
+        c.insert("streamClosed".into(), true.into());
+    }
+    out.extend_from_slice(b"event: control\ndata:");
+    out.extend_from_slice(serde_json::Value::Object(c).to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// How many bytes at the end of `b` are an incomplete UTF-8 sequence (0 when it ends cleanly).
+fn incomplete_utf8_tail(b: &[u8]) -> usize {
+    for back in 1..=3.min(b.len()) {
+        let c = b[b.len() - back];
+        if c & 0b1100_0000 != 0b1000_0000 {
+            // A lead byte `back` bytes from the end: complete if its sequence fits.
+            let need = match c {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            return if need > back { back } else { 0 };
+        }
+    }
+    0
+}
+
+/// The state of one SSE connection.
+struct Sse {
+    app: AppState,
+    name: StreamName,
+    /// The incarnation the connection started on; a recreated stream ends the connection.
+    incarnation: Incarnation,
+    encoding: Encoding,
+    json: bool,
+    max_bytes: Option<u64>,
+    /// Where the next read starts.
+    next: Offset,
+    /// A chunk already read and not yet sent.
+    pending: Option<ReadChunk>,
+    /// Whether the client was told it is up to date at `next`.
+    announced: bool,
+    /// Cursors sent are at least this (the response cursor for the request's `cursor`).
+    cursor_floor: u64,
+    deadline: Instant,
+    done: bool,
+}
+
+impl Sse {
+    fn cursor(&self) -> u64 {
+        interval_at(SystemTime::now()).max(self.cursor_floor)
+    }
+
+    async fn read(&mut self) -> Option<ReadChunk> {
+        let req = ReadRequest {
+            from: ReadFrom::At(self.next),
+            max_bytes: self.max_bytes,
+            expect: Some(self.incarnation.clone()),
+        };
+        let mut chunk = read_chunk(&self.app, &self.name, req).await.ok()?;
+        // A text event must be valid UTF-8 on its own: a chunk cut inside a character (only a
+        // size-bounded chunk can be) is read again just short of it.
+        if self.encoding == Encoding::Text && !self.json && !chunk.up_to_date {
+            let body = chunk.to_vec();
+            let cut = incomplete_utf8_tail(&body);
+            if cut > 0 && body.len() > cut {
+                let req = ReadRequest {
+                    from: ReadFrom::At(self.next),
+                    max_bytes: Some((body.len() - cut) as u64),
+                    expect: Some(self.incarnation.clone()),
+                };
+                chunk = read_chunk(&self.app, &self.name, req).await.ok()?;
+            }
+        }
+        Some(chunk)
+    }
+
+    /// The next frame of the event stream, `None` when the connection should end.
+    async fn step(&mut self) -> Option<Bytes> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let chunk = match self.pending.take() {
+                Some(c) => c,
+                None => self.read().await?,
+            };
+            let mut out = Vec::new();
+            if has_data(&chunk) {
+                self.next = chunk.next;
+                self.announced = chunk.up_to_date;
+                self.done = chunk.closed;
+                let cursor = self.cursor();
+                data_event(&mut out, &chunk.body, self.encoding);
+                control_event(&mut out, chunk.next, Some(cursor), chunk.up_to_date, chunk.closed);
+                return Some(Bytes::from(out));
+            }
+            self.next = chunk.next;
+            if chunk.closed {
+                self.done = true;
+                control_event(&mut out, chunk.next, None, true, true);
+                return Some(Bytes::from(out));
+            }
+            if !self.announced {
+                self.announced = true;
+                control_event(&mut out, chunk.next, Some(self.cursor()), true, false);
+                return Some(Bytes::from(out));
+            }
+            let keepalive = tokio::time::sleep(self.app.config.sse_keepalive);
+            tokio::select! {
+                woke = self.app.store.wait(&self.name, self.next) => woke.ok()?,
+                _ = tokio::time::sleep_until(self.deadline) => return None,
+                _ = self.app.shutting_down() => return None,
+                _ = keepalive => return Some(Bytes::from_static(b": keep-alive\n\n")),
+            }
+        }
+    }
+}
+
+/// `live=sse`: catch-up chunks, each as a data event followed by its control event, then live
+/// data as it becomes durable, until the stream is closed (final control with
+/// `streamClosed: true`), the connection's lifetime is up, or the server shuts down.
+async fn sse(app: &AppState, name: StreamName, p: ReadParams, expect: Option<Incarnation>) -> Result<Response, ApiError> {
+    let from = p.from.unwrap_or(ReadFrom::Start);
+    // The first read happens before the response starts, so a missing stream is still a 404.
+    let first = read_chunk(app, &name, ReadRequest { from, max_bytes: p.max_bytes, expect }).await?;
+    let encoding = encoding_for(&first.content_type);
+    let mut r = Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header(STREAM_INCARNATION, first.incarnation.as_str())
+        .header("x-accel-buffering", "no");
+    if encoding == Encoding::Base64 {
+        r = r.header(STREAM_SSE_DATA_ENCODING, "base64");
+    }
+    let state = Sse {
+        app: app.clone(),
+        name,
+        incarnation: first.incarnation.clone(),
+        encoding,
+        json: is_json(&first.content_type),
+        max_bytes: p.max_bytes,
+        next: first.start,
+        announced: false,
+        cursor_floor: response_cursor(p.cursor, SystemTime::now()),
+        deadline: Instant::now() + app.config.sse_max_duration,
+        done: false,
+        pending: Some(first),
+    };
+    let events = futures_util::stream::unfold(state, |mut s| async move {
+        let frame = s.step().await?;
+        Some((Ok::<_, Infallible>(frame), s))
+    });
+    Ok(r.body(Body::from_stream(events)))
+}
+
+/// HEAD `{s}`: the stream's metadata; never cached, and it does not renew a sliding TTL.
+pub(crate) async fn head(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+    let expect = expected_incarnation(&parts.headers)?;
+    let store = app.store.clone();
+    let info = blocking(Op::Read, move || store.head(&name, expect.as_ref())).await?;
+    let mut r = Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, &info.content_type)
+        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
+        .header(STREAM_INCARNATION, info.incarnation.as_str())
+        .header(STREAM_EARLIEST_OFFSET, &info.earliest.to_string())
+        .header(header::CACHE_CONTROL, "no-store")
+        .flag(STREAM_CLOSED, info.closed);
+    match info.expiry {
+        Expiry::Ttl(secs) => r = r.header(STREAM_TTL, &secs.to_string()),
+        Expiry::At(at) => r = r.header(STREAM_EXPIRES_AT, &format_expires_at(at)),
+        Expiry::Never => {}
+    }
+    if let Some(s) = &info.snapshot {
+        r = r
+            .header(STREAM_SNAPSHOT_OFFSET, &s.offset.to_string())
+            .header(STREAM_SNAPSHOT_DIGEST, &s.digest);
+    }
+    Ok(r.empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_events_split_every_line_break() {
+        let mut out = Vec::new();
+        data_event(&mut out, &[Bytes::from_static(b"a\r\n\r\nevent: x\rb\n c")], Encoding::Text);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: data\ndata:a\ndata:\ndata:event: x\ndata:b\ndata:  c\n\n"
+        );
+        let mut out = Vec::new();
+        data_event(&mut out, &[Bytes::from_static(b"Hel"), Bytes::from_static(b"lo")], Encoding::Base64);
+        assert_eq!(String::from_utf8(out).unwrap(), "event: data\ndata:SGVsbG8=\n\n");
+    }
+
+    #[test]
+    fn control_events_omit_the_cursor_once_closed() {
+        let mut out = Vec::new();
+        control_event(&mut out, Offset::new(1, 2), Some(7), true, false);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: control\ndata:{\"streamNextOffset\":\"0000000000000001_0000000000000002\",\"streamCursor\":\"7\",\"upToDate\":true}\n\n"
+        );
+        let mut out = Vec::new();
+        control_event(&mut out, Offset::new(1, 2), Some(7), false, true);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("\"streamClosed\":true") && !s.contains("streamCursor"), "{s}");
+    }
+
+    #[test]
+    fn incomplete_utf8_tails_are_found() {
+        assert_eq!(incomplete_utf8_tail(b"abc"), 0);
+        assert_eq!(incomplete_utf8_tail("é".as_bytes()), 0);
+        assert_eq!(incomplete_utf8_tail(&"é".as_bytes()[..1]), 1);
+        assert_eq!(incomplete_utf8_tail(&"€".as_bytes()[..2]), 2);
+        assert_eq!(incomplete_utf8_tail(&"a😀".as_bytes()[..4]), 3);
+        assert_eq!(incomplete_utf8_tail("a😀".as_bytes()), 0);
+    }
+}

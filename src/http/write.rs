@@ -1,0 +1,190 @@
+//! PUT (create, fork, idempotent create), POST (append, close) and DELETE of a stream.
+
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+
+use crate::headers::{
+    PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT,
+    STREAM_FORK_OFFSET, STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION,
+    STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL, parse_closed, parse_expires_at, parse_offset,
+    parse_producer, parse_stream_seq, parse_sub_offset, parse_ttl,
+};
+use crate::{AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, StreamName, normalize_content_type};
+
+use super::body::read_body;
+use super::error::{ApiError, Op};
+use super::{AppState, Reply, absolute_url, blocking, expected_incarnation, raw};
+
+/// The request's `Content-Type`, normalized; `None` when absent or empty.
+fn content_type(headers: &HeaderMap, op: Op) -> Result<Option<String>, ApiError> {
+    match headers.get(header::CONTENT_TYPE) {
+        None => Ok(None),
+        Some(v) if v.as_bytes().trim_ascii().is_empty() => Ok(None),
+        Some(v) => {
+            let s = v.to_str().map_err(|_| {
+                ApiError::bad_request("INVALID_CONTENT_TYPE", "the Content-Type is not visible ASCII")
+            })?;
+            normalize_content_type(s).map(Some).map_err(|e| ApiError::Store(e, op))
+        }
+    }
+}
+
+/// `Stream-TTL` and `Stream-Expires-At` (both at once is a 400, PROTOCOL.md 5.1).
+fn expiry(headers: &HeaderMap) -> Result<Expiry, ApiError> {
+    match (raw(headers, STREAM_TTL), raw(headers, STREAM_EXPIRES_AT)) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "INVALID_ARGUMENT",
+            "Stream-TTL and Stream-Expires-At are mutually exclusive",
+        )),
+        (Some(ttl), None) => Ok(Expiry::Ttl(parse_ttl(ttl)?)),
+        (None, Some(at)) => Ok(Expiry::At(parse_expires_at(at)?)),
+        (None, None) => Ok(Expiry::Never),
+    }
+}
+
+/// The source of a fork: `Stream-Forked-From` is a path on this server (an absolute URL's path
+/// is accepted too).
+fn fork_source(value: &str) -> Result<StreamName, ApiError> {
+    let value = value.trim();
+    let path = match value.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("", |i| &rest[i..]),
+        None => value,
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    StreamName::new(path).map_err(|_| {
+        ApiError::bad_request("INVALID_ARGUMENT", "Stream-Forked-From is not a valid stream path")
+    })
+}
+
+/// `Stream-Forked-From`, `Stream-Fork-Offset`, `Stream-Fork-Sub-Offset`.
+fn fork(headers: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
+    let offset = raw(headers, STREAM_FORK_OFFSET);
+    let sub = raw(headers, STREAM_FORK_SUB_OFFSET);
+    let Some(source) = headers.get(STREAM_FORKED_FROM) else {
+        if offset.is_some() || sub.is_some() {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From",
+            ));
+        }
+        return Ok(None);
+    };
+    let source = fork_source(source.to_str().map_err(|_| {
+        ApiError::bad_request("INVALID_ARGUMENT", "Stream-Forked-From is not visible ASCII")
+    })?)?;
+    let offset = match offset {
+        None => None,
+        Some(o) => {
+            let s = std::str::from_utf8(o).unwrap_or("");
+            Some(parse_offset(s.trim()).map_err(|_| {
+                ApiError::bad_request("INVALID_FORK_OFFSET", "Stream-Fork-Offset is not an offset this server returned")
+            })?)
+        }
+    };
+    let sub_offset = match sub {
+        None => 0,
+        Some(s) => parse_sub_offset(s).map_err(|e| ApiError::bad_request("INVALID_FORK_OFFSET", e.to_string()))?,
+    };
+    if sub_offset > 0 && offset.is_none() {
+        return Err(ApiError::bad_request(
+            "INVALID_FORK_OFFSET",
+            "Stream-Fork-Sub-Offset needs an explicit Stream-Fork-Offset",
+        ));
+    }
+    Ok(Some(ForkFrom { source, offset, sub_offset }))
+}
+
+/// PUT `{s}`: 201 when created, 200 when it existed with the same configuration.
+pub(crate) async fn create(app: &AppState, name: StreamName, parts: &Parts, body: Body) -> Result<Response, ApiError> {
+    let h = &parts.headers;
+    let opts = CreateOptions {
+        content_type: content_type(h, Op::Create)?,
+        expiry: expiry(h)?,
+        closed: parse_closed(raw(h, STREAM_CLOSED)),
+        data: Default::default(),
+        stream_seq: parse_stream_seq(raw(h, STREAM_SEQ))?,
+        fork: fork(h)?,
+        expect: expected_incarnation(h)?,
+    };
+    let data = read_body(body, h, app.store.options().append_limit()).await?;
+    let opts = CreateOptions { data, ..opts };
+    let store = app.store.clone();
+    let n = name.clone();
+    let pending = blocking(Op::Create, move || store.submit_create(&n, opts)).await?;
+    let created = pending.wait_async().await.map_err(|e| ApiError::Store(e, Op::Create))?;
+    let info = created.info;
+    let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut r = Reply::new(status)
+        .header(header::CONTENT_TYPE, &info.content_type)
+        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
+        .header(STREAM_INCARNATION, info.incarnation.as_str())
+        .flag(STREAM_CLOSED, info.closed);
+    if created.created {
+        r = r.header(header::LOCATION, &absolute_url(app, parts));
+    }
+    Ok(r.empty())
+}
+
+/// POST `{s}`: 204 for a plain append, a close, or a producer's duplicate; 200 for a producer's
+/// accepted append with data.
+pub(crate) async fn append(app: &AppState, name: StreamName, parts: &Parts, body: Body) -> Result<Response, ApiError> {
+    let h = &parts.headers;
+    let close = parse_closed(raw(h, STREAM_CLOSED));
+    let producer = parse_producer(raw(h, PRODUCER_ID), raw(h, PRODUCER_EPOCH), raw(h, PRODUCER_SEQ))?;
+    let stream_seq = parse_stream_seq(raw(h, STREAM_SEQ))?;
+    let expect = expected_incarnation(h)?;
+    let data = read_body(body, h, app.store.options().append_limit()).await?;
+    // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
+    // 5.2: clients may attach a default one).
+    let content_type = if data.is_empty() {
+        None
+    } else {
+        match content_type(h, Op::Append)? {
+            Some(ct) => Some(ct),
+            None => {
+                return Err(ApiError::bad_request(
+                    "CONTENT_TYPE_REQUIRED",
+                    "an append with a body needs a Content-Type",
+                ));
+            }
+        }
+    };
+    let has_data = !data.is_empty();
+    let sent = producer.as_ref().map(|p| (p.epoch, p.seq));
+    let req = AppendRequest { data, content_type, close, stream_seq, producer, expect };
+    let store = app.store.clone();
+    let pending = blocking(Op::Append, move || store.submit_append(&name, req)).await?;
+    let outcome = pending.wait_async().await.map_err(|e| ApiError::Store(e, Op::Append))?;
+
+    let status = match (sent, outcome.status) {
+        (Some(_), AppendStatus::Appended) if has_data => StatusCode::OK,
+        _ => StatusCode::NO_CONTENT,
+    };
+    // A duplicate carries the original write's tail only when it repeats the producer's newest
+    // write (the seed); a repeat of an older write carries none.
+    let next = match outcome.status {
+        AppendStatus::Duplicate { original_tail } => original_tail,
+        AppendStatus::Appended | AppendStatus::AlreadyClosed => Some(outcome.tail),
+    };
+    let mut r = Reply::new(status)
+        .header(STREAM_INCARNATION, outcome.incarnation.as_str())
+        .flag(STREAM_CLOSED, outcome.closed);
+    if let Some(next) = next {
+        r = r.header(STREAM_NEXT_OFFSET, &next.to_string());
+    }
+    if let Some((epoch, seq)) = outcome.producer.or(sent) {
+        r = r.header(PRODUCER_EPOCH, &epoch.to_string()).header(PRODUCER_SEQ, &seq.to_string());
+    }
+    Ok(r.empty())
+}
+
+/// DELETE `{s}`: 204. The only successful response that addresses a stream without
+/// `Stream-Incarnation` (there is no stream left to name).
+pub(crate) async fn delete(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+    let expect = expected_incarnation(&parts.headers)?;
+    let store = app.store.clone();
+    blocking(Op::Read, move || store.delete(&name, expect.as_ref())).await?;
+    Ok(Reply::new(StatusCode::NO_CONTENT).empty())
+}
