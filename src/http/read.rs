@@ -253,23 +253,24 @@ fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
     out.push(b'\n');
 }
 
-/// Appends an `event: control`.
+/// Appends an `event: control`: `{"streamNextOffset":..,"streamCursor":..,"upToDate":true,
+/// "streamClosed":true}`, members present as they apply. Offsets and cursors are digits and `_`,
+/// so the JSON is written directly.
 fn control_event(out: &mut Vec<u8>, next: Offset, cursor: Option<u64>, up_to_date: bool, closed: bool) {
-    let mut c = serde_json::Map::new();
-    c.insert("streamNextOffset".into(), next.to_string().into());
+    out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
+    out.extend_from_slice(next.to_string().as_bytes());
+    out.push(b'"');
     // The cursor is omitted once the stream is closed: the client must not reconnect.
     if let (Some(cursor), false) = (cursor, closed) {
-        c.insert("streamCursor".into(), cursor.to_string().into());
+        out.extend_from_slice(format!(",\"streamCursor\":\"{cursor}\"").as_bytes());
     }
     if up_to_date || closed {
-        c.insert("upToDate".into(), true.into());
+        out.extend_from_slice(b",\"upToDate\":true");
     }
     if closed {
-        c.insert("streamClosed".into(), true.into());
+        out.extend_from_slice(b",\"streamClosed\":true");
     }
-    out.extend_from_slice(b"event: control\ndata:");
-    out.extend_from_slice(serde_json::Value::Object(c).to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
+    out.extend_from_slice(b"}\n\n");
 }
 
 /// How many bytes at the end of `b` are an incomplete UTF-8 sequence (0 when it ends cleanly).
