@@ -148,11 +148,19 @@ pub fn parse_producer(
         return Err(invalid("Producer-Id", "longer than 256 bytes"));
     }
     let id = std::str::from_utf8(id).map_err(|_| invalid("Producer-Id", "not UTF-8"))?;
-    let epoch = parse_safe_integer(epoch)
-        .ok_or(invalid("Producer-Epoch", "not a non-negative integer ≤ 2^53-1"))?;
-    let seq = parse_safe_integer(seq)
-        .ok_or(invalid("Producer-Seq", "not a non-negative integer ≤ 2^53-1"))?;
-    Ok(Some(Producer { id: id.to_owned(), epoch, seq }))
+    let epoch = parse_safe_integer(epoch).ok_or(invalid(
+        "Producer-Epoch",
+        "not a non-negative integer ≤ 2^53-1",
+    ))?;
+    let seq = parse_safe_integer(seq).ok_or(invalid(
+        "Producer-Seq",
+        "not a non-negative integer ≤ 2^53-1",
+    ))?;
+    Ok(Some(Producer {
+        id: id.to_owned(),
+        epoch,
+        seq,
+    }))
 }
 
 /// A canonical non-negative decimal: `0`, or digits without a leading zero; no sign, dot or
@@ -161,7 +169,9 @@ pub fn parse_canonical_u64(value: &[u8]) -> Option<u64> {
     match value {
         [b'0'] => Some(0),
         [b'1'..=b'9', ..] if value.len() <= 19 && value.iter().all(u8::is_ascii_digit) => {
-            value.iter().try_fold(0u64, |n, d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+            value.iter().try_fold(0u64, |n, d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
         }
         _ => None,
     }
@@ -171,13 +181,18 @@ pub fn parse_canonical_u64(value: &[u8]) -> Option<u64> {
 pub fn parse_ttl(value: &[u8]) -> Result<u64, InvalidHeader> {
     parse_canonical_u64(value)
         .filter(|n| *n <= MAX_SAFE_INTEGER)
-        .ok_or(invalid("Stream-TTL", "not a non-negative integer without leading zeros"))
+        .ok_or(invalid(
+            "Stream-TTL",
+            "not a non-negative integer without leading zeros",
+        ))
 }
 
 /// `Stream-Fork-Sub-Offset`: canonical decimal (see [`parse_canonical_u64`]).
 pub fn parse_sub_offset(value: &[u8]) -> Result<u64, InvalidHeader> {
-    parse_canonical_u64(value)
-        .ok_or(invalid("Stream-Fork-Sub-Offset", "not a non-negative integer without leading zeros"))
+    parse_canonical_u64(value).ok_or(invalid(
+        "Stream-Fork-Sub-Offset",
+        "not a non-negative integer without leading zeros",
+    ))
 }
 
 /// `Stream-Expires-At`: an RFC 3339 timestamp (`Z` or a numeric offset, optional fraction).
@@ -212,12 +227,16 @@ pub fn parse_closed(value: Option<&[u8]>) -> bool {
 
 /// A read's `offset`: `-1`, `now`, or an offset brook returned.
 pub fn parse_read_from(value: &str) -> Result<ReadFrom, InvalidHeader> {
-    value.parse().map_err(|_| invalid("offset", "not -1, now, or an offset this server returned"))
+    value
+        .parse()
+        .map_err(|_| invalid("offset", "not -1, now, or an offset this server returned"))
 }
 
 /// An offset brook returned (`%016d_%016d`), e.g. in `Stream-Fork-Offset` or a snapshot route.
 pub fn parse_offset(value: &str) -> Result<Offset, InvalidHeader> {
-    value.parse().map_err(|_| invalid("offset", "not an offset this server returned"))
+    value
+        .parse()
+        .map_err(|_| invalid("offset", "not an offset this server returned"))
 }
 
 /// A Stream-Seq refusal, parsed from a 409 response.
@@ -272,6 +291,7 @@ pub fn problem_code(body: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
@@ -280,7 +300,10 @@ mod tests {
     fn stream_seq_ignores_non_printable_and_refuses_long_values() {
         assert_eq!(parse_stream_seq(None), Ok(None));
         assert_eq!(parse_stream_seq(Some(b"")), Ok(None));
-        assert_eq!(parse_stream_seq(Some(b"00000000000000000003")), Ok(Some("00000000000000000003".into())));
+        assert_eq!(
+            parse_stream_seq(Some(b"00000000000000000003")),
+            Ok(Some("00000000000000000003".into()))
+        );
         assert_eq!(parse_stream_seq(Some(b"a b~")), Ok(Some("a b~".into())));
         assert_eq!(parse_stream_seq(Some(b"caf\xc3\xa9")), Ok(None));
         assert_eq!(parse_stream_seq(Some(b"tab\there")), Ok(None));
@@ -296,18 +319,45 @@ mod tests {
     #[test]
     fn producer_headers_come_together_and_are_safe_integers() {
         assert_eq!(parse_producer(None, None, None), Ok(None));
-        let p = parse_producer(Some(b"p"), Some(b"1"), Some(b"0")).unwrap().unwrap();
-        assert_eq!(p, Producer { id: "p".into(), epoch: 1, seq: 0 });
+        let p = parse_producer(Some(b"p"), Some(b"1"), Some(b"0"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            p,
+            Producer {
+                id: "p".into(),
+                epoch: 1,
+                seq: 0
+            }
+        );
         assert!(parse_producer(Some(b"p"), None, None).is_err());
         assert!(parse_producer(None, Some(b"0"), None).is_err());
         assert!(parse_producer(Some(b"p"), Some(b"0"), None).is_err());
         assert!(parse_producer(Some(b""), Some(b"0"), Some(b"0")).is_err());
         assert!(parse_producer(Some(&[b'i'; 257]), Some(b"0"), Some(b"0")).is_err());
-        for bad in [&b"1abc"[..], b"0xyz", b"1e3", b"-1", b"+1", b"1.0", b"", b" 1", b"9007199254740992"] {
-            assert!(parse_producer(Some(b"p"), Some(bad), Some(b"0")).is_err(), "{bad:?}");
-            assert!(parse_producer(Some(b"p"), Some(b"0"), Some(bad)).is_err(), "{bad:?}");
+        for bad in [
+            &b"1abc"[..],
+            b"0xyz",
+            b"1e3",
+            b"-1",
+            b"+1",
+            b"1.0",
+            b"",
+            b" 1",
+            b"9007199254740992",
+        ] {
+            assert!(
+                parse_producer(Some(b"p"), Some(bad), Some(b"0")).is_err(),
+                "{bad:?}"
+            );
+            assert!(
+                parse_producer(Some(b"p"), Some(b"0"), Some(bad)).is_err(),
+                "{bad:?}"
+            );
         }
-        let max = parse_producer(Some(b"p"), Some(b"9007199254740991"), Some(b"0")).unwrap().unwrap();
+        let max = parse_producer(Some(b"p"), Some(b"9007199254740991"), Some(b"0"))
+            .unwrap()
+            .unwrap();
         assert_eq!(max.epoch, MAX_SAFE_INTEGER);
     }
 
@@ -315,7 +365,18 @@ mod tests {
     fn ttl_is_canonical_decimal() {
         assert_eq!(parse_ttl(b"0"), Ok(0));
         assert_eq!(parse_ttl(b"3600"), Ok(3600));
-        for bad in [&b"abc"[..], b"-1", b"00060", b"+60", b"60.5", b"1e3", b"", b"01", b" 1", b"99999999999999999999"] {
+        for bad in [
+            &b"abc"[..],
+            b"-1",
+            b"00060",
+            b"+60",
+            b"60.5",
+            b"1e3",
+            b"",
+            b"01",
+            b" 1",
+            b"99999999999999999999",
+        ] {
             assert!(parse_ttl(bad).is_err(), "{bad:?}");
         }
         assert_eq!(parse_sub_offset(b"5"), Ok(5));
@@ -328,7 +389,10 @@ mod tests {
     fn expires_at_is_rfc3339_to_the_millisecond() {
         let t = parse_expires_at(b"2026-01-02T03:04:05.678Z").unwrap();
         assert_eq!(t, UNIX_EPOCH + Duration::from_millis(1_767_323_045_678));
-        assert_eq!(parse_expires_at(b"2026-01-02T04:04:05.678+01:00").unwrap(), t);
+        assert_eq!(
+            parse_expires_at(b"2026-01-02T04:04:05.678+01:00").unwrap(),
+            t
+        );
         assert_eq!(format_expires_at(t), "2026-01-02T03:04:05.678Z");
         assert!(parse_expires_at(b"not-a-timestamp").is_err());
         assert!(parse_expires_at(b"2026-01-02").is_err());
@@ -354,8 +418,21 @@ mod tests {
             parse_read_from("0000000000000001_0000000000000005"),
             Ok(ReadFrom::At(Offset::new(1, 5)))
         );
-        assert_eq!(parse_offset("9999999999999999_9999999999999999"), Ok(Offset::new(Offset::MAX_PART, Offset::MAX_PART)));
-        for bad in ["", "0,1", "0 1", "../x", "x/..", "a\n", "-2", "NOW", "0000000000000000_000000000000000"] {
+        assert_eq!(
+            parse_offset("9999999999999999_9999999999999999"),
+            Ok(Offset::new(Offset::MAX_PART, Offset::MAX_PART))
+        );
+        for bad in [
+            "",
+            "0,1",
+            "0 1",
+            "../x",
+            "x/..",
+            "a\n",
+            "-2",
+            "NOW",
+            "0000000000000000_000000000000000",
+        ] {
             assert!(parse_read_from(bad).is_err(), "{bad:?}");
         }
     }
@@ -377,11 +454,15 @@ mod tests {
             STREAM_CLOSED => Some("true".to_owned()),
             _ => None,
         };
-        let body = br#"{"type":"about:blank","title":"Conflict","status":409,"code":"STREAM_CLOSED"}"#;
+        let body =
+            br#"{"type":"about:blank","title":"Conflict","status":409,"code":"STREAM_CLOSED"}"#;
         assert_eq!(StreamSeqConflict::from_response(409, closed409, body), None);
         let ct = br#"{"code":"CONTENT_TYPE_MISMATCH"}"#;
         assert_eq!(StreamSeqConflict::from_response(409, |_| None, ct), None);
-        assert_eq!(StreamSeqConflict::from_response(409, |_| None, b"not json"), None);
+        assert_eq!(
+            StreamSeqConflict::from_response(409, |_| None, b"not json"),
+            None
+        );
 
         // A proxy dropped the header: the problem body still identifies it.
         let body = br#"{"code":"STREAM_SEQ_CONFLICT","lastSeq":"7","tail":"0000000000000001_0000000000000001"}"#;

@@ -11,7 +11,11 @@ use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(name = "brook", version, about = "Durable, append-only, URL-addressed streams")]
+#[command(
+    name = "brook",
+    version,
+    about = "Durable, append-only, URL-addressed streams"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -79,7 +83,10 @@ struct ServeArgs {
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
@@ -129,11 +136,17 @@ fn run_serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let served = runtime.block_on(async {
         let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => format!("cannot listen on {addr}: the port is already in use"),
-            _ => format!("cannot listen on {addr}: {e}"),
-        })?;
-        let local: SocketAddr = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    format!("cannot listen on {addr}: the port is already in use")
+                }
+                _ => format!("cannot listen on {addr}: {e}"),
+            })?;
+        let local: SocketAddr = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read the bound address: {e}"))?;
         tracing::info!(
             "brook {} listening on http://{local}, storing streams in {} (durability {})",
             env!("CARGO_PKG_VERSION"),
@@ -149,7 +162,9 @@ fn run_serve(args: ServeArgs) -> Result<(), String> {
     });
     // In-flight requests are done; drain pending writes and checkpoint so the next start
     // replays nothing.
-    let closed = store.shutdown().map_err(|e| format!("the store did not shut down cleanly: {e}"));
+    let closed = store
+        .shutdown()
+        .map_err(|e| format!("the store did not shut down cleanly: {e}"));
     runtime.shutdown_timeout(Duration::from_secs(5));
     served?;
     closed?;

@@ -29,7 +29,10 @@ pub(crate) struct Pieces {
 impl Pieces {
     pub(crate) fn new(pieces: Vec<Bytes>) -> Self {
         let remaining = pieces.iter().map(|b| b.len() as u64).sum();
-        Pieces { pieces: pieces.into_iter().filter(|b| !b.is_empty()).collect(), remaining }
+        Pieces {
+            pieces: pieces.into_iter().filter(|b| !b.is_empty()).collect(),
+            remaining,
+        }
     }
 
     pub(crate) fn into_body(self) -> Body {
@@ -65,20 +68,35 @@ impl http_body::Body for Pieces {
 
 /// The request's declared `Content-Length`, if any.
 fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Reads a whole request body of at most `limit` bytes. A larger body is refused with 413 as
 /// soon as that is known: from its `Content-Length` before reading anything, or once the bytes
 /// read pass the limit, never after buffering all of it.
-pub(crate) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     if content_length(headers).is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit as u64));
     }
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::too_large(limit as u64)),
-        Err(_) => Err(ApiError::bad_request("INVALID_BODY", "the request body could not be read")),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ApiError::too_large(limit as u64))
+        }
+        Err(_) => Err(ApiError::bad_request(
+            "INVALID_BODY",
+            "the request body could not be read",
+        )),
     }
 }
 
@@ -133,7 +151,11 @@ impl PumpStatus {
 pub(crate) fn pump(
     body: Body,
     limit: u64,
-) -> (ChannelReader, PumpStatus, impl std::future::Future<Output = ()> + Send) {
+) -> (
+    ChannelReader,
+    PumpStatus,
+    impl std::future::Future<Output = ()> + Send,
+) {
     let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(4);
     let status = PumpStatus::default();
     let flags = status.clone();
@@ -168,5 +190,12 @@ pub(crate) fn pump(
             }
         }
     };
-    (ChannelReader { rx, current: Bytes::new() }, status, task)
+    (
+        ChannelReader {
+            rx,
+            current: Bytes::new(),
+        },
+        status,
+        task,
+    )
 }

@@ -14,7 +14,10 @@ const INTERVAL_SECS: u64 = 20;
 
 /// The interval `now` falls in (0 before the epoch).
 pub(crate) fn interval_at(now: SystemTime) -> u64 {
-    let secs = now.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
+    let secs = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
     secs.saturating_sub(EPOCH_SECS) / INTERVAL_SECS
 }
 

@@ -52,7 +52,11 @@ pub(crate) enum ApiError {
 impl ApiError {
     /// 400 with `code`.
     pub(crate) fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
-        ApiError::Http { status: StatusCode::BAD_REQUEST, code, detail: detail.into() }
+        ApiError::Http {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            detail: detail.into(),
+        }
     }
 
     /// 413: a body over the configured limit.
@@ -77,7 +81,11 @@ impl ApiError {
 
 impl From<InvalidHeader> for ApiError {
     fn from(e: InvalidHeader) -> Self {
-        let code = if e.name == "offset" { "INVALID_OFFSET" } else { "INVALID_ARGUMENT" };
+        let code = if e.name == "offset" {
+            "INVALID_OFFSET"
+        } else {
+            "INVALID_ARGUMENT"
+        };
         ApiError::bad_request(code, e.to_string())
     }
 }
@@ -126,7 +134,11 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
 
 /// The protocol headers an engine error answers with, and the extension members of its problem
 /// body (so a client behind a header-stripping proxy can still act on it).
-fn error_details(err: &Error, headers: &mut HeaderMap, extra: &mut serde_json::Map<String, serde_json::Value>) {
+fn error_details(
+    err: &Error,
+    headers: &mut HeaderMap,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) {
     use serde_json::Value;
     match err {
         Error::IncarnationMismatch { current } => {
@@ -164,7 +176,9 @@ fn error_details(err: &Error, headers: &mut HeaderMap, extra: &mut serde_json::M
             set_header(headers, STREAM_NEXT_OFFSET, &tail.to_string());
             extra.insert("tail".into(), Value::from(tail.to_string()));
         }
-        Error::SnapshotMatchFailed { current: Some(digest) } => {
+        Error::SnapshotMatchFailed {
+            current: Some(digest),
+        } => {
             set_header(headers, STREAM_SNAPSHOT_DIGEST, digest);
         }
         _ => {}
@@ -186,13 +200,19 @@ fn problem(
 ) -> Response {
     let mut body = serde_json::Map::new();
     body.insert("type".into(), "about:blank".into());
-    body.insert("title".into(), status.canonical_reason().unwrap_or("Error").into());
+    body.insert(
+        "title".into(),
+        status.canonical_reason().unwrap_or("Error").into(),
+    );
     body.insert("status".into(), status.as_u16().into());
     body.insert("code".into(), code.into());
     body.insert("detail".into(), detail.into());
     body.extend(extra);
     let bytes = serde_json::Value::Object(body).to_string();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     let mut res = Response::new(Body::from(bytes));
     *res.status_mut() = status;
@@ -210,7 +230,8 @@ impl IntoResponse for ApiError {
                 error_details(&err, &mut headers, &mut extra);
                 let detail = if is_internal(&err) {
                     tracing::error!(error = %err, "storage failure");
-                    "the server could not complete the request because of a storage failure".to_owned()
+                    "the server could not complete the request because of a storage failure"
+                        .to_owned()
                 } else {
                     err.to_string()
                 };
@@ -220,9 +241,17 @@ impl IntoResponse for ApiError {
                 };
                 problem(status, code, &detail, headers, extra)
             }
-            ApiError::Http { status, code, detail } => {
-                problem(status, code, &detail, HeaderMap::new(), serde_json::Map::new())
-            }
+            ApiError::Http {
+                status,
+                code,
+                detail,
+            } => problem(
+                status,
+                code,
+                &detail,
+                HeaderMap::new(),
+                serde_json::Map::new(),
+            ),
             ApiError::MethodNotAllowed { allow } => {
                 let mut headers = HeaderMap::new();
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));

@@ -15,14 +15,21 @@ use crate::headers::{
     STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_MATCH, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE,
     parse_offset,
 };
-use crate::{Error, Incarnation, Message, Offset, ReadFrom, ReadRequest, StreamName, normalize_content_type};
+use crate::{
+    Error, Incarnation, Message, Offset, ReadFrom, ReadRequest, StreamName, normalize_content_type,
+};
 
 use super::body::{Pieces, pump};
 use super::error::{ApiError, Op};
 use super::{AppState, Reply, absolute_url, blocking, expected_incarnation, query_params, text};
 
 fn route_offset(offset: &str) -> Result<Offset, ApiError> {
-    parse_offset(offset).map_err(|_| ApiError::bad_request("INVALID_OFFSET", format!("{offset:?} is not an offset this server returned")))
+    parse_offset(offset).map_err(|_| {
+        ApiError::bad_request(
+            "INVALID_OFFSET",
+            format!("{offset:?} is not an offset this server returned"),
+        )
+    })
 }
 
 /// PUT `{s}/snapshot/{offset}`: publishes the body as the snapshot at `offset` (204). The body
@@ -37,13 +44,18 @@ pub(crate) async fn publish_snapshot(
     let offset = route_offset(offset)?;
     let h = &parts.headers;
     let expect = expected_incarnation(h)?;
-    let content_type = match text(h, header::CONTENT_TYPE).map(str::trim).filter(|s| !s.is_empty()) {
+    let content_type = match text(h, header::CONTENT_TYPE)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
         None => None,
         Some(ct) => Some(normalize_content_type(ct).map_err(|e| ApiError::Store(e, Op::Snapshot))?),
     };
     let expect_digest = text(h, STREAM_SNAPSHOT_MATCH).map(|s| s.trim().to_owned());
     let limit = app.store.options().snapshot_limit();
-    let declared = h.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let declared = h
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::too_large(limit));
     }
@@ -64,7 +76,10 @@ pub(crate) async fn publish_snapshot(
         Ok(v) => v,
         Err(_) if status.overflowed() => return Err(ApiError::too_large(limit)),
         Err(_) if status.failed() => {
-            return Err(ApiError::bad_request("INVALID_BODY", "the request body could not be read"));
+            return Err(ApiError::bad_request(
+                "INVALID_BODY",
+                "the request body could not be read",
+            ));
         }
         Err(e) => return Err(e),
     };
@@ -78,10 +93,17 @@ pub(crate) async fn publish_snapshot(
 
 /// GET `{s}/snapshot`: `307` to the latest snapshot's own URL (as Ursula answers), with its
 /// offset and digest; 404 when none was published.
-pub(crate) async fn snapshot_latest(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn snapshot_latest(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     let expect = expected_incarnation(&parts.headers)?;
     let store = app.store.clone();
-    let snap = blocking(Op::Read, move || store.snapshot(&name, None, expect.as_ref())).await?;
+    let snap = blocking(Op::Read, move || {
+        store.snapshot(&name, None, expect.as_ref())
+    })
+    .await?;
     let location = format!("{}/{}", absolute_url(app, parts), snap.info.offset);
     Ok(Reply::new(StatusCode::TEMPORARY_REDIRECT)
         .header(header::LOCATION, &location)
@@ -96,26 +118,45 @@ pub(crate) async fn snapshot_latest(app: &AppState, name: StreamName, parts: &Pa
 }
 
 /// GET `{s}/snapshot/{offset}`: the blob with its own content type.
-pub(crate) async fn snapshot_at(app: &AppState, name: StreamName, offset: &str, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn snapshot_at(
+    app: &AppState,
+    name: StreamName,
+    offset: &str,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     let offset = route_offset(offset)?;
     let expect = expected_incarnation(&parts.headers)?;
     let store = app.store.clone();
-    let snap = blocking(Op::Read, move || store.snapshot(&name, Some(offset), expect.as_ref())).await?;
+    let snap = blocking(Op::Read, move || {
+        store.snapshot(&name, Some(offset), expect.as_ref())
+    })
+    .await?;
     // Immutable per offset within an incarnation; the tag names both.
     let tag = format!("\"{}:{}\"", snap.incarnation, snap.info.digest);
-    let matched = parts.headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).any(|l| {
-        l.split(',').map(str::trim).any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag)
-    });
-    let r = Reply::new(if matched { StatusCode::NOT_MODIFIED } else { StatusCode::OK })
-        .header(header::CONTENT_TYPE, &snap.info.content_type)
-        .header(header::ETAG, &tag)
-        .header(header::CACHE_CONTROL, "private, max-age=60")
-        .header(STREAM_NEXT_OFFSET, &snap.tail.to_string())
-        .header(STREAM_SNAPSHOT_OFFSET, &snap.info.offset.to_string())
-        .header(STREAM_SNAPSHOT_DIGEST, &snap.info.digest)
-        .header(STREAM_INCARNATION, snap.incarnation.as_str())
-        .flag(STREAM_UP_TO_DATE, snap.tail == snap.info.offset)
-        .flag(STREAM_CLOSED, snap.closed);
+    let matched = parts
+        .headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|l| {
+            l.split(',')
+                .map(str::trim)
+                .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag)
+        });
+    let r = Reply::new(if matched {
+        StatusCode::NOT_MODIFIED
+    } else {
+        StatusCode::OK
+    })
+    .header(header::CONTENT_TYPE, &snap.info.content_type)
+    .header(header::ETAG, &tag)
+    .header(header::CACHE_CONTROL, "private, max-age=60")
+    .header(STREAM_NEXT_OFFSET, &snap.tail.to_string())
+    .header(STREAM_SNAPSHOT_OFFSET, &snap.info.offset.to_string())
+    .header(STREAM_SNAPSHOT_DIGEST, &snap.info.digest)
+    .header(STREAM_INCARNATION, snap.incarnation.as_str())
+    .flag(STREAM_UP_TO_DATE, snap.tail == snap.info.offset)
+    .flag(STREAM_CLOSED, snap.closed);
     if matched {
         return Ok(r.empty());
     }
@@ -124,20 +165,36 @@ pub(crate) async fn snapshot_at(app: &AppState, name: StreamName, offset: &str, 
 
 /// DELETE `{s}/snapshot/{offset}`: snapshots are immutable, so this is always refused (409 for
 /// the latest, 404 for any other), as in Ursula.
-pub(crate) async fn delete_snapshot(app: &AppState, name: StreamName, offset: &str, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn delete_snapshot(
+    app: &AppState,
+    name: StreamName,
+    offset: &str,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     let offset = route_offset(offset)?;
     let expect = expected_incarnation(&parts.headers)?;
     let store = app.store.clone();
-    blocking(Op::Snapshot, move || store.delete_snapshot(&name, offset, expect.as_ref())).await?;
+    blocking(Op::Snapshot, move || {
+        store.delete_snapshot(&name, offset, expect.as_ref())
+    })
+    .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT).empty())
 }
 
 /// PUT `{s}/retention/{offset}`: advances the earliest readable offset (204).
-pub(crate) async fn retention(app: &AppState, name: StreamName, offset: &str, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn retention(
+    app: &AppState,
+    name: StreamName,
+    offset: &str,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     let offset = route_offset(offset)?;
     let expect = expected_incarnation(&parts.headers)?;
     let store = app.store.clone();
-    let info = blocking(Op::Snapshot, move || store.set_retention(&name, offset, expect.as_ref())).await?;
+    let info = blocking(Op::Snapshot, move || {
+        store.set_retention(&name, offset, expect.as_ref())
+    })
+    .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT)
         .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
         .header(STREAM_EARLIEST_OFFSET, &info.earliest.to_string())
@@ -162,7 +219,10 @@ struct Bootstrap {
 
 impl Bootstrap {
     fn push_part(&mut self, content_type: &str, payload: Bytes) {
-        self.queue.push_back(Bytes::from(format!("--{}\r\nContent-Type: {}\r\n\r\n", self.boundary, content_type)));
+        self.queue.push_back(Bytes::from(format!(
+            "--{}\r\nContent-Type: {}\r\n\r\n",
+            self.boundary, content_type
+        )));
         if !payload.is_empty() {
             self.queue.push_back(payload);
         }
@@ -189,13 +249,20 @@ impl Bootstrap {
             }
             if self.next >= self.end {
                 self.finished = true;
-                self.queue.push_back(Bytes::from(format!("--{}--\r\n", self.boundary)));
+                self.queue
+                    .push_back(Bytes::from(format!("--{}--\r\n", self.boundary)));
                 continue;
             }
             let store = self.app.store.clone();
             let name = self.name.clone();
-            let req = ReadRequest { from: ReadFrom::At(self.next), max_bytes: None, expect: Some(self.incarnation.clone()) };
-            let (messages, chunk) = blocking(Op::Read, move || store.read_messages(&name, &req)).await.ok()?;
+            let req = ReadRequest {
+                from: ReadFrom::At(self.next),
+                max_bytes: None,
+                expect: Some(self.incarnation.clone()),
+            };
+            let (messages, chunk) = blocking(Op::Read, move || store.read_messages(&name, &req))
+                .await
+                .ok()?;
             if chunk.next <= self.next && messages.is_empty() {
                 // No progress although the tail was past `next`: end cleanly rather than spin.
                 self.next = self.end;
@@ -210,17 +277,28 @@ impl Bootstrap {
 /// GET `{s}/bootstrap`: `multipart/mixed`, first the latest snapshot (an empty part when there is
 /// none), then each message after it up to the tail as it was when the response began, each in
 /// the stream's content type. Streamed: a large stream is never held in memory.
-pub(crate) async fn bootstrap(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn bootstrap(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     if query_params(parts).iter().any(|(k, _)| k == QUERY_LIVE) {
-        return Err(ApiError::bad_request("INVALID_ARGUMENT", "bootstrap is not a live read: read live from its Stream-Next-Offset"));
+        return Err(ApiError::bad_request(
+            "INVALID_ARGUMENT",
+            "bootstrap is not a live read: read live from its Stream-Next-Offset",
+        ));
     }
     let expect = expected_incarnation(&parts.headers)?;
     let store = app.store.clone();
     let n = name.clone();
-    let found = blocking(Op::Read, move || match store.snapshot(&n, None, expect.as_ref()) {
-        Ok(s) => Ok((Some(s), None)),
-        Err(Error::SnapshotNotFound) => store.head(&n, expect.as_ref()).map(|info| (None, Some(info))),
-        Err(e) => Err(e),
+    let found = blocking(Op::Read, move || {
+        match store.snapshot(&n, None, expect.as_ref()) {
+            Ok(s) => Ok((Some(s), None)),
+            Err(Error::SnapshotNotFound) => store
+                .head(&n, expect.as_ref())
+                .map(|info| (None, Some(info))),
+            Err(e) => Err(e),
+        }
     })
     .await?;
     let (snapshot, start, end, closed, incarnation, content_type) = match found {
@@ -230,19 +308,43 @@ pub(crate) async fn bootstrap(app: &AppState, name: StreamName, parts: &Parts) -
             let n = name.clone();
             let inc = s.incarnation.clone();
             let info = blocking(Op::Read, move || store.head(&n, Some(&inc))).await?;
-            (Some((s.info.content_type, s.data, s.info.offset)), s.info.offset, s.tail, s.closed, s.incarnation, info.content_type)
+            (
+                Some((s.info.content_type, s.data, s.info.offset)),
+                s.info.offset,
+                s.tail,
+                s.closed,
+                s.incarnation,
+                info.content_type,
+            )
         }
         (None, Some(info)) => {
             let store = app.store.clone();
             let n = name.clone();
             let start = blocking(Op::Read, move || store.resolve(&n, ReadFrom::Start)).await?;
-            (None, start, info.tail, info.closed, info.incarnation, info.content_type)
+            (
+                None,
+                start,
+                info.tail,
+                info.closed,
+                info.incarnation,
+                info.content_type,
+            )
         }
-        (None, None) => return Err(ApiError::internal("bootstrap found neither a snapshot nor a stream")),
+        (None, None) => {
+            return Err(ApiError::internal(
+                "bootstrap found neither a snapshot nor a stream",
+            ));
+        }
     };
-    let boundary = format!("brook-bootstrap-{:016x}", RandomState::new().hash_one(&name));
+    let boundary = format!(
+        "brook-bootstrap-{:016x}",
+        RandomState::new().hash_one(&name)
+    );
     let mut r = Reply::new(StatusCode::OK)
-        .header(header::CONTENT_TYPE, &format!("multipart/mixed; boundary={boundary}"))
+        .header(
+            header::CONTENT_TYPE,
+            &format!("multipart/mixed; boundary={boundary}"),
+        )
         .header(header::CACHE_CONTROL, "no-store")
         .header(STREAM_NEXT_OFFSET, &end.to_string())
         .header(STREAM_INCARNATION, incarnation.as_str())

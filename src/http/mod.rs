@@ -114,7 +114,12 @@ fn build_router(
     tx: watch::Sender<bool>,
     rx: watch::Receiver<bool>,
 ) -> Router {
-    let state = AppState { store, config: Arc::new(config), shutdown: rx, _shutdown_tx: Arc::new(tx) };
+    let state = AppState {
+        store,
+        config: Arc::new(config),
+        shutdown: rx,
+        _shutdown_tx: Arc::new(tx),
+    };
     Router::new()
         .fallback(dispatch)
         .with_state(state)
@@ -156,10 +161,22 @@ const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
 
 async fn common_headers(mut res: Response) -> Response {
     let h = res.headers_mut();
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    h.insert("cross-origin-resource-policy", HeaderValue::from_static("cross-origin"));
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSED_HEADERS));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(EXPOSED_HEADERS),
+    );
     res
 }
 
@@ -167,11 +184,12 @@ async fn common_headers(mut res: Response) -> Response {
 /// asks for.
 fn preflight(headers: &HeaderMap) -> Response {
     let mut allow = ALLOWED_HEADERS.to_owned();
-    if let Some(asked) = headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS).and_then(|v| v.to_str().ok()) {
-        if !asked.trim().is_empty() {
-            allow.push_str(", ");
-            allow.push_str(asked);
-        }
+    let asked = headers
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .and_then(|v| v.to_str().ok());
+    if let Some(asked) = asked.filter(|a| !a.trim().is_empty()) {
+        allow.push_str(", ");
+        allow.push_str(asked);
     }
     let mut r = Reply::new(StatusCode::NO_CONTENT)
         .header(header::ACCESS_CONTROL_ALLOW_METHODS, ALLOWED_METHODS)
@@ -262,25 +280,35 @@ async fn route(app: &AppState, parts: Parts, body: Body) -> Result<Response, Api
             Method::PUT => write::create(app, name, &parts, body).await,
             Method::POST => write::append(app, name, &parts, body).await,
             Method::DELETE => write::delete(app, name, &parts).await,
-            _ => Err(ApiError::MethodNotAllowed { allow: STREAM_METHODS }),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: STREAM_METHODS,
+            }),
         },
         Route::SnapshotLatest(name) => match *m {
             Method::GET => ext::snapshot_latest(app, name, &parts).await,
-            _ => Err(ApiError::MethodNotAllowed { allow: "GET, OPTIONS" }),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, OPTIONS",
+            }),
         },
         Route::SnapshotAt(name, offset) => match *m {
             Method::GET => ext::snapshot_at(app, name, &offset, &parts).await,
             Method::PUT => ext::publish_snapshot(app, name, &offset, &parts, body).await,
             Method::DELETE => ext::delete_snapshot(app, name, &offset, &parts).await,
-            _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE, OPTIONS" }),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, PUT, DELETE, OPTIONS",
+            }),
         },
         Route::Retention(name, offset) => match *m {
             Method::PUT => ext::retention(app, name, &offset, &parts).await,
-            _ => Err(ApiError::MethodNotAllowed { allow: "PUT, OPTIONS" }),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "PUT, OPTIONS",
+            }),
         },
         Route::Bootstrap(name) => match *m {
             Method::GET => ext::bootstrap(app, name, &parts).await,
-            _ => Err(ApiError::MethodNotAllowed { allow: "GET, OPTIONS" }),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, OPTIONS",
+            }),
         },
     }
 }
@@ -294,7 +322,9 @@ where
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(ApiError::Store(e, op)),
-        Err(_) => Err(ApiError::internal("a blocking engine call panicked or was cancelled")),
+        Err(_) => Err(ApiError::internal(
+            "a blocking engine call panicked or was cancelled",
+        )),
     }
 }
 
@@ -314,7 +344,10 @@ pub(crate) struct Reply {
 
 impl Reply {
     pub(crate) fn new(status: StatusCode) -> Self {
-        Reply { status, headers: HeaderMap::new() }
+        Reply {
+            status,
+            headers: HeaderMap::new(),
+        }
     }
 
     /// Adds a header; `name` is a [`HeaderName`] or one of the lower-case constants of
@@ -328,7 +361,11 @@ impl Reply {
 
     /// Adds `name: true` when `flag` is set.
     pub(crate) fn flag(self, name: &'static str, flag: bool) -> Self {
-        if flag { self.header(name, "true") } else { self }
+        if flag {
+            self.header(name, "true")
+        } else {
+            self
+        }
     }
 
     pub(crate) fn body(self, body: Body) -> Response {
@@ -368,7 +405,10 @@ pub(crate) fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
 }
 
 /// A request header as text, `None` when absent or not visible ASCII.
-pub(crate) fn text<'a>(headers: &'a HeaderMap, name: impl axum::http::header::AsHeaderName) -> Option<&'a str> {
+pub(crate) fn text(
+    headers: &HeaderMap,
+    name: impl axum::http::header::AsHeaderName,
+) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -377,7 +417,10 @@ pub(crate) fn expected_incarnation(headers: &HeaderMap) -> Result<Option<Incarna
     match headers.get(STREAM_INCARNATION) {
         None => Ok(None),
         Some(v) => {
-            let bad = || InvalidHeader { name: "Stream-Incarnation", reason: "not a token this server issued" };
+            let bad = || InvalidHeader {
+                name: "Stream-Incarnation",
+                reason: "not a token this server issued",
+            };
             let s = v.to_str().map_err(|_| bad())?;
             Ok(Some(Incarnation::new(s.trim()).map_err(|_| bad())?))
         }
@@ -386,7 +429,9 @@ pub(crate) fn expected_incarnation(headers: &HeaderMap) -> Result<Option<Incarna
 
 /// The request's query parameters, percent-decoded, in order.
 pub(crate) fn query_params(parts: &Parts) -> Vec<(String, String)> {
-    let Some(q) = parts.uri.query() else { return Vec::new() };
+    let Some(q) = parts.uri.query() else {
+        return Vec::new();
+    };
     q.split('&')
         .filter(|kv| !kv.is_empty())
         .map(|kv| {
@@ -397,12 +442,22 @@ pub(crate) fn query_params(parts: &Parts) -> Vec<(String, String)> {
 }
 
 /// The one value of a query parameter; an error when it is given more than once.
-pub(crate) fn single<'a>(params: &'a [(String, String)], name: &'static str) -> Result<Option<&'a str>, ApiError> {
-    let mut found = params.iter().filter(|(k, _)| k == name).map(|(_, v)| v.as_str());
+pub(crate) fn single<'a>(
+    params: &'a [(String, String)],
+    name: &'static str,
+) -> Result<Option<&'a str>, ApiError> {
+    let mut found = params
+        .iter()
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str());
     let first = found.next();
     if found.next().is_some() {
         return Err(ApiError::bad_request(
-            if name == "offset" { "INVALID_OFFSET" } else { "INVALID_ARGUMENT" },
+            if name == "offset" {
+                "INVALID_OFFSET"
+            } else {
+                "INVALID_ARGUMENT"
+            },
             format!("the query parameter {name} is given more than once"),
         ));
     }

@@ -50,10 +50,18 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
         None | Some("") | Some("false") => Live::CatchUp,
         Some("long-poll") => Live::LongPoll,
         Some("sse") => Live::Sse,
-        Some(_) => return Err(ApiError::bad_request("INVALID_ARGUMENT", "live must be long-poll or sse")),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "live must be long-poll or sse",
+            ));
+        }
     };
     if live != Live::CatchUp && from.is_none() {
-        return Err(ApiError::bad_request("INVALID_OFFSET", "a live read needs an offset (-1 for the start)"));
+        return Err(ApiError::bad_request(
+            "INVALID_OFFSET",
+            "a live read needs an offset (-1 for the start)",
+        ));
     }
     // A malformed cursor is treated as absent: it only shapes cache keys.
     let cursor = single(&q, QUERY_CURSOR)?.and_then(|c| c.parse::<u64>().ok());
@@ -61,10 +69,20 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
         None => None,
         Some(m) => match parse_canonical_u64(m.as_bytes()) {
             Some(n) if n > 0 => Some(n),
-            _ => return Err(ApiError::bad_request("INVALID_ARGUMENT", "max_bytes must be a positive integer")),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "INVALID_ARGUMENT",
+                    "max_bytes must be a positive integer",
+                ));
+            }
         },
     };
-    Ok(ReadParams { from, live, cursor, max_bytes })
+    Ok(ReadParams {
+        from,
+        live,
+        cursor,
+        max_bytes,
+    })
 }
 
 /// Whether a chunk carries any data (a JSON chunk's body is at least `[]`).
@@ -76,14 +94,23 @@ fn has_data(chunk: &ReadChunk) -> bool {
 /// stream: the tag changes when the stream is closed, so a 304 never hides the closure.
 fn etag(chunk: &ReadChunk) -> String {
     let closed = if chunk.closed { ":c" } else { "" };
-    format!("\"{}:{}:{}{}\"", chunk.incarnation, chunk.start, chunk.next, closed)
+    format!(
+        "\"{}:{}:{}{}\"",
+        chunk.incarnation, chunk.start, chunk.next, closed
+    )
 }
 
 /// Whether `If-None-Match` names `tag` (or is `*`). Weak tags compare by their opaque part.
 fn none_match(headers: &HeaderMap, tag: &str) -> bool {
-    headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).any(|list| {
-        list.split(',').map(str::trim).any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag)
-    })
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|list| {
+            list.split(',')
+                .map(str::trim)
+                .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag)
+        })
 }
 
 fn cache_control(app: &AppState) -> &'static str {
@@ -104,14 +131,22 @@ fn chunk_reply(status: StatusCode, chunk: &ReadChunk) -> Reply {
         .flag(STREAM_CLOSED, chunk.closed)
 }
 
-async fn read_chunk(app: &AppState, name: &StreamName, req: ReadRequest) -> Result<ReadChunk, ApiError> {
+async fn read_chunk(
+    app: &AppState,
+    name: &StreamName,
+    req: ReadRequest,
+) -> Result<ReadChunk, ApiError> {
     let store = app.store.clone();
     let name = name.clone();
     blocking(Op::Read, move || store.read(&name, &req)).await
 }
 
 /// GET `{s}`.
-pub(crate) async fn get(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn get(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     let p = read_params(parts)?;
     let expect = expected_incarnation(&parts.headers)?;
     match p.live {
@@ -129,7 +164,16 @@ async fn catch_up(
     expect: Option<Incarnation>,
 ) -> Result<Response, ApiError> {
     let from = p.from.unwrap_or(ReadFrom::Start);
-    let chunk = read_chunk(app, &name, ReadRequest { from, max_bytes: p.max_bytes, expect }).await?;
+    let chunk = read_chunk(
+        app,
+        &name,
+        ReadRequest {
+            from,
+            max_bytes: p.max_bytes,
+            expect,
+        },
+    )
+    .await?;
     if from == ReadFrom::Tail {
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
         let r = chunk_reply(StatusCode::OK, &chunk)
@@ -161,7 +205,16 @@ async fn long_poll(
     let deadline = Instant::now() + app.config.long_poll_timeout;
     let cursor = response_cursor(p.cursor, SystemTime::now()).to_string();
     let from = p.from.unwrap_or(ReadFrom::Start);
-    let mut chunk = read_chunk(app, &name, ReadRequest { from, max_bytes: p.max_bytes, expect }).await?;
+    let mut chunk = read_chunk(
+        app,
+        &name,
+        ReadRequest {
+            from,
+            max_bytes: p.max_bytes,
+            expect,
+        },
+    )
+    .await?;
     // Later reads must see the same incarnation: a stream recreated meanwhile is another stream.
     let expect = Some(chunk.incarnation.clone());
     loop {
@@ -194,7 +247,11 @@ async fn long_poll(
             _ = tokio::time::sleep_until(deadline) => return Ok(no_content(false, &chunk.incarnation)),
             _ = app.shutting_down() => return Ok(no_content(false, &chunk.incarnation)),
         }
-        let req = ReadRequest { from: ReadFrom::At(at), max_bytes: p.max_bytes, expect: expect.clone() };
+        let req = ReadRequest {
+            from: ReadFrom::At(at),
+            max_bytes: p.max_bytes,
+            expect: expect.clone(),
+        };
         chunk = read_chunk(app, &name, req).await?;
     }
 }
@@ -209,7 +266,11 @@ enum Encoding {
 }
 
 fn encoding_for(content_type: &str) -> Encoding {
-    if content_type.starts_with("text/") || is_json(content_type) { Encoding::Text } else { Encoding::Base64 }
+    if content_type.starts_with("text/") || is_json(content_type) {
+        Encoding::Text
+    } else {
+        Encoding::Base64
+    }
 }
 
 /// Appends an `event: data` whose payload is `body`.
@@ -219,7 +280,11 @@ fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
         Encoding::Base64 => {
             let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
             out.extend_from_slice(b"data:");
-            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(joined).as_bytes());
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(joined)
+                    .as_bytes(),
+            );
             out.push(b'\n');
         }
         Encoding::Text => {
@@ -232,7 +297,11 @@ fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
                 let (line, next) = match brk {
                     None => (rest, None),
                     Some(i) => {
-                        let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                        let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') {
+                            2
+                        } else {
+                            1
+                        };
                         (&rest[..i], Some(&rest[i + skip..]))
                     }
                 };
@@ -256,7 +325,13 @@ fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
 /// Appends an `event: control`: `{"streamNextOffset":..,"streamCursor":..,"upToDate":true,
 /// "streamClosed":true}`, members present as they apply. Offsets and cursors are digits and `_`,
 /// so the JSON is written directly.
-fn control_event(out: &mut Vec<u8>, next: Offset, cursor: Option<u64>, up_to_date: bool, closed: bool) {
+fn control_event(
+    out: &mut Vec<u8>,
+    next: Offset,
+    cursor: Option<u64>,
+    up_to_date: bool,
+    closed: bool,
+) {
     out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
     out.extend_from_slice(next.to_string().as_bytes());
     out.push(b'"');
@@ -358,7 +433,13 @@ impl Sse {
                 self.done = chunk.closed;
                 let cursor = self.cursor();
                 data_event(&mut out, &chunk.body, self.encoding);
-                control_event(&mut out, chunk.next, Some(cursor), chunk.up_to_date, chunk.closed);
+                control_event(
+                    &mut out,
+                    chunk.next,
+                    Some(cursor),
+                    chunk.up_to_date,
+                    chunk.closed,
+                );
                 return Some(Bytes::from(out));
             }
             self.next = chunk.next;
@@ -386,10 +467,24 @@ impl Sse {
 /// `live=sse`: catch-up chunks, each as a data event followed by its control event, then live
 /// data as it becomes durable, until the stream is closed (final control with
 /// `streamClosed: true`), the connection's lifetime is up, or the server shuts down.
-async fn sse(app: &AppState, name: StreamName, p: ReadParams, expect: Option<Incarnation>) -> Result<Response, ApiError> {
+async fn sse(
+    app: &AppState,
+    name: StreamName,
+    p: ReadParams,
+    expect: Option<Incarnation>,
+) -> Result<Response, ApiError> {
     let from = p.from.unwrap_or(ReadFrom::Start);
     // The first read happens before the response starts, so a missing stream is still a 404.
-    let first = read_chunk(app, &name, ReadRequest { from, max_bytes: p.max_bytes, expect }).await?;
+    let first = read_chunk(
+        app,
+        &name,
+        ReadRequest {
+            from,
+            max_bytes: p.max_bytes,
+            expect,
+        },
+    )
+    .await?;
     let encoding = encoding_for(&first.content_type);
     let mut r = Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -421,7 +516,11 @@ async fn sse(app: &AppState, name: StreamName, p: ReadParams, expect: Option<Inc
 }
 
 /// HEAD `{s}`: the stream's metadata; never cached, and it does not renew a sliding TTL.
-pub(crate) async fn head(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn head(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     let expect = expected_incarnation(&parts.headers)?;
     let store = app.store.clone();
     let info = blocking(Op::Read, move || store.head(&name, expect.as_ref())).await?;
@@ -446,20 +545,32 @@ pub(crate) async fn head(app: &AppState, name: StreamName, parts: &Parts) -> Res
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
 
     #[test]
     fn text_events_split_every_line_break() {
         let mut out = Vec::new();
-        data_event(&mut out, &[Bytes::from_static(b"a\r\n\r\nevent: x\rb\n c")], Encoding::Text);
+        data_event(
+            &mut out,
+            &[Bytes::from_static(b"a\r\n\r\nevent: x\rb\n c")],
+            Encoding::Text,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "event: data\ndata:a\ndata:\ndata:event: x\ndata:b\ndata:  c\n\n"
         );
         let mut out = Vec::new();
-        data_event(&mut out, &[Bytes::from_static(b"Hel"), Bytes::from_static(b"lo")], Encoding::Base64);
-        assert_eq!(String::from_utf8(out).unwrap(), "event: data\ndata:SGVsbG8=\n\n");
+        data_event(
+            &mut out,
+            &[Bytes::from_static(b"Hel"), Bytes::from_static(b"lo")],
+            Encoding::Base64,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: data\ndata:SGVsbG8=\n\n"
+        );
     }
 
     #[test]
@@ -473,7 +584,10 @@ mod tests {
         let mut out = Vec::new();
         control_event(&mut out, Offset::new(1, 2), Some(7), false, true);
         let s = String::from_utf8(out).unwrap();
-        assert!(s.contains("\"streamClosed\":true") && !s.contains("streamCursor"), "{s}");
+        assert!(
+            s.contains("\"streamClosed\":true") && !s.contains("streamCursor"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -41,33 +41,63 @@ impl Res {
     }
 
     fn seq_conflict(&self) -> Option<StreamSeqConflict> {
-        StreamSeqConflict::from_response(self.status.as_u16(), |n| self.h(n).map(str::to_owned), &self.body)
+        StreamSeqConflict::from_response(
+            self.status.as_u16(),
+            |n| self.h(n).map(str::to_owned),
+            &self.body,
+        )
     }
 }
 
-fn harness_with(options: Options, config: ServerConfig) -> Result<Harness, Box<dyn std::error::Error>> {
+fn harness_with(
+    options: Options,
+    config: ServerConfig,
+) -> Result<Harness, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path(), options)?;
-    Ok(Harness { app: router(store, config), _dir: dir })
+    Ok(Harness {
+        app: router(store, config),
+        _dir: dir,
+    })
 }
 
 fn harness() -> Result<Harness, Box<dyn std::error::Error>> {
-    let config = ServerConfig { long_poll_timeout: Duration::from_millis(200), ..ServerConfig::default() };
+    let config = ServerConfig {
+        long_poll_timeout: Duration::from_millis(200),
+        ..ServerConfig::default()
+    };
     harness_with(Options::default(), config)
 }
 
 impl Harness {
-    async fn send(&self, method: &str, uri: &str, headers: &[(&str, &str)], body: impl Into<Body>) -> Res {
-        let mut req = Request::builder().method(Method::from_bytes(method.as_bytes()).expect("method")).uri(uri);
+    async fn send(
+        &self,
+        method: &str,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Body>,
+    ) -> Res {
+        let mut req = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).expect("method"))
+            .uri(uri);
         req = req.header("host", "brook.test");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let res = self.app.clone().oneshot(req.body(body.into()).expect("request")).await.expect("infallible");
+        let res = self
+            .app
+            .clone()
+            .oneshot(req.body(body.into()).expect("request"))
+            .await
+            .expect("infallible");
         let status = res.status();
         let headers = res.headers().clone();
         let body = res.into_body().collect().await.expect("body").to_bytes();
-        Res { status, headers, body }
+        Res {
+            status,
+            headers,
+            body,
+        }
     }
 
     async fn put(&self, uri: &str, headers: &[(&str, &str)], body: &'static str) -> Res {
@@ -102,19 +132,46 @@ fn assert_problem(r: &Res, status: StatusCode, code: &str) {
     let v: serde_json::Value = serde_json::from_slice(&r.body).expect("problem+json body");
     assert_eq!(v["status"], status.as_u16());
     assert_eq!(v["code"], code, "{v}");
-    assert!(v["type"].is_string() && v["title"].is_string() && v["detail"].is_string(), "{v}");
+    assert!(
+        v["type"].is_string() && v["title"].is_string() && v["detail"].is_string(),
+        "{v}"
+    );
 }
 
 #[test]
 fn routes_split_on_the_reserved_last_segments() {
     let n = |s: &str| StreamName::new(s).expect("name");
     assert_eq!(parse_route("/a/b").ok(), Some(Route::Stream(n("a/b"))));
-    assert_eq!(parse_route("/a/b/snapshot").ok(), Some(Route::SnapshotLatest(n("a/b"))));
-    assert_eq!(parse_route("/a/b/snapshot/x").ok(), Some(Route::SnapshotAt(n("a/b"), "x".into())));
-    assert_eq!(parse_route("/a/retention/x").ok(), Some(Route::Retention(n("a"), "x".into())));
-    assert_eq!(parse_route("/a/bootstrap").ok(), Some(Route::Bootstrap(n("a"))));
-    assert_eq!(parse_route("/snapshots/x").ok(), Some(Route::Stream(n("snapshots/x"))));
-    for bad in ["/", "/snapshot", "/snapshot/x", "/a/retention", "/a//b", "/a/../b", "/a/%2e%2e/b", "/a/%00"] {
+    assert_eq!(
+        parse_route("/a/b/snapshot").ok(),
+        Some(Route::SnapshotLatest(n("a/b")))
+    );
+    assert_eq!(
+        parse_route("/a/b/snapshot/x").ok(),
+        Some(Route::SnapshotAt(n("a/b"), "x".into()))
+    );
+    assert_eq!(
+        parse_route("/a/retention/x").ok(),
+        Some(Route::Retention(n("a"), "x".into()))
+    );
+    assert_eq!(
+        parse_route("/a/bootstrap").ok(),
+        Some(Route::Bootstrap(n("a")))
+    );
+    assert_eq!(
+        parse_route("/snapshots/x").ok(),
+        Some(Route::Stream(n("snapshots/x")))
+    );
+    for bad in [
+        "/",
+        "/snapshot",
+        "/snapshot/x",
+        "/a/retention",
+        "/a//b",
+        "/a/../b",
+        "/a/%2e%2e/b",
+        "/a/%00",
+    ] {
         assert!(parse_route(bad).is_err(), "{bad}");
     }
 }
@@ -123,13 +180,29 @@ fn routes_split_on_the_reserved_last_segments() {
 fn headers_are_valid_names() {
     use axum::http::HeaderName;
     for n in [
-        headers::STREAM_NEXT_OFFSET, headers::STREAM_UP_TO_DATE, headers::STREAM_CLOSED, headers::STREAM_CURSOR,
-        headers::STREAM_SEQ, headers::STREAM_LAST_SEQ, headers::STREAM_INCARNATION, headers::STREAM_TTL,
-        headers::STREAM_EXPIRES_AT, headers::STREAM_FORKED_FROM, headers::STREAM_FORK_OFFSET,
-        headers::STREAM_FORK_SUB_OFFSET, headers::STREAM_SSE_DATA_ENCODING, headers::STREAM_EARLIEST_OFFSET,
-        headers::STREAM_SNAPSHOT_OFFSET, headers::STREAM_SNAPSHOT_DIGEST, headers::STREAM_SNAPSHOT_MATCH,
-        headers::PRODUCER_ID, headers::PRODUCER_EPOCH, headers::PRODUCER_SEQ, headers::PRODUCER_EXPECTED_SEQ,
-        headers::PRODUCER_RECEIVED_SEQ, "x-accel-buffering",
+        headers::STREAM_NEXT_OFFSET,
+        headers::STREAM_UP_TO_DATE,
+        headers::STREAM_CLOSED,
+        headers::STREAM_CURSOR,
+        headers::STREAM_SEQ,
+        headers::STREAM_LAST_SEQ,
+        headers::STREAM_INCARNATION,
+        headers::STREAM_TTL,
+        headers::STREAM_EXPIRES_AT,
+        headers::STREAM_FORKED_FROM,
+        headers::STREAM_FORK_OFFSET,
+        headers::STREAM_FORK_SUB_OFFSET,
+        headers::STREAM_SSE_DATA_ENCODING,
+        headers::STREAM_EARLIEST_OFFSET,
+        headers::STREAM_SNAPSHOT_OFFSET,
+        headers::STREAM_SNAPSHOT_DIGEST,
+        headers::STREAM_SNAPSHOT_MATCH,
+        headers::PRODUCER_ID,
+        headers::PRODUCER_EPOCH,
+        headers::PRODUCER_SEQ,
+        headers::PRODUCER_EXPECTED_SEQ,
+        headers::PRODUCER_RECEIVED_SEQ,
+        "x-accel-buffering",
     ] {
         assert!(HeaderName::from_lowercase(n.as_bytes()).is_ok(), "{n}");
     }
@@ -148,7 +221,9 @@ async fn create_answers_201_then_200_then_409() -> TestResult {
     assert_eq!(r.h("x-content-type-options"), Some("nosniff"));
     assert_eq!(r.h("cross-origin-resource-policy"), Some("cross-origin"));
 
-    let r = t.put("/v1/stream/a", &[("content-type", "TEXT/PLAIN")], "").await;
+    let r = t
+        .put("/v1/stream/a", &[("content-type", "TEXT/PLAIN")], "")
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.h("location"), None);
     assert_eq!(r.h("stream-incarnation"), Some(inc.as_str()));
@@ -156,7 +231,13 @@ async fn create_answers_201_then_200_then_409() -> TestResult {
     let r = t.put("/v1/stream/a", &[CT_JSON], "").await;
     assert_problem(&r, StatusCode::CONFLICT, "STREAM_CONFIG_MISMATCH");
 
-    let r = t.put("/v1/stream/c", &[CT_TEXT, ("stream-closed", "true")], "final").await;
+    let r = t
+        .put(
+            "/v1/stream/c",
+            &[CT_TEXT, ("stream-closed", "true")],
+            "final",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::CREATED);
     assert_eq!(r.h("stream-closed"), Some("true"));
 
@@ -170,42 +251,111 @@ async fn create_answers_201_then_200_then_409() -> TestResult {
 async fn create_validates_ttl_expiry_and_fork_headers() -> TestResult {
     let t = harness()?;
     let at = headers::format_expires_at(std::time::SystemTime::now() + Duration::from_secs(3600));
-    let r = t.put("/s/both", &[CT_TEXT, ("stream-ttl", "60"), ("stream-expires-at", &at)], "").await;
+    let r = t
+        .put(
+            "/s/both",
+            &[CT_TEXT, ("stream-ttl", "60"), ("stream-expires-at", &at)],
+            "",
+        )
+        .await;
     assert_problem(&r, StatusCode::BAD_REQUEST, "INVALID_ARGUMENT");
     for bad in ["abc", "-1", "00060", "+60", "60.5", "1e3"] {
         let r = t.put("/s/ttl", &[CT_TEXT, ("stream-ttl", bad)], "").await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
     }
-    let r = t.put("/s/exp", &[CT_TEXT, ("stream-expires-at", "not-a-timestamp")], "").await;
+    let r = t
+        .put(
+            "/s/exp",
+            &[CT_TEXT, ("stream-expires-at", "not-a-timestamp")],
+            "",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.put("/s/exp", &[CT_TEXT, ("stream-expires-at", &at)], "").await;
+    let r = t
+        .put("/s/exp", &[CT_TEXT, ("stream-expires-at", &at)], "")
+        .await;
     assert_eq!(r.status, StatusCode::CREATED);
     let h = t.head("/s/exp", &[]).await;
     assert_eq!(h.h("stream-expires-at"), Some(at.as_str()));
-    let r = t.put("/s/ttl", &[CT_TEXT, ("stream-ttl", "3600")], "").await;
+    let r = t
+        .put("/s/ttl", &[CT_TEXT, ("stream-ttl", "3600")], "")
+        .await;
     assert_eq!(r.status, StatusCode::CREATED);
     assert_eq!(t.head("/s/ttl", &[]).await.h("stream-ttl"), Some("3600"));
-    let r = t.put("/s/ttl", &[CT_TEXT, ("stream-ttl", "7200")], "").await;
+    let r = t
+        .put("/s/ttl", &[CT_TEXT, ("stream-ttl", "7200")], "")
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
 
-    let r = t.put("/s/f", &[CT_TEXT, ("stream-fork-sub-offset", "0")], "").await;
+    let r = t
+        .put("/s/f", &[CT_TEXT, ("stream-fork-sub-offset", "0")], "")
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.put("/s/f", &[CT_TEXT, ("stream-fork-offset", "0000000000000000_0000000000000000")], "").await;
+    let r = t
+        .put(
+            "/s/f",
+            &[
+                CT_TEXT,
+                ("stream-fork-offset", "0000000000000000_0000000000000000"),
+            ],
+            "",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.put("/s/f", &[CT_TEXT, ("stream-forked-from", "/s/missing")], "").await;
+    let r = t
+        .put("/s/f", &[CT_TEXT, ("stream-forked-from", "/s/missing")], "")
+        .await;
     assert_problem(&r, StatusCode::NOT_FOUND, "FORK_SOURCE_NOT_FOUND");
     t.text_stream("/s/src", "hello").await;
-    let r = t.put("/s/f", &[CT_TEXT, ("stream-forked-from", "/s/src"), ("stream-fork-sub-offset", "1")], "").await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST, "sub-offset without an offset");
-    let r = t.put("/s/f", &[CT_TEXT, ("stream-forked-from", "/s/src"), ("stream-fork-offset", "garbage")], "").await;
+    let r = t
+        .put(
+            "/s/f",
+            &[
+                CT_TEXT,
+                ("stream-forked-from", "/s/src"),
+                ("stream-fork-sub-offset", "1"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::BAD_REQUEST,
+        "sub-offset without an offset"
+    );
+    let r = t
+        .put(
+            "/s/f",
+            &[
+                CT_TEXT,
+                ("stream-forked-from", "/s/src"),
+                ("stream-fork-offset", "garbage"),
+            ],
+            "",
+        )
+        .await;
     assert_problem(&r, StatusCode::BAD_REQUEST, "INVALID_FORK_OFFSET");
     let beyond = "9999999999999999_9999999999999999";
-    let r = t.put("/s/f", &[CT_TEXT, ("stream-forked-from", "/s/src"), ("stream-fork-offset", beyond)], "").await;
+    let r = t
+        .put(
+            "/s/f",
+            &[
+                CT_TEXT,
+                ("stream-forked-from", "/s/src"),
+                ("stream-fork-offset", beyond),
+            ],
+            "",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
     let r = t
         .put(
             "/s/f",
-            &[("stream-forked-from", "/s/src"), ("stream-fork-offset", "0000000000000000_0000000000000000"), ("stream-fork-sub-offset", "3")],
+            &[
+                ("stream-forked-from", "/s/src"),
+                ("stream-fork-offset", "0000000000000000_0000000000000000"),
+                ("stream-fork-sub-offset", "3"),
+            ],
             "",
         )
         .await;
@@ -258,11 +408,23 @@ async fn append_statuses_and_headers() -> TestResult {
 async fn stream_seq_follows_the_seed() -> TestResult {
     let t = harness()?;
     t.text_stream("/s/q", "").await;
-    let r = t.post("/s/q", &[CT_TEXT, ("stream-seq", "00000000000000000000")], "a").await;
+    let r = t
+        .post(
+            "/s/q",
+            &[CT_TEXT, ("stream-seq", "00000000000000000000")],
+            "a",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     let tail = r.h("stream-next-offset").ok_or("offset")?.to_owned();
     // Bytewise: "10" < "9".
-    let r = t.post("/s/q", &[CT_TEXT, ("stream-seq", "00000000000000000000")], "b").await;
+    let r = t
+        .post(
+            "/s/q",
+            &[CT_TEXT, ("stream-seq", "00000000000000000000")],
+            "b",
+        )
+        .await;
     assert_problem(&r, StatusCode::CONFLICT, "STREAM_SEQ_CONFLICT");
     assert_eq!(r.h("stream-next-offset"), Some(tail.as_str()));
     assert_eq!(r.h("stream-last-seq"), Some("00000000000000000000"));
@@ -276,21 +438,41 @@ async fn stream_seq_follows_the_seed() -> TestResult {
     let r = t.send("POST", "/s/q", &[CT_TEXT], Body::from("c")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     let mut req = Request::post("/s/q").header("content-type", "text/plain");
-    req = req.header("stream-seq", axum::http::HeaderValue::from_bytes(b"\xff\xfe")?);
+    req = req.header(
+        "stream-seq",
+        axum::http::HeaderValue::from_bytes(b"\xff\xfe")?,
+    );
     let res = t.app.clone().oneshot(req.body(Body::from("d"))?).await?;
     assert_eq!(res.status(), StatusCode::NO_CONTENT);
 
     let long = "9".repeat(257);
-    let r = t.send("POST", "/s/q", &[CT_TEXT, ("stream-seq", &long)], Body::from("e")).await;
+    let r = t
+        .send(
+            "POST",
+            "/s/q",
+            &[CT_TEXT, ("stream-seq", &long)],
+            Body::from("e"),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.post("/s/q", &[CT_TEXT, ("stream-seq", "00000000000000000001")], "f").await;
+    let r = t
+        .post(
+            "/s/q",
+            &[CT_TEXT, ("stream-seq", "00000000000000000001")],
+            "f",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert_eq!(t.get("/s/q", &[]).await.text(), "acdf");
 
     // A creating PUT seeds the value unchecked.
-    let r = t.put("/s/seeded", &[CT_TEXT, ("stream-seq", "5")], "").await;
+    let r = t
+        .put("/s/seeded", &[CT_TEXT, ("stream-seq", "5")], "")
+        .await;
     assert_eq!(r.status, StatusCode::CREATED);
-    let r = t.post("/s/seeded", &[CT_TEXT, ("stream-seq", "4")], "x").await;
+    let r = t
+        .post("/s/seeded", &[CT_TEXT, ("stream-seq", "4")], "x")
+        .await;
     assert_eq!(r.h("stream-last-seq"), Some("5"));
     Ok(())
 }
@@ -299,24 +481,45 @@ async fn stream_seq_follows_the_seed() -> TestResult {
 async fn idempotent_producers() -> TestResult {
     let t = harness()?;
     t.text_stream("/s/p", "").await;
-    let p = |e: &'static str, s: &'static str| [CT_TEXT, ("producer-id", "w"), ("producer-epoch", e), ("producer-seq", s)];
+    let p = |e: &'static str, s: &'static str| {
+        [
+            CT_TEXT,
+            ("producer-id", "w"),
+            ("producer-epoch", e),
+            ("producer-seq", s),
+        ]
+    };
     let r = t.post("/s/p", &p("0", "0"), "a").await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!((r.h("producer-epoch"), r.h("producer-seq")), (Some("0"), Some("0")));
+    assert_eq!(
+        (r.h("producer-epoch"), r.h("producer-seq")),
+        (Some("0"), Some("0"))
+    );
     let tail0 = r.h("stream-next-offset").ok_or("offset")?.to_owned();
     let r = t.post("/s/p", &p("0", "0"), "a").await;
-    assert_eq!(r.status, StatusCode::NO_CONTENT, "a retry of the newest write is a duplicate");
+    assert_eq!(
+        r.status,
+        StatusCode::NO_CONTENT,
+        "a retry of the newest write is a duplicate"
+    );
     assert_eq!(r.h("stream-next-offset"), Some(tail0.as_str()));
     assert_eq!(r.h("producer-epoch"), Some("0"));
     let r = t.post("/s/p", &p("0", "1"), "b").await;
     assert_eq!(r.status, StatusCode::OK);
     let r = t.post("/s/p", &p("0", "0"), "a").await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    assert_eq!(r.h("stream-next-offset"), None, "an older write's repeat carries no offset");
+    assert_eq!(
+        r.h("stream-next-offset"),
+        None,
+        "an older write's repeat carries no offset"
+    );
 
     let r = t.post("/s/p", &p("0", "5"), "gap").await;
     assert_problem(&r, StatusCode::CONFLICT, "PRODUCER_SEQ_GAP");
-    assert_eq!((r.h("producer-expected-seq"), r.h("producer-received-seq")), (Some("2"), Some("5")));
+    assert_eq!(
+        (r.h("producer-expected-seq"), r.h("producer-received-seq")),
+        (Some("2"), Some("5"))
+    );
     assert_eq!(r.h("stream-last-seq"), None);
     let r = t.post("/s/p", &p("1", "3"), "x").await;
     assert_problem(&r, StatusCode::BAD_REQUEST, "PRODUCER_EPOCH_SEQ_NOT_ZERO");
@@ -328,17 +531,48 @@ async fn idempotent_producers() -> TestResult {
 
     let r = t.post("/s/p", &[CT_TEXT, ("producer-id", "w")], "x").await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.post("/s/p", &[CT_TEXT, ("producer-id", ""), ("producer-epoch", "0"), ("producer-seq", "0")], "x").await;
+    let r = t
+        .post(
+            "/s/p",
+            &[
+                CT_TEXT,
+                ("producer-id", ""),
+                ("producer-epoch", "0"),
+                ("producer-seq", "0"),
+            ],
+            "x",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.post("/s/p", &[CT_TEXT, ("producer-id", "w"), ("producer-epoch", "1e3"), ("producer-seq", "0")], "x").await;
+    let r = t
+        .post(
+            "/s/p",
+            &[
+                CT_TEXT,
+                ("producer-id", "w"),
+                ("producer-epoch", "1e3"),
+                ("producer-seq", "0"),
+            ],
+            "x",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(t.get("/s/p", &[]).await.text(), "abc");
 
     // Producer dedup runs before the Stream-Seq check (the seed).
     t.text_stream("/s/ps", "").await;
-    let h = [CT_TEXT, ("producer-id", "o"), ("producer-epoch", "0"), ("producer-seq", "0"), ("stream-seq", "001")];
+    let h = [
+        CT_TEXT,
+        ("producer-id", "o"),
+        ("producer-epoch", "0"),
+        ("producer-seq", "0"),
+        ("stream-seq", "001"),
+    ];
     assert_eq!(t.post("/s/ps", &h, "fact").await.status, StatusCode::OK);
-    assert_eq!(t.post("/s/ps", &h, "fact").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        t.post("/s/ps", &h, "fact").await.status,
+        StatusCode::NO_CONTENT
+    );
     Ok(())
 }
 
@@ -346,35 +580,71 @@ async fn idempotent_producers() -> TestResult {
 async fn closing() -> TestResult {
     let t = harness()?;
     t.text_stream("/s/c", "data").await;
-    let r = t.post("/s/c", &[("stream-closed", "true"), CT_JSON], "").await;
-    assert_eq!(r.status, StatusCode::NO_CONTENT, "a close-only request ignores its Content-Type");
+    let r = t
+        .post("/s/c", &[("stream-closed", "true"), CT_JSON], "")
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::NO_CONTENT,
+        "a close-only request ignores its Content-Type"
+    );
     assert_eq!(r.h("stream-closed"), Some("true"));
     let tail = r.h("stream-next-offset").ok_or("offset")?.to_owned();
     let r = t.post("/s/c", &[("stream-closed", "true")], "").await;
-    assert_eq!((r.status, r.h("stream-closed")), (StatusCode::NO_CONTENT, Some("true")));
+    assert_eq!(
+        (r.status, r.h("stream-closed")),
+        (StatusCode::NO_CONTENT, Some("true"))
+    );
     let r = t.post("/s/c", &[CT_TEXT], "more").await;
     assert_problem(&r, StatusCode::CONFLICT, "STREAM_CLOSED");
     assert_eq!(r.h("stream-closed"), Some("true"));
     assert_eq!(r.h("stream-next-offset"), Some(tail.as_str()));
     assert_eq!(r.h("stream-last-seq"), None);
-    let r = t.post("/s/c", &[CT_TEXT, ("stream-closed", "yes")], "x").await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "a non-true Stream-Closed is absent");
+    let r = t
+        .post("/s/c", &[CT_TEXT, ("stream-closed", "yes")], "x")
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CONFLICT,
+        "a non-true Stream-Closed is absent"
+    );
     assert_eq!(t.head("/s/c", &[]).await.h("stream-closed"), Some("true"));
 
     let r = t.get("/s/c", &[]).await;
-    assert_eq!((r.text().as_str(), r.h("stream-closed")), ("data", Some("true")));
+    assert_eq!(
+        (r.text().as_str(), r.h("stream-closed")),
+        ("data", Some("true"))
+    );
     let r = t.get(&format!("/s/c?offset={tail}"), &[]).await;
     assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, ""));
-    assert_eq!((r.h("stream-closed"), r.h("stream-up-to-date")), (Some("true"), Some("true")));
+    assert_eq!(
+        (r.h("stream-closed"), r.h("stream-up-to-date")),
+        (Some("true"), Some("true"))
+    );
     let r = t.get("/s/c?offset=now", &[]).await;
-    assert_eq!((r.h("stream-closed"), r.h("stream-up-to-date")), (Some("true"), Some("true")));
+    assert_eq!(
+        (r.h("stream-closed"), r.h("stream-up-to-date")),
+        (Some("true"), Some("true"))
+    );
 
     t.text_stream("/s/pc", "").await;
-    let h = [CT_TEXT, ("stream-closed", "true"), ("producer-id", "w"), ("producer-epoch", "0"), ("producer-seq", "0")];
+    let h = [
+        CT_TEXT,
+        ("stream-closed", "true"),
+        ("producer-id", "w"),
+        ("producer-epoch", "0"),
+        ("producer-seq", "0"),
+    ];
     let r = t.post("/s/pc", &h, "final").await;
-    assert_eq!((r.status, r.h("stream-closed")), (StatusCode::OK, Some("true")));
+    assert_eq!(
+        (r.status, r.h("stream-closed")),
+        (StatusCode::OK, Some("true"))
+    );
     let r = t.post("/s/pc", &h, "final").await;
-    assert_eq!((r.status, r.h("stream-closed")), (StatusCode::NO_CONTENT, Some("true")));
+    assert_eq!(
+        (r.status, r.h("stream-closed")),
+        (StatusCode::NO_CONTENT, Some("true"))
+    );
     Ok(())
 }
 
@@ -383,20 +653,41 @@ async fn incarnations_guard_every_route() -> TestResult {
     let t = harness()?;
     let r = t.text_stream("/s/i", "old").await;
     let old = r.h("stream-incarnation").ok_or("incarnation")?.to_owned();
-    for (m, h) in [("GET", &[][..]), ("HEAD", &[][..]), ("POST", &[CT_TEXT][..])] {
+    for (m, h) in [
+        ("GET", &[][..]),
+        ("HEAD", &[][..]),
+        ("POST", &[CT_TEXT][..]),
+    ] {
         let mut hs = h.to_vec();
         hs.push(("stream-incarnation", old.as_str()));
         let r = t.send(m, "/s/i", &hs, Body::from("x")).await;
         assert!(r.status.is_success(), "{m}: {}", r.status);
         assert_eq!(r.h("stream-incarnation"), Some(old.as_str()), "{m}");
     }
-    let r = t.send("DELETE", "/s/i", &[("stream-incarnation", &old)], Body::empty()).await;
+    let r = t
+        .send(
+            "DELETE",
+            "/s/i",
+            &[("stream-incarnation", &old)],
+            Body::empty(),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    assert_eq!(r.h("stream-incarnation"), None, "DELETE carries no incarnation");
+    assert_eq!(
+        r.h("stream-incarnation"),
+        None,
+        "DELETE carries no incarnation"
+    );
     let r = t.text_stream("/s/i", "new").await;
     let new = r.h("stream-incarnation").ok_or("incarnation")?.to_owned();
     assert_ne!(old, new);
-    for (m, h) in [("GET", &[][..]), ("HEAD", &[][..]), ("POST", &[CT_TEXT][..]), ("DELETE", &[][..]), ("PUT", &[CT_TEXT][..])] {
+    for (m, h) in [
+        ("GET", &[][..]),
+        ("HEAD", &[][..]),
+        ("POST", &[CT_TEXT][..]),
+        ("DELETE", &[][..]),
+        ("PUT", &[CT_TEXT][..]),
+    ] {
         let mut hs = h.to_vec();
         hs.push(("stream-incarnation", old.as_str()));
         let r = t.send(m, "/s/i", &hs, Body::from("x")).await;
@@ -406,13 +697,35 @@ async fn incarnations_guard_every_route() -> TestResult {
             assert_eq!(r.code().as_deref(), Some("INCARNATION_MISMATCH"));
         }
     }
-    assert_eq!(t.get("/s/i", &[]).await.text(), "new", "a refused write applies nothing");
-    let r = t.get("/s/gone", &[("stream-incarnation", old.as_str())]).await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND, "404 without the header stays 404");
-    let r = t.put("/s/gone", &[CT_TEXT, ("stream-incarnation", old.as_str())], "").await;
-    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED, "a guarded PUT creates nothing");
+    assert_eq!(
+        t.get("/s/i", &[]).await.text(),
+        "new",
+        "a refused write applies nothing"
+    );
+    let r = t
+        .get("/s/gone", &[("stream-incarnation", old.as_str())])
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::NOT_FOUND,
+        "404 without the header stays 404"
+    );
+    let r = t
+        .put(
+            "/s/gone",
+            &[CT_TEXT, ("stream-incarnation", old.as_str())],
+            "",
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::PRECONDITION_FAILED,
+        "a guarded PUT creates nothing"
+    );
     assert_eq!(t.head("/s/gone", &[]).await.status, StatusCode::NOT_FOUND);
-    let r = t.get("/s/i", &[("stream-incarnation", "not a token")]).await;
+    let r = t
+        .get("/s/i", &[("stream-incarnation", "not a token")])
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     Ok(())
 }
@@ -425,7 +738,10 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
     assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "first"));
     assert_eq!(r.h("stream-up-to-date"), Some("true"));
     assert_eq!(r.h("content-length"), Some("5"));
-    assert!(r.h("cache-control").is_some_and(|c| c.contains("max-age=60")));
+    assert!(
+        r.h("cache-control")
+            .is_some_and(|c| c.contains("max-age=60"))
+    );
     let etag = r.h("etag").ok_or("etag")?.to_owned();
     let mid = r.h("stream-next-offset").ok_or("offset")?.to_owned();
     let r = t.get("/s/r", &[("if-none-match", &etag)]).await;
@@ -439,16 +755,25 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
 
     t.text_stream("/s/r2", "first").await;
     t.post("/s/r2", &[CT_TEXT], "second").await;
-    assert_eq!(t.get(&format!("/s/r2?offset={mid}"), &[]).await.text(), "second");
+    assert_eq!(
+        t.get(&format!("/s/r2?offset={mid}"), &[]).await.text(),
+        "second"
+    );
     let r = t.get("/s/r2?offset=-1&max_bytes=3", &[]).await;
     assert_eq!(r.text(), "fir");
-    assert_eq!(r.h("stream-up-to-date"), None, "a bounded read short of the tail");
+    assert_eq!(
+        r.h("stream-up-to-date"),
+        None,
+        "a bounded read short of the tail"
+    );
     let r = t.get("/s/r2?offset=now", &[]).await;
     assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, ""));
     assert_eq!(r.h("cache-control"), Some("no-store"));
     assert_eq!(r.h("etag"), None);
     assert_eq!(r.h("stream-up-to-date"), Some("true"));
-    let r = t.get("/s/r2?offset=-1&consistency=leader&foo=bar", &[]).await;
+    let r = t
+        .get("/s/r2?offset=-1&consistency=leader&foo=bar", &[])
+        .await;
     assert_eq!(r.text(), "firstsecond");
 
     for bad in ["", "0,1", "0%201", "abc", "..%2Fx", "-2"] {
@@ -457,7 +782,9 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
     }
     let r = t.get("/s/r2?offset=-1&offset=now", &[]).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.get("/s/r2?offset=9999999999999999_9999999999999999", &[]).await;
+    let r = t
+        .get("/s/r2?offset=9999999999999999_9999999999999999", &[])
+        .await;
     assert_problem(&r, StatusCode::RANGE_NOT_SATISFIABLE, "OFFSET_BEYOND_TAIL");
     let r = t.get("/s/r2?live=maybe&offset=-1", &[]).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
@@ -474,7 +801,8 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
 #[tokio::test]
 async fn head_reports_metadata_without_caching() -> TestResult {
     let t = harness()?;
-    t.put("/s/h", &[CT_TEXT, ("stream-ttl", "3600")], "abc").await;
+    t.put("/s/h", &[CT_TEXT, ("stream-ttl", "3600")], "abc")
+        .await;
     let r = t.head("/s/h", &[]).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.h("content-type"), Some("text/plain"));
@@ -492,33 +820,59 @@ async fn long_poll_waits_and_answers() -> TestResult {
     let t = harness()?;
     t.text_stream("/s/lp", "x").await;
     let r = t.get("/s/lp?live=long-poll", &[]).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST, "long-poll needs an offset");
+    assert_eq!(
+        r.status,
+        StatusCode::BAD_REQUEST,
+        "long-poll needs an offset"
+    );
     let r = t.get("/s/lp?offset=-1&live=long-poll", &[]).await;
     assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "x"));
     let cursor = r.h("stream-cursor").ok_or("cursor")?.parse::<u64>()?;
-    let r = t.get(&format!("/s/lp?offset=-1&live=long-poll&cursor={cursor}"), &[]).await;
-    assert!(r.h("stream-cursor").ok_or("cursor")?.parse::<u64>()? > cursor, "jitter moves it forward");
+    let r = t
+        .get(
+            &format!("/s/lp?offset=-1&live=long-poll&cursor={cursor}"),
+            &[],
+        )
+        .await;
+    assert!(
+        r.h("stream-cursor").ok_or("cursor")?.parse::<u64>()? > cursor,
+        "jitter moves it forward"
+    );
 
     let tail = r.h("stream-next-offset").ok_or("offset")?.to_owned();
     let started = std::time::Instant::now();
-    let r = t.get(&format!("/s/lp?offset={tail}&live=long-poll"), &[]).await;
+    let r = t
+        .get(&format!("/s/lp?offset={tail}&live=long-poll"), &[])
+        .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert!(started.elapsed() >= Duration::from_millis(150));
     assert_eq!(r.h("stream-next-offset"), Some(tail.as_str()));
     assert_eq!(r.h("stream-up-to-date"), Some("true"));
-    assert!(r.h("stream-cursor").is_some_and(|c| c.bytes().all(|b| b.is_ascii_digit())));
+    assert!(
+        r.h("stream-cursor")
+            .is_some_and(|c| c.bytes().all(|b| b.is_ascii_digit()))
+    );
     assert!(r.h("stream-incarnation").is_some());
 
     let r = t.get("/s/lp?offset=now&live=long-poll", &[]).await;
-    assert_eq!((r.status, r.h("stream-next-offset")), (StatusCode::NO_CONTENT, Some(tail.as_str())));
+    assert_eq!(
+        (r.status, r.h("stream-next-offset")),
+        (StatusCode::NO_CONTENT, Some(tail.as_str()))
+    );
 
     // An append wakes a waiting reader.
     let app = t.app.clone();
     let uri = format!("/s/lp?offset={tail}&live=long-poll");
     let waiter = tokio::spawn(async move {
-        let res = app.oneshot(Request::get(uri).body(Body::empty()).expect("request")).await.expect("infallible");
+        let res = app
+            .oneshot(Request::get(uri).body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible");
         let status = res.status();
-        (status, res.into_body().collect().await.expect("body").to_bytes())
+        (
+            status,
+            res.into_body().collect().await.expect("body").to_bytes(),
+        )
     });
     tokio::time::sleep(Duration::from_millis(30)).await;
     t.post("/s/lp", &[CT_TEXT], "y").await;
@@ -527,7 +881,10 @@ async fn long_poll_waits_and_answers() -> TestResult {
 
     t.post("/s/lp", &[("stream-closed", "true")], "").await;
     let r = t.get("/s/lp?offset=now&live=long-poll", &[]).await;
-    assert_eq!((r.status, r.h("stream-closed")), (StatusCode::NO_CONTENT, Some("true")));
+    assert_eq!(
+        (r.status, r.h("stream-closed")),
+        (StatusCode::NO_CONTENT, Some("true"))
+    );
     assert_eq!(r.h("stream-cursor"), None);
     Ok(())
 }
@@ -576,7 +933,12 @@ async fn sse_pairs_data_with_control_and_ends_on_close() -> TestResult {
         }
     }
 
-    t.put("/s/b", &[("content-type", "application/octet-stream")], "Hello").await;
+    t.put(
+        "/s/b",
+        &[("content-type", "application/octet-stream")],
+        "Hello",
+    )
+    .await;
     t.post("/s/b", &[("stream-closed", "true")], "").await;
     let r = t.get("/s/b?offset=-1&live=sse", &[]).await;
     assert_eq!(r.h("stream-sse-data-encoding"), Some("base64"));
@@ -589,7 +951,10 @@ async fn sse_pairs_data_with_control_and_ends_on_close() -> TestResult {
 
 #[tokio::test]
 async fn sse_ends_after_its_lifetime() -> TestResult {
-    let config = ServerConfig { sse_max_duration: Duration::from_millis(150), ..ServerConfig::default() };
+    let config = ServerConfig {
+        sse_max_duration: Duration::from_millis(150),
+        ..ServerConfig::default()
+    };
     let t = harness_with(Options::default(), config)?;
     t.put("/s/e", &[CT_JSON], r#"[{"n":1}]"#).await;
     let r = t.get("/s/e?offset=now&live=sse", &[]).await;
@@ -597,24 +962,47 @@ async fn sse_ends_after_its_lifetime() -> TestResult {
     assert_eq!(ev.len(), 1, "{ev:?}");
     let c: serde_json::Value = serde_json::from_str(&ev[0].1)?;
     assert_eq!(c["upToDate"], true);
-    assert!(c["streamCursor"].as_str().is_some_and(|s| s.parse::<u64>().is_ok()));
+    assert!(
+        c["streamCursor"]
+            .as_str()
+            .is_some_and(|s| s.parse::<u64>().is_ok())
+    );
     Ok(())
 }
 
 #[tokio::test]
 async fn delete_and_soft_delete() -> TestResult {
     let t = harness()?;
-    assert_eq!(t.send("DELETE", "/s/none", &[], Body::empty()).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        t.send("DELETE", "/s/none", &[], Body::empty()).await.status,
+        StatusCode::NOT_FOUND
+    );
     t.text_stream("/s/src", "data").await;
-    let r = t.put("/s/fork", &[CT_TEXT, ("stream-forked-from", "/s/src")], "").await;
+    let r = t
+        .put("/s/fork", &[CT_TEXT, ("stream-forked-from", "/s/src")], "")
+        .await;
     assert_eq!(r.status, StatusCode::CREATED);
-    assert_eq!(t.send("DELETE", "/s/src", &[], Body::empty()).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        t.send("DELETE", "/s/src", &[], Body::empty()).await.status,
+        StatusCode::NO_CONTENT
+    );
     assert_problem(&t.get("/s/src", &[]).await, StatusCode::GONE, "STREAM_GONE");
     assert_eq!(t.head("/s/src", &[]).await.status, StatusCode::GONE);
-    assert_eq!(t.post("/s/src", &[CT_TEXT], "x").await.status, StatusCode::GONE);
-    assert_eq!(t.send("DELETE", "/s/src", &[], Body::empty()).await.status, StatusCode::GONE);
-    assert_eq!(t.put("/s/src", &[CT_TEXT], "").await.status, StatusCode::CONFLICT);
-    let r = t.put("/s/fork2", &[CT_TEXT, ("stream-forked-from", "/s/src")], "").await;
+    assert_eq!(
+        t.post("/s/src", &[CT_TEXT], "x").await.status,
+        StatusCode::GONE
+    );
+    assert_eq!(
+        t.send("DELETE", "/s/src", &[], Body::empty()).await.status,
+        StatusCode::GONE
+    );
+    assert_eq!(
+        t.put("/s/src", &[CT_TEXT], "").await.status,
+        StatusCode::CONFLICT
+    );
+    let r = t
+        .put("/s/fork2", &[CT_TEXT, ("stream-forked-from", "/s/src")], "")
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(t.get("/s/fork?offset=-1", &[]).await.text(), "data");
     Ok(())
@@ -628,8 +1016,12 @@ async fn bad_requests_methods_limits_and_cors() -> TestResult {
     let r = t.post("/s/l", &[CT_TEXT], "0123456789abcdefXYZ").await;
     assert_problem(&r, StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE");
     // Without a Content-Length, the body is refused once it passes the limit.
-    let chunks = futures_util::stream::iter((0..3).map(|_| Ok::<_, std::io::Error>(Bytes::from("0123456789"))));
-    let r = t.send("POST", "/s/l", &[CT_TEXT], Body::from_stream(chunks)).await;
+    let chunks = futures_util::stream::iter(
+        (0..3).map(|_| Ok::<_, std::io::Error>(Bytes::from("0123456789"))),
+    );
+    let r = t
+        .send("POST", "/s/l", &[CT_TEXT], Body::from_stream(chunks))
+        .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(t.get("/s/l", &[]).await.text(), "");
 
@@ -641,23 +1033,46 @@ async fn bad_requests_methods_limits_and_cors() -> TestResult {
         assert_problem(&r, StatusCode::BAD_REQUEST, "INVALID_STREAM_NAME");
     }
     let r = t.put("/s/x/snapshot", &[CT_TEXT], "").await;
-    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "a reserved route, not a stream");
+    assert_eq!(
+        r.status,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "a reserved route, not a stream"
+    );
 
     let r = t
         .send(
             "OPTIONS",
             "/s/l",
-            &[("origin", "https://example.com"), ("access-control-request-method", "GET"), ("access-control-request-headers", "if-none-match")],
+            &[
+                ("origin", "https://example.com"),
+                ("access-control-request-method", "GET"),
+                ("access-control-request-headers", "if-none-match"),
+            ],
             Body::empty(),
         )
         .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    assert!(r.h("access-control-allow-headers").is_some_and(|h| h.to_ascii_lowercase().contains("if-none-match")));
-    assert!(r.h("access-control-allow-methods").is_some_and(|h| h.contains("DELETE")));
+    assert!(
+        r.h("access-control-allow-headers")
+            .is_some_and(|h| h.to_ascii_lowercase().contains("if-none-match"))
+    );
+    assert!(
+        r.h("access-control-allow-methods")
+            .is_some_and(|h| h.contains("DELETE"))
+    );
     assert_eq!(r.h("access-control-allow-origin"), Some("*"));
     let r = t.get("/s/l", &[]).await;
-    let exposed = r.h("access-control-expose-headers").ok_or("expose")?.to_ascii_lowercase();
-    for h in ["stream-next-offset", "stream-last-seq", "stream-incarnation", "producer-expected-seq", "etag"] {
+    let exposed = r
+        .h("access-control-expose-headers")
+        .ok_or("expose")?
+        .to_ascii_lowercase();
+    for h in [
+        "stream-next-offset",
+        "stream-last-seq",
+        "stream-incarnation",
+        "producer-expected-seq",
+        "etag",
+    ] {
         assert!(exposed.contains(h), "{h}");
     }
     Ok(())
@@ -679,68 +1094,124 @@ async fn snapshots_retention_and_bootstrap() -> TestResult {
     assert_eq!(r.h("stream-snapshot-offset"), Some("-1"));
     assert_eq!(r.h("stream-next-offset"), Some(tail.as_str()));
     let ct = r.h("content-type").ok_or("content-type")?.to_owned();
-    let boundary = ct.strip_prefix("multipart/mixed; boundary=").ok_or("multipart")?.to_owned();
+    let boundary = ct
+        .strip_prefix("multipart/mixed; boundary=")
+        .ok_or("multipart")?
+        .to_owned();
     let body = r.text();
-    assert_eq!(body.matches(&format!("--{boundary}\r\n")).count(), 4, "{body}");
+    assert_eq!(
+        body.matches(&format!("--{boundary}\r\n")).count(),
+        4,
+        "{body}"
+    );
     assert!(body.ends_with(&format!("--{boundary}--\r\n")));
-    assert!(body.contains("Content-Type: application/json\r\n\r\n{\"n\":3}\r\n"), "{body}");
+    assert!(
+        body.contains("Content-Type: application/json\r\n\r\n{\"n\":3}\r\n"),
+        "{body}"
+    );
 
     let snap = format!("/s/sn/snapshot/{after_first}");
-    let r = t.put(&snap, &[("content-type", "application/x-state")], "STATE-1").await;
+    let r = t
+        .put(&snap, &[("content-type", "application/x-state")], "STATE-1")
+        .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
     let digest = r.h("stream-snapshot-digest").ok_or("digest")?.to_owned();
     assert!(digest.starts_with("sha256:"));
     assert_eq!(r.h("stream-snapshot-offset"), Some(after_first.as_str()));
     assert!(r.h("stream-incarnation").is_some());
-    let r = t.put(&snap, &[("content-type", "application/x-state")], "STATE-1").await;
-    assert_eq!((r.status, r.h("stream-snapshot-digest")), (StatusCode::NO_CONTENT, Some(digest.as_str())));
-    let r = t.put(&snap, &[("content-type", "application/x-state")], "OTHER").await;
+    let r = t
+        .put(&snap, &[("content-type", "application/x-state")], "STATE-1")
+        .await;
+    assert_eq!(
+        (r.status, r.h("stream-snapshot-digest")),
+        (StatusCode::NO_CONTENT, Some(digest.as_str()))
+    );
+    let r = t
+        .put(&snap, &[("content-type", "application/x-state")], "OTHER")
+        .await;
     assert_problem(&r, StatusCode::CONFLICT, "SNAPSHOT_CONFLICT");
     let r = t.put("/s/sn/snapshot/garbage", &[], "x").await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = t.put("/s/sn/snapshot/9999999999999999_9999999999999999", &[], "x").await;
+    let r = t
+        .put("/s/sn/snapshot/9999999999999999_9999999999999999", &[], "x")
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
 
     let r = t.get("/s/sn/snapshot", &[]).await;
     assert_eq!(r.status, StatusCode::TEMPORARY_REDIRECT);
-    assert_eq!(r.h("location"), Some(format!("http://brook.test{snap}").as_str()));
+    assert_eq!(
+        r.h("location"),
+        Some(format!("http://brook.test{snap}").as_str())
+    );
     assert_eq!(r.h("stream-snapshot-digest"), Some(digest.as_str()));
     let r = t.get(&snap, &[]).await;
     assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "STATE-1"));
     assert_eq!(r.h("content-type"), Some("application/x-state"));
     assert_eq!(r.h("stream-next-offset"), Some(tail.as_str()));
     assert_eq!(r.h("stream-snapshot-offset"), Some(after_first.as_str()));
-    assert_eq!(t.head("/s/sn", &[]).await.h("stream-snapshot-offset"), Some(after_first.as_str()));
+    assert_eq!(
+        t.head("/s/sn", &[]).await.h("stream-snapshot-offset"),
+        Some(after_first.as_str())
+    );
 
     let r = t.send("DELETE", &snap, &[], Body::empty()).await;
     assert_problem(&r, StatusCode::CONFLICT, "SNAPSHOT_DELETE_REFUSED");
-    let r = t.send("DELETE", "/s/sn/snapshot/0000000000000000_0000000000000000", &[], Body::empty()).await;
+    let r = t
+        .send(
+            "DELETE",
+            "/s/sn/snapshot/0000000000000000_0000000000000000",
+            &[],
+            Body::empty(),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 
     let r = t.get("/s/sn/bootstrap", &[]).await;
     assert_eq!(r.h("stream-snapshot-offset"), Some(after_first.as_str()));
     let body = r.text();
-    assert!(body.contains("Content-Type: application/x-state\r\n\r\nSTATE-1\r\n"), "{body}");
-    assert!(!body.contains("{\"n\":1}") && body.contains("{\"n\":2}") && body.contains("{\"n\":3}"), "{body}");
-    assert_eq!(t.get("/s/sn/bootstrap?live=sse", &[]).await.status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.contains("Content-Type: application/x-state\r\n\r\nSTATE-1\r\n"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("{\"n\":1}") && body.contains("{\"n\":2}") && body.contains("{\"n\":3}"),
+        "{body}"
+    );
+    assert_eq!(
+        t.get("/s/sn/bootstrap?live=sse", &[]).await.status,
+        StatusCode::BAD_REQUEST
+    );
 
     let r = t.put(&format!("/s/sn/retention/{tail}"), &[], "").await;
     assert_problem(&r, StatusCode::CONFLICT, "RETENTION_BEYOND_SNAPSHOT");
-    let r = t.put(&format!("/s/sn/retention/{after_first}"), &[], "").await;
+    let r = t
+        .put(&format!("/s/sn/retention/{after_first}"), &[], "")
+        .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
-    let r = t.get("/s/sn?offset=0000000000000000_0000000000000000", &[]).await;
+    let r = t
+        .get("/s/sn?offset=0000000000000000_0000000000000000", &[])
+        .await;
     assert_problem(&r, StatusCode::GONE, "OFFSET_GONE");
     assert_eq!(r.h("stream-earliest-offset"), Some(after_first.as_str()));
     let r = t.get(&format!("/s/sn?offset={after_first}"), &[]).await;
     assert_eq!(r.status, StatusCode::OK);
 
     let other = t.put("/s/other", &[CT_TEXT], "x").await;
-    let inc = other.h("stream-incarnation").ok_or("incarnation")?.to_owned();
+    let inc = other
+        .h("stream-incarnation")
+        .ok_or("incarnation")?
+        .to_owned();
     for uri in ["/s/sn/bootstrap", snap.as_str(), "/s/sn/snapshot"] {
         let r = t.get(uri, &[("stream-incarnation", &inc)]).await;
         assert_eq!(r.status, StatusCode::PRECONDITION_FAILED, "{uri}");
     }
-    let r = t.put(&format!("/s/sn/retention/{after_first}"), &[("stream-incarnation", &inc)], "").await;
+    let r = t
+        .put(
+            &format!("/s/sn/retention/{after_first}"),
+            &[("stream-incarnation", &inc)],
+            "",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
     Ok(())
 }
@@ -750,11 +1221,28 @@ async fn snapshot_bodies_over_the_limit_are_refused() -> TestResult {
     let options = Options::default().max_snapshot_bytes(8);
     let t = harness_with(options, ServerConfig::default())?;
     t.text_stream("/s/x", "abc").await;
-    let r = t.put("/s/x/snapshot/0000000000000001_0000000000000003", &[], "way too large").await;
+    let r = t
+        .put(
+            "/s/x/snapshot/0000000000000001_0000000000000003",
+            &[],
+            "way too large",
+        )
+        .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-    let chunks = futures_util::stream::iter((0..3).map(|_| Ok::<_, std::io::Error>(Bytes::from("0123456"))));
-    let r = t.send("PUT", "/s/x/snapshot/0000000000000001_0000000000000003", &[], Body::from_stream(chunks)).await;
+    let chunks =
+        futures_util::stream::iter((0..3).map(|_| Ok::<_, std::io::Error>(Bytes::from("0123456"))));
+    let r = t
+        .send(
+            "PUT",
+            "/s/x/snapshot/0000000000000001_0000000000000003",
+            &[],
+            Body::from_stream(chunks),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(t.get("/s/x/snapshot", &[]).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        t.get("/s/x/snapshot", &[]).await.status,
+        StatusCode::NOT_FOUND
+    );
     Ok(())
 }

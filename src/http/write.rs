@@ -11,7 +11,10 @@ use crate::headers::{
     STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL, parse_closed, parse_expires_at, parse_offset,
     parse_producer, parse_stream_seq, parse_sub_offset, parse_ttl,
 };
-use crate::{AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, StreamName, normalize_content_type};
+use crate::{
+    AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, StreamName,
+    normalize_content_type,
+};
 
 use super::body::read_body;
 use super::error::{ApiError, Op};
@@ -24,9 +27,14 @@ fn content_type(headers: &HeaderMap, op: Op) -> Result<Option<String>, ApiError>
         Some(v) if v.as_bytes().trim_ascii().is_empty() => Ok(None),
         Some(v) => {
             let s = v.to_str().map_err(|_| {
-                ApiError::bad_request("INVALID_CONTENT_TYPE", "the Content-Type is not visible ASCII")
+                ApiError::bad_request(
+                    "INVALID_CONTENT_TYPE",
+                    "the Content-Type is not visible ASCII",
+                )
             })?;
-            normalize_content_type(s).map(Some).map_err(|e| ApiError::Store(e, op))
+            normalize_content_type(s)
+                .map(Some)
+                .map_err(|e| ApiError::Store(e, op))
         }
     }
 }
@@ -54,7 +62,10 @@ fn fork_source(value: &str) -> Result<StreamName, ApiError> {
     };
     let path = path.split(['?', '#']).next().unwrap_or("");
     StreamName::new(path).map_err(|_| {
-        ApiError::bad_request("INVALID_ARGUMENT", "Stream-Forked-From is not a valid stream path")
+        ApiError::bad_request(
+            "INVALID_ARGUMENT",
+            "Stream-Forked-From is not a valid stream path",
+        )
     })
 }
 
@@ -72,20 +83,27 @@ fn fork(headers: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
         return Ok(None);
     };
     let source = fork_source(source.to_str().map_err(|_| {
-        ApiError::bad_request("INVALID_ARGUMENT", "Stream-Forked-From is not visible ASCII")
+        ApiError::bad_request(
+            "INVALID_ARGUMENT",
+            "Stream-Forked-From is not visible ASCII",
+        )
     })?)?;
     let offset = match offset {
         None => None,
         Some(o) => {
             let s = std::str::from_utf8(o).unwrap_or("");
             Some(parse_offset(s.trim()).map_err(|_| {
-                ApiError::bad_request("INVALID_FORK_OFFSET", "Stream-Fork-Offset is not an offset this server returned")
+                ApiError::bad_request(
+                    "INVALID_FORK_OFFSET",
+                    "Stream-Fork-Offset is not an offset this server returned",
+                )
             })?)
         }
     };
     let sub_offset = match sub {
         None => 0,
-        Some(s) => parse_sub_offset(s).map_err(|e| ApiError::bad_request("INVALID_FORK_OFFSET", e.to_string()))?,
+        Some(s) => parse_sub_offset(s)
+            .map_err(|e| ApiError::bad_request("INVALID_FORK_OFFSET", e.to_string()))?,
     };
     if sub_offset > 0 && offset.is_none() {
         return Err(ApiError::bad_request(
@@ -93,11 +111,20 @@ fn fork(headers: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
             "Stream-Fork-Sub-Offset needs an explicit Stream-Fork-Offset",
         ));
     }
-    Ok(Some(ForkFrom { source, offset, sub_offset }))
+    Ok(Some(ForkFrom {
+        source,
+        offset,
+        sub_offset,
+    }))
 }
 
 /// PUT `{s}`: 201 when created, 200 when it existed with the same configuration.
-pub(crate) async fn create(app: &AppState, name: StreamName, parts: &Parts, body: Body) -> Result<Response, ApiError> {
+pub(crate) async fn create(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+    body: Body,
+) -> Result<Response, ApiError> {
     let h = &parts.headers;
     let opts = CreateOptions {
         content_type: content_type(h, Op::Create)?,
@@ -113,9 +140,16 @@ pub(crate) async fn create(app: &AppState, name: StreamName, parts: &Parts, body
     let store = app.store.clone();
     let n = name.clone();
     let pending = blocking(Op::Create, move || store.submit_create(&n, opts)).await?;
-    let created = pending.wait_async().await.map_err(|e| ApiError::Store(e, Op::Create))?;
+    let created = pending
+        .wait_async()
+        .await
+        .map_err(|e| ApiError::Store(e, Op::Create))?;
     let info = created.info;
-    let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     let mut r = Reply::new(status)
         .header(header::CONTENT_TYPE, &info.content_type)
         .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
@@ -129,10 +163,19 @@ pub(crate) async fn create(app: &AppState, name: StreamName, parts: &Parts, body
 
 /// POST `{s}`: 204 for a plain append, a close, or a producer's duplicate; 200 for a producer's
 /// accepted append with data.
-pub(crate) async fn append(app: &AppState, name: StreamName, parts: &Parts, body: Body) -> Result<Response, ApiError> {
+pub(crate) async fn append(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+    body: Body,
+) -> Result<Response, ApiError> {
     let h = &parts.headers;
     let close = parse_closed(raw(h, STREAM_CLOSED));
-    let producer = parse_producer(raw(h, PRODUCER_ID), raw(h, PRODUCER_EPOCH), raw(h, PRODUCER_SEQ))?;
+    let producer = parse_producer(
+        raw(h, PRODUCER_ID),
+        raw(h, PRODUCER_EPOCH),
+        raw(h, PRODUCER_SEQ),
+    )?;
     let stream_seq = parse_stream_seq(raw(h, STREAM_SEQ))?;
     let expect = expected_incarnation(h)?;
     let data = read_body(body, h, app.store.options().append_limit()).await?;
@@ -153,10 +196,20 @@ pub(crate) async fn append(app: &AppState, name: StreamName, parts: &Parts, body
     };
     let has_data = !data.is_empty();
     let sent = producer.as_ref().map(|p| (p.epoch, p.seq));
-    let req = AppendRequest { data, content_type, close, stream_seq, producer, expect };
+    let req = AppendRequest {
+        data,
+        content_type,
+        close,
+        stream_seq,
+        producer,
+        expect,
+    };
     let store = app.store.clone();
     let pending = blocking(Op::Append, move || store.submit_append(&name, req)).await?;
-    let outcome = pending.wait_async().await.map_err(|e| ApiError::Store(e, Op::Append))?;
+    let outcome = pending
+        .wait_async()
+        .await
+        .map_err(|e| ApiError::Store(e, Op::Append))?;
 
     let status = match (sent, outcome.status) {
         (Some(_), AppendStatus::Appended) if has_data => StatusCode::OK,
@@ -175,14 +228,20 @@ pub(crate) async fn append(app: &AppState, name: StreamName, parts: &Parts, body
         r = r.header(STREAM_NEXT_OFFSET, &next.to_string());
     }
     if let Some((epoch, seq)) = outcome.producer.or(sent) {
-        r = r.header(PRODUCER_EPOCH, &epoch.to_string()).header(PRODUCER_SEQ, &seq.to_string());
+        r = r
+            .header(PRODUCER_EPOCH, &epoch.to_string())
+            .header(PRODUCER_SEQ, &seq.to_string());
     }
     Ok(r.empty())
 }
 
 /// DELETE `{s}`: 204. The only successful response that addresses a stream without
 /// `Stream-Incarnation` (there is no stream left to name).
-pub(crate) async fn delete(app: &AppState, name: StreamName, parts: &Parts) -> Result<Response, ApiError> {
+pub(crate) async fn delete(
+    app: &AppState,
+    name: StreamName,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
     let expect = expected_incarnation(&parts.headers)?;
     let store = app.store.clone();
     blocking(Op::Read, move || store.delete(&name, expect.as_ref())).await?;
