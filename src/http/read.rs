@@ -273,12 +273,34 @@ fn encoding_for(content_type: &str) -> Encoding {
     }
 }
 
+/// The pieces of a body in one buffer.
+fn joined(body: &[Bytes]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(body.iter().map(Bytes::len).sum());
+    for b in body {
+        v.extend_from_slice(b);
+    }
+    v
+}
+
+/// The last (up to) four bytes of a body made of pieces.
+fn last_bytes(body: &[Bytes]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4);
+    for b in body.iter().rev() {
+        let take = (4 - v.len()).min(b.len());
+        v.splice(0..0, b[b.len() - take..].iter().copied());
+        if v.len() == 4 {
+            break;
+        }
+    }
+    v
+}
+
 /// Appends an `event: data` whose payload is `body`.
 fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
     out.extend_from_slice(b"event: data\n");
     match encoding {
         Encoding::Base64 => {
-            let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+            let joined = joined(body);
             out.extend_from_slice(b"data:");
             out.extend_from_slice(
                 base64::engine::general_purpose::STANDARD
@@ -288,7 +310,7 @@ fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
             out.push(b'\n');
         }
         Encoding::Text => {
-            let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+            let joined = joined(body);
             // Every line break (CRLF, CR or LF) ends a `data:` line, so a payload can never end
             // the event or inject another one; the client joins the lines with LF.
             let mut rest: &[u8] = &joined;
@@ -398,34 +420,42 @@ impl Sse {
             max_bytes: self.max_bytes,
             expect: Some(self.incarnation.clone()),
         };
-        let mut chunk = read_chunk(&self.app, &self.name, req).await.ok()?;
-        // A text event must be valid UTF-8 on its own: a chunk cut inside a character (only a
-        // size-bounded chunk can be) is read again just short of it.
-        if self.encoding == Encoding::Text && !self.json && !chunk.up_to_date {
-            let body = chunk.to_vec();
-            let cut = incomplete_utf8_tail(&body);
-            if cut > 0 && body.len() > cut {
-                let req = ReadRequest {
-                    from: ReadFrom::At(self.next),
-                    max_bytes: Some((body.len() - cut) as u64),
-                    expect: Some(self.incarnation.clone()),
-                };
-                chunk = read_chunk(&self.app, &self.name, req).await.ok()?;
-            }
+        read_chunk(&self.app, &self.name, req).await.ok()
+    }
+
+    /// A text event must be valid UTF-8 on its own: a chunk cut inside a character (only a
+    /// size-bounded chunk can be, so never one that reaches the tail) is read again just short
+    /// of it.
+    async fn whole_characters(&mut self, chunk: ReadChunk) -> Option<ReadChunk> {
+        if self.encoding != Encoding::Text || self.json || chunk.up_to_date {
+            return Some(chunk);
         }
-        Some(chunk)
+        let cut = incomplete_utf8_tail(&last_bytes(&chunk.body));
+        let len = chunk.body_len();
+        if cut == 0 || len <= cut {
+            return Some(chunk);
+        }
+        let req = ReadRequest {
+            from: ReadFrom::At(chunk.start),
+            max_bytes: Some((len - cut) as u64),
+            expect: Some(self.incarnation.clone()),
+        };
+        read_chunk(&self.app, &self.name, req).await.ok()
     }
 
     /// The next frame of the event stream, `None` when the connection should end.
     async fn step(&mut self) -> Option<Bytes> {
         loop {
-            if self.done {
+            // The connection ends between events once its lifetime is up, even on a stream that
+            // never goes idle, so a CDN can collapse new readers onto fresh connections.
+            if self.done || Instant::now() >= self.deadline {
                 return None;
             }
             let chunk = match self.pending.take() {
                 Some(c) => c,
                 None => self.read().await?,
             };
+            let chunk = self.whole_characters(chunk).await?;
             let mut out = Vec::new();
             if has_data(&chunk) {
                 self.next = chunk.next;

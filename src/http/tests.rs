@@ -1246,3 +1246,18 @@ async fn snapshot_bodies_over_the_limit_are_refused() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn sse_text_events_never_split_a_character() -> TestResult {
+    let t = harness()?;
+    t.text_stream("/s/u", "aéb").await;
+    t.post("/s/u", &[("stream-closed", "true")], "").await;
+    let r = t.get("/s/u?offset=-1&live=sse&max_bytes=2", &[]).await;
+    let data: Vec<String> = events(&r.body)
+        .into_iter()
+        .filter(|e| e.0 == "data")
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(data, ["a", "é", "b"]);
+    Ok(())
+}
