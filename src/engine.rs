@@ -1,40 +1,1732 @@
-//! The store's machinery (under construction).
-#![allow(dead_code, unused_variables, missing_docs)]
-use std::io::Read;
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+//! The store's machinery: the stream registry, per-stream locks, journal shards with group
+//! commit, checkpoints, recovery and expiry.
+//!
+//! Write path (numbered as in DESIGN.md):
+//! 1. The caller prepares the body (JSON validation and flattening) without any lock.
+//! 2. Under the stream's `core` lock it checks every guard against the *staged* state, applies the
+//!    change to that state, encodes the journal record into its shard's queue (shard lock, a
+//!    memcpy) and notes the record's LSN. Holding `core` while enqueueing keeps journal order equal
+//!    to the order of the checks.
+//! 3. The shard thread takes the whole queue as one batch, writes it to the journal file with one
+//!    `write`, applies each record to its stream's files and *applied* state (`data` lock), then
+//!    `fdatasync`s the journal (Sync mode) — one sync for every append in the batch, on any stream.
+//! 4. It publishes each touched stream's durable view (`visible`), wakes its waiters, advances the
+//!    shard's durable LSN and wakes the writers waiting on it: only then is anything acknowledged
+//!    or readable.
+//! 5. When the journal passes `checkpoint_bytes` it checkpoints: rotate the journal, sync the file
+//!    system, write each dirty stream's sidecar, sync again, delete the old journal files.
+//!
+//! Lock order: registry → core → (shard queue | data). The shard thread takes only `data` and
+//! `visible`, never `core`, so writers and the shard thread cannot deadlock.
 
-use crate::error::Result;
-use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
-use crate::options::Options;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use event_listener::{Event, Listener};
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::fs;
+use crate::journal::{self, Record};
+use crate::name::{Incarnation, Offset, ReadFrom, StreamName, is_json, normalize_content_type};
+use crate::options::{Durability, Options};
+use crate::segment::SegmentSet;
+use crate::sidecar;
+use crate::state::{
+    AppendCheck, AppendRecord, Config, Decision, StreamState, filter_stream_seq, now_ms, prepare_body, to_ms,
+    validate_producer,
+};
 use crate::store::Pending;
 use crate::types::*;
 
-pub(crate) struct Engine { options: Options }
-pub(crate) struct Ticket;
-impl Ticket {
-    pub(crate) fn wait(&self) -> Result<()> { todo!() }
-    pub(crate) async fn wait_async(&self) -> Result<()> { todo!() }
+const STORE_MAGIC: &[u8; 8] = b"BROOK\0\0\x01";
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+/// One incarnation of a stream. A stream deleted and created again is a new `Stream`.
+pub(crate) struct Stream {
+    name: StreamName,
+    dir: PathBuf,
+    shard: usize,
+    config: Config,
+    incarnation: Incarnation,
+    json: bool,
+    /// Staged state: what the checks see, including changes not yet durable.
+    core: Mutex<Core>,
+    /// Applied state and the files: owned by the shard thread (and by readers briefly).
+    data: Mutex<Data>,
+    /// The durable view readers and waiters see.
+    visible: Mutex<Visible>,
+    event: Event,
+    last_access_ms: AtomicU64,
+    last_used: AtomicU64,
 }
+
+struct Core {
+    state: StreamState,
+    /// LSN of this stream's newest enqueued record.
+    last_lsn: u64,
+    /// Hard-deleted (or expired); the registry no longer holds it.
+    gone: bool,
+}
+
+struct Data {
+    state: StreamState,
+    segs: Option<SegmentSet>,
+    applied_lsn: u64,
+    checkpointed_lsn: u64,
+    generation: u64,
+    deleted: bool,
+}
+
+#[derive(Clone)]
+struct Visible {
+    tail: Offset,
+    closed: bool,
+    earliest: Offset,
+    snapshots: Arc<Vec<SnapshotInfo>>,
+    stream_seq: Option<String>,
+    soft_deleted: bool,
+    deleted: bool,
+}
+
+impl Visible {
+    fn of(s: &StreamState, deleted: bool) -> Visible {
+        Visible {
+            tail: s.tail,
+            closed: s.closed,
+            earliest: s.earliest,
+            snapshots: Arc::new(s.snapshots.clone()),
+            stream_seq: s.stream_seq.clone(),
+            soft_deleted: s.soft_deleted,
+            deleted,
+        }
+    }
+}
+
+impl Stream {
+    fn new(state: StreamState, dir: PathBuf, shard: usize, segs: Option<SegmentSet>, lsn: u64, generation: u64, visible: bool) -> Arc<Stream> {
+        let name = StreamName::new(&state.config.name).unwrap_or_else(|_| StreamName(state.config.name.clone()));
+        let vis = if visible {
+            Visible::of(&state, false)
+        } else {
+            // A stream being created: nothing is readable until its create record is durable.
+            let mut v = Visible::of(&state, false);
+            v.tail = state.base;
+            v.closed = false;
+            v
+        };
+        let now = now_ms();
+        Arc::new(Stream {
+            name,
+            dir,
+            shard,
+            incarnation: Incarnation::from_raw(state.config.incarnation.clone()),
+            json: is_json(&state.config.content_type),
+            config: state.config.clone(),
+            core: Mutex::new(Core { state: state.clone(), last_lsn: lsn, gone: false }),
+            data: Mutex::new(Data { state, segs, applied_lsn: lsn, checkpointed_lsn: lsn, generation, deleted: false }),
+            visible: Mutex::new(vis),
+            event: Event::new(),
+            last_access_ms: AtomicU64::new(now),
+            last_used: AtomicU64::new(now),
+        })
+    }
+
+    fn visible(&self) -> Visible {
+        self.visible.lock().clone()
+    }
+
+    fn expired_at(&self, now: u64) -> bool {
+        match self.config.expiry {
+            Expiry::Never => false,
+            Expiry::Ttl(s) => self.last_access_ms.load(Ordering::Relaxed).saturating_add(s.saturating_mul(1000)) <= now,
+            Expiry::At(t) => t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) <= now,
+        }
+    }
+
+    fn touch(&self) {
+        self.last_access_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    fn check_expect(&self, expect: Option<&Incarnation>) -> Result<()> {
+        match expect {
+            Some(e) if *e != self.incarnation => Err(Error::IncarnationMismatch { current: self.incarnation.clone() }),
+            _ => Ok(()),
+        }
+    }
+
+    fn info(&self, v: &Visible) -> StreamInfo {
+        let last = self.last_access_ms.load(Ordering::Relaxed);
+        let expires_at = match self.config.expiry {
+            Expiry::Never => None,
+            Expiry::Ttl(s) => Some(UNIX_EPOCH + Duration::from_millis(last + s * 1000)),
+            Expiry::At(t) => Some(t),
+        };
+        StreamInfo {
+            name: self.name.clone(),
+            content_type: self.config.content_type.clone(),
+            tail: v.tail,
+            closed: v.closed,
+            expiry: self.config.expiry,
+            expires_at,
+            incarnation: self.incarnation.clone(),
+            earliest: v.earliest,
+            snapshot: v.snapshots.last().cloned(),
+            fork: self.config.fork.as_ref().map(|(s, o)| (StreamName(s.clone()), *o)),
+            stream_seq: v.stream_seq.clone(),
+        }
+    }
+
+    fn staged_info(&self, s: &StreamState) -> StreamInfo {
+        self.info(&Visible::of(s, false))
+    }
+
+    fn base(&self) -> Offset {
+        self.core.lock().state.base
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Journal shards
+
+/// A durability ticket: the LSN a caller must see durable before acknowledging.
+pub(crate) struct Ticket {
+    shard: Option<Arc<Shard>>,
+    lsn: u64,
+}
+
+impl Ticket {
+    fn done() -> Ticket {
+        Ticket { shard: None, lsn: 0 }
+    }
+
+    fn poll(&self) -> Option<Result<()>> {
+        let shard = self.shard.as_ref()?;
+        if shard.durable_lsn.load(Ordering::Acquire) >= self.lsn {
+            return Some(Ok(()));
+        }
+        if shard.poisoned.load(Ordering::Acquire) {
+            return Some(Err(Error::Poisoned));
+        }
+        None
+    }
+
+    pub(crate) fn wait(&self) -> Result<()> {
+        let Some(shard) = &self.shard else { return Ok(()) };
+        loop {
+            if let Some(r) = self.poll() {
+                return r;
+            }
+            let l = shard.durable.listen();
+            if let Some(r) = self.poll() {
+                return r;
+            }
+            l.wait();
+        }
+    }
+
+    pub(crate) async fn wait_async(&self) -> Result<()> {
+        let Some(shard) = &self.shard else { return Ok(()) };
+        loop {
+            if let Some(r) = self.poll() {
+                return r;
+            }
+            let l = shard.durable.listen();
+            if let Some(r) = self.poll() {
+                return r;
+            }
+            l.await;
+        }
+    }
+}
+
+struct Queued {
+    stream: Arc<Stream>,
+    record: Record,
+    lsn: u64,
+}
+
+struct Queue {
+    buf: Vec<u8>,
+    items: Vec<Queued>,
+    next_lsn: u64,
+    shutdown: bool,
+    checkpoint: u64,
+}
+
+pub(crate) struct Shard {
+    id: usize,
+    dir: PathBuf,
+    root: PathBuf,
+    options: Options,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    durable_lsn: AtomicU64,
+    durable: Event,
+    poisoned: AtomicBool,
+    checkpoints_done: AtomicU64,
+    checkpoint_done: Event,
+    /// Streams whose applied state is newer than their sidecar (shard thread only).
+    dirty: Mutex<HashMap<String, Arc<Stream>>>,
+}
+
+impl Shard {
+    /// Encodes and enqueues a record; returns its ticket. Called with the stream's `core` held.
+    fn push(self: &Arc<Self>, stream: &Arc<Stream>, record: Record) -> Result<Ticket> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        let mut q = self.queue.lock();
+        if q.shutdown {
+            return Err(Error::ShutDown);
+        }
+        let len = record.encode_frame(&mut q.buf) as u64;
+        q.next_lsn += len;
+        let lsn = q.next_lsn;
+        q.items.push(Queued { stream: stream.clone(), record, lsn });
+        drop(q);
+        self.wake.notify_one();
+        Ok(Ticket { shard: Some(self.clone()), lsn })
+    }
+
+    fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
+        Ticket { shard: Some(self.clone()), lsn }
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+        self.durable.notify(usize::MAX);
+        self.checkpoint_done.notify(usize::MAX);
+    }
+
+    /// The shard thread: group commit until shutdown.
+    fn run(self: Arc<Self>, mut file: File, mut file_base: u64) {
+        let mut written = self.queue.lock().next_lsn - file_base;
+        loop {
+            let (buf, items, checkpoint, shutdown) = {
+                let mut q = self.queue.lock();
+                while q.items.is_empty() && !q.shutdown && q.checkpoint == 0 {
+                    self.wake.wait(&mut q);
+                }
+                let buf = std::mem::replace(&mut q.buf, Vec::with_capacity(64 << 10));
+                (buf, std::mem::take(&mut q.items), std::mem::take(&mut q.checkpoint), q.shutdown)
+            };
+            if !items.is_empty() {
+                if self.poisoned.load(Ordering::Acquire) {
+                    continue;
+                }
+                if let Err(_e) = self.commit(&mut file, &buf, &items) {
+                    self.poison();
+                    continue;
+                }
+                written += buf.len() as u64;
+            }
+            let want = checkpoint > 0 || shutdown || written >= self.options.checkpoint_bytes;
+            if want && !self.poisoned.load(Ordering::Acquire) {
+                match self.checkpoint(&mut file, &mut file_base) {
+                    Ok(()) => written = 0,
+                    Err(_e) => self.poison(),
+                }
+                self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
+                self.checkpoint_done.notify(usize::MAX);
+            }
+            if shutdown && self.queue.lock().items.is_empty() {
+                self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
+                self.checkpoint_done.notify(usize::MAX);
+                return;
+            }
+        }
+    }
+
+    /// Steps 3 and 4 of the write path for one batch.
+    fn commit(&self, file: &mut File, buf: &[u8], items: &[Queued]) -> Result<()> {
+        file.write_all(buf)?;
+        let mut touched: Vec<Arc<Stream>> = Vec::new();
+        let mut after: Vec<PathBuf> = Vec::new();
+        for it in items {
+            apply(&self.root, &self.options, &it.stream, it.lsn, &it.record, &mut after)?;
+            let mut dirty = self.dirty.lock();
+            if it.stream.data.lock().deleted {
+                dirty.remove(it.stream.name.as_str());
+            } else {
+                dirty.insert(it.stream.name.as_str().to_owned(), it.stream.clone());
+            }
+            if !touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
+                touched.push(it.stream.clone());
+            }
+        }
+        if self.options.durability == Durability::Sync {
+            file.sync_data()?;
+        }
+        for s in &touched {
+            let d = s.data.lock();
+            *s.visible.lock() = Visible::of(&d.state, d.deleted);
+            drop(d);
+            s.event.notify(usize::MAX);
+        }
+        if let Some(last) = items.last() {
+            self.durable_lsn.store(last.lsn, Ordering::Release);
+        }
+        self.durable.notify(usize::MAX);
+        for p in after {
+            let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+        }
+        Ok(())
+    }
+
+    /// Step 5: makes every dirty stream's files and sidecar durable and drops old journal files.
+    fn checkpoint(&self, file: &mut File, file_base: &mut u64) -> Result<()> {
+        let lsn = self.queue.lock().next_lsn.max(self.durable_lsn.load(Ordering::Acquire));
+        // 5a. Rotate: later batches go to a new file that starts at the current LSN.
+        let old = journal::list_files(&self.dir)?;
+        let mut fresh = new_journal_file(&self.dir, self.id, lsn)?;
+        std::mem::swap(file, &mut fresh);
+        *file_base = lsn;
+        // 5b. Everything applied so far (segments, indexes, directories) becomes durable.
+        fs::sync_fs(file)?;
+        // 5c. Sidecars record the applied state, which step 5b made durable.
+        let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
+        for s in &dirty {
+            let mut d = s.data.lock();
+            if d.deleted {
+                continue;
+            }
+            d.generation += 1;
+            sidecar::write(&s.dir, d.generation, d.applied_lsn, &d.state)?;
+            d.checkpointed_lsn = d.applied_lsn;
+        }
+        // 5d. The sidecars become durable; only then may the journal they replace go.
+        fs::sync_fs(file)?;
+        for (base, path) in old {
+            if base < lsn {
+                std::fs::remove_file(path)?;
+            }
+        }
+        fs::sync_dir(&self.dir)?;
+        Ok(())
+    }
+}
+
+fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
+    let path = journal::file_path(dir, base_lsn);
+    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+    f.write_all(&journal::file_header(shard as u32, base_lsn))?;
+    f.sync_all()?;
+    fs::sync_dir(dir)?;
+    Ok(f)
+}
+
+/// Applies one record to a stream's files and applied state (the shard thread and recovery).
+/// Paths to remove once the record is durable are pushed to `after`.
+fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Record, after: &mut Vec<PathBuf>) -> Result<()> {
+    let mut d = stream.data.lock();
+    if lsn <= d.applied_lsn && !matches!(record, Record::Create { .. }) {
+        return Ok(());
+    }
+    match record {
+        Record::Create { state, initial } => {
+            if d.segs.is_some() && lsn <= d.applied_lsn {
+                return Ok(());
+            }
+            if stream.dir.exists() {
+                std::fs::remove_dir_all(&stream.dir)?;
+            }
+            std::fs::create_dir_all(&stream.dir)?;
+            let mut segs = SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?;
+            segs.append(initial.start, &initial.body)?;
+            d.state = (**state).clone();
+            d.state.apply_append(initial);
+            d.segs = Some(segs);
+        }
+        Record::Append { rec, .. } => {
+            let segs = d.segs.as_mut().ok_or_else(|| Error::corrupt(&stream.dir, "append before create"))?;
+            segs.append(rec.start, &rec.body)?;
+            d.state.apply_append(rec);
+        }
+        Record::Delete { soft: true, .. } => d.state.soft_deleted = true,
+        Record::Delete { soft: false, .. } => {
+            d.deleted = true;
+            d.segs = None;
+            // Move the directory aside now, so a later create of the same name starts clean; the
+            // trash is emptied once the delete is durable (and restored by recovery if it is not).
+            let trash = root.join("trash").join(format!("{}-{}", dir_key(&stream.dir), stream.incarnation));
+            if stream.dir.exists() {
+                std::fs::rename(&stream.dir, &trash)?;
+            }
+            after.push(trash);
+        }
+        Record::Snapshot { info, .. } => d.state.apply_snapshot(info),
+        Record::Retention { to, .. } => {
+            d.state.apply_retention(*to);
+            if let Some(segs) = d.segs.as_mut() {
+                after.extend(segs.retain(to.bytes));
+            }
+            let keep: Vec<Offset> = d.state.snapshots.iter().map(|s| s.offset).collect();
+            if let Ok(rd) = std::fs::read_dir(&stream.dir) {
+                for e in rd.flatten() {
+                    let n = e.file_name();
+                    if let Some(o) = n.to_str().and_then(parse_snapshot_file) {
+                        if !keep.contains(&o) {
+                            after.push(e.path());
+                        }
+                    }
+                }
+            }
+        }
+        Record::ForkRef { fork, add, .. } => {
+            if *add {
+                d.state.forks.insert(fork.clone());
+            } else {
+                d.state.forks.remove(fork);
+            }
+        }
+    }
+    d.applied_lsn = lsn;
+    Ok(())
+}
+
+fn dir_key(dir: &Path) -> String {
+    dir.file_name().and_then(|s| s.to_str()).unwrap_or("unknown").to_owned()
+}
+
+fn snapshot_file(offset: Offset) -> String {
+    format!("snap-{offset}.blob")
+}
+
+fn parse_snapshot_file(name: &str) -> Option<Offset> {
+    name.strip_prefix("snap-")?.strip_suffix(".blob")?.parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The engine
+
+pub(crate) struct Engine {
+    root: PathBuf,
+    options: Options,
+    _lock: File,
+    registry: Mutex<HashMap<String, Arc<Stream>>>,
+    shards: Vec<Arc<Shard>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    stopped: AtomicBool,
+    counter: AtomicU64,
+    reaper_stop: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
 impl Engine {
-    pub(crate) fn open(dir: &Path, options: Options) -> Result<Arc<Engine>> { todo!() }
-    pub(crate) fn options(&self) -> &Options { &self.options }
-    pub(crate) fn create(&self, name: &StreamName, req: CreateOptions) -> Result<Pending<Created>> { todo!() }
-    pub(crate) fn append(&self, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>> { todo!() }
-    pub(crate) fn read(&self, name: &StreamName, req: &ReadRequest) -> Result<ReadChunk> { todo!() }
-    pub(crate) fn read_messages(&self, name: &StreamName, req: &ReadRequest) -> Result<(Vec<Message>, ReadChunk)> { todo!() }
-    pub(crate) fn head(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<StreamInfo> { todo!() }
-    pub(crate) fn touch(&self, name: &StreamName) -> Result<()> { todo!() }
-    pub(crate) fn delete(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<Pending<()>> { todo!() }
-    pub(crate) async fn wait(&self, name: &StreamName, after: Offset) -> Result<()> { todo!() }
-    pub(crate) fn wait_blocking(&self, name: &StreamName, after: Offset, timeout: Duration) -> Result<bool> { todo!() }
-    pub(crate) fn publish_snapshot(&self, name: &StreamName, offset: Offset, content_type: Option<&str>, blob: &mut dyn Read, expect_digest: Option<&str>, expect: Option<&Incarnation>) -> Result<(SnapshotInfo, StreamInfo)> { todo!() }
-    pub(crate) fn snapshot(&self, name: &StreamName, offset: Option<Offset>, expect: Option<&Incarnation>) -> Result<Snapshot> { todo!() }
-    pub(crate) fn delete_snapshot(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<()> { todo!() }
-    pub(crate) fn set_retention(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<StreamInfo> { todo!() }
-    pub(crate) fn list(&self, prefix: &str) -> Result<Vec<StreamName>> { todo!() }
-    pub(crate) fn checkpoint(&self) -> Result<()> { todo!() }
-    pub(crate) fn shutdown(&self) -> Result<()> { todo!() }
-    pub(crate) fn resolve(&self, name: &StreamName, from: ReadFrom) -> Result<Offset> { todo!() }
+    pub(crate) fn open(dir: &Path, options: Options) -> Result<Arc<Engine>> {
+        options.validate()?;
+        std::fs::create_dir_all(dir)?;
+        let root = dir.canonicalize()?;
+        let lock = fs::lock(&root)?;
+        let mut options = options;
+        options.journal_shards = store_manifest(&root, options.journal_shards)?;
+        std::fs::create_dir_all(root.join("streams"))?;
+        std::fs::create_dir_all(root.join("trash"))?;
+        restore_trash(&root)?;
+
+        let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
+        let mut shards = Vec::new();
+        let mut starts = Vec::new();
+        for id in 0..options.journal_shards {
+            let jdir = root.join("journal").join(format!("{id:02}"));
+            std::fs::create_dir_all(&jdir)?;
+            let end = replay_shard(&root, &options, id, &jdir, &mut registry)?;
+            let shard = Arc::new(Shard {
+                id,
+                dir: jdir.clone(),
+                root: root.clone(),
+                options: options.clone(),
+                queue: Mutex::new(Queue { buf: Vec::with_capacity(64 << 10), items: Vec::new(), next_lsn: end, shutdown: false, checkpoint: 0 }),
+                wake: Condvar::new(),
+                durable_lsn: AtomicU64::new(end),
+                durable: Event::new(),
+                poisoned: AtomicBool::new(false),
+                checkpoints_done: AtomicU64::new(0),
+                checkpoint_done: Event::new(),
+                dirty: Mutex::new(HashMap::new()),
+            });
+            // Streams replayed from this shard's journal are dirty until the first checkpoint.
+            {
+                let mut dirty = shard.dirty.lock();
+                for (name, s) in &registry {
+                    let dirty_now = s.shard == id && {
+                        let d = s.data.lock();
+                        d.applied_lsn > d.checkpointed_lsn
+                    };
+                    if dirty_now {
+                        dirty.insert(name.clone(), s.clone());
+                    }
+                }
+            }
+            let mut file = new_journal_file(&jdir, id, end)?;
+            let mut base = end;
+            // Make the replayed state a checkpoint right away, so the old journal can go.
+            shard.checkpoint(&mut file, &mut base)?;
+            starts.push((shard.clone(), file, base));
+            shards.push(shard);
+        }
+        registry.retain(|_, s| !s.data.lock().deleted);
+        let mut threads = Vec::new();
+        for (shard, file, base) in starts {
+            let name = format!("brook-journal-{}", shard.id);
+            threads.push(std::thread::Builder::new().name(name).spawn(move || shard.run(file, base))?);
+        }
+        let engine = Arc::new(Engine {
+            root,
+            options,
+            _lock: lock,
+            registry: Mutex::new(registry),
+            shards,
+            threads: Mutex::new(threads),
+            stopped: AtomicBool::new(false),
+            counter: AtomicU64::new(0),
+            reaper_stop: Arc::new((Mutex::new(false), Condvar::new())),
+        });
+        let weak = Arc::downgrade(&engine);
+        let stop = engine.reaper_stop.clone();
+        let reaper = std::thread::Builder::new().name("brook-expiry".into()).spawn(move || reaper(weak, stop))?;
+        engine.threads.lock().push(reaper);
+        Ok(engine)
+    }
+
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
+    fn shard_of(&self, name: &str) -> usize {
+        let k = fs::key(name);
+        (u64::from_le_bytes([k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]]) % self.shards.len() as u64) as usize
+    }
+
+    fn new_incarnation(&self, name: &str) -> String {
+        use sha2::Digest;
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let mut h = sha2::Sha256::new();
+        h.update(t.to_le_bytes());
+        h.update(n.to_le_bytes());
+        h.update(std::process::id().to_le_bytes());
+        h.update(name.as_bytes());
+        let d = h.finalize();
+        let hex: String = d[..10].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{:x}-{hex}", t / 1_000_000)
+    }
+
+    /// Looks a stream up, loading it from disk if needed. Includes soft-deleted streams.
+    fn lookup(&self, name: &str) -> Result<Option<Arc<Stream>>> {
+        let mut reg = self.registry.lock();
+        if let Some(s) = reg.get(name) {
+            if s.core.lock().gone {
+                // A tombstone: deleted, and until the delete is applied its files must not be
+                // loaded again. Once applied, the directory is gone and the entry can go too.
+                if s.data.lock().deleted {
+                    reg.remove(name);
+                }
+                return Ok(None);
+            }
+            s.last_used.store(now_ms(), Ordering::Relaxed);
+            return Ok(Some(s.clone()));
+        }
+        let dir = fs::stream_dir(&self.root, name);
+        let Some(sc) = sidecar::load(&dir)? else { return Ok(None) };
+        if sc.state.config.name != name {
+            return Err(Error::corrupt(&dir, "stream directory belongs to another name (hash collision)"));
+        }
+        let segs = SegmentSet::open(&dir, sc.state.base, sc.state.tail, self.options.segment_bytes)?;
+        let s = Stream::new(sc.state, dir, self.shard_of(name), Some(segs), sc.applied_lsn, sc.generation, true);
+        s.data.lock().checkpointed_lsn = sc.applied_lsn;
+        reg.insert(name.to_owned(), s.clone());
+        if reg.len() > self.options.max_open_streams {
+            evict(&mut reg, self.options.max_open_streams);
+        }
+        Ok(Some(s))
+    }
+
+    /// A stream clients may address: not soft-deleted, not expired.
+    fn live(&self, name: &StreamName) -> Result<Arc<Stream>> {
+        let s = self.lookup(name.as_str())?.ok_or(Error::NotFound)?;
+        if s.core.lock().state.soft_deleted {
+            return Err(Error::Gone);
+        }
+        if s.expired_at(now_ms()) {
+            self.expire(&s);
+            return Err(Error::NotFound);
+        }
+        Ok(s)
+    }
+
+    fn expire(&self, s: &Arc<Stream>) {
+        if let Ok(p) = self.delete_stream(s, None, true) {
+            let _ = p.ticket.wait();
+        }
+    }
+
+    // --- create -----------------------------------------------------------------------------
+
+    pub(crate) fn create(&self, name: &StreamName, req: CreateOptions) -> Result<Pending<Created>> {
+        if req.data.len() > self.options.max_append_bytes {
+            return Err(Error::TooLarge(format!("body is larger than {} bytes", self.options.max_append_bytes)));
+        }
+        let stream_seq = filter_stream_seq(req.stream_seq.clone())?;
+        let requested_ct = req.content_type.as_deref().map(normalize_content_type).transpose()?;
+        if let Expiry::Ttl(s) = req.expiry {
+            if s > u64::MAX / 2000 {
+                return Err(Error::InvalidArgument("Stream-TTL is too large".into()));
+            }
+        }
+        let expiry = match req.expiry {
+            Expiry::At(t) => Expiry::At(to_ms(t)),
+            e => e,
+        };
+
+        // An existing stream: idempotent success or a conflict.
+        if let Some(existing) = self.lookup(name.as_str())? {
+            let expired = existing.expired_at(now_ms());
+            if expired && !existing.core.lock().state.soft_deleted {
+                self.expire(&existing);
+            } else {
+                return self.confirm_existing(&existing, &req, requested_ct.as_deref(), expiry);
+            }
+        }
+        if req.expect.is_some() {
+            return Err(Error::IncarnationMissing);
+        }
+
+        // Resolve the fork's source and position.
+        let mut fork_ticket = None;
+        let (content_type, base, fork, expiry, source) = match &req.fork {
+            None => (requested_ct.clone().unwrap_or_else(|| "application/octet-stream".into()), Offset::ZERO, None, expiry, None),
+            Some(f) => {
+                let src = self.lookup(f.source.as_str())?.ok_or(Error::ForkSourceNotFound)?;
+                if src.core.lock().state.soft_deleted {
+                    return Err(Error::ForkSourceGone);
+                }
+                if src.expired_at(now_ms()) {
+                    self.expire(&src);
+                    return Err(Error::ForkSourceNotFound);
+                }
+                let sct = src.config.content_type.clone();
+                if let Some(ct) = &requested_ct {
+                    if *ct != sct {
+                        return Err(Error::ContentTypeMismatch { expected: sct });
+                    }
+                }
+                let pos = self.fork_position(&src, f)?;
+                let expiry = match (expiry, src.config.expiry) {
+                    (Expiry::Never, inherited) => inherited,
+                    (own, _) => own,
+                };
+                (sct, pos, Some((f.source.as_str().to_owned(), pos)), expiry, Some(src))
+            }
+        };
+        let json = is_json(&content_type);
+        let body = prepare_body(json, req.data.clone(), true)?;
+        let config = Config { name: name.as_str().to_owned(), incarnation: self.new_incarnation(name.as_str()), content_type, expiry, fork };
+        let state = StreamState::new(config, base);
+
+        let mut reg = self.registry.lock();
+        if reg.get(name.as_str()).is_some_and(|s| !s.core.lock().gone) {
+            drop(reg);
+            // Lost a race with another create: answer as for an existing stream.
+            let existing = self.lookup(name.as_str())?.ok_or(Error::NotFound)?;
+            return self.confirm_existing(&existing, &req, requested_ct.as_deref(), expiry);
+        }
+        if let Some(src) = &source {
+            let mut core = src.core.lock();
+            if core.gone || core.state.soft_deleted {
+                return Err(Error::ForkSourceGone);
+            }
+            let rec = Record::ForkRef {
+                name: src.name.as_str().to_owned(),
+                incarnation: src.incarnation.as_str().to_owned(),
+                fork: name.as_str().to_owned(),
+                add: true,
+            };
+            core.state.forks.insert(name.as_str().to_owned());
+            let t = self.shards[src.shard].push(src, rec)?;
+            core.last_lsn = t.lsn;
+            fork_ticket = Some(t);
+        }
+        let shard = self.shard_of(name.as_str());
+        let dir = fs::stream_dir(&self.root, name.as_str());
+        let stream = Stream::new(state.clone(), dir, shard, None, 0, 0, false);
+        let initial = AppendRecord { start: base, body, close: req.closed, stream_seq, producer: None };
+        let ticket = {
+            let mut core = stream.core.lock();
+            core.state.apply_append(&initial);
+            let t = self.shards[shard].push(&stream, Record::Create { state: Box::new(state), initial })?;
+            core.last_lsn = t.lsn;
+            t
+        };
+        reg.insert(name.as_str().to_owned(), stream.clone());
+        if reg.len() > self.options.max_open_streams {
+            evict(&mut reg, self.options.max_open_streams);
+        }
+        drop(reg);
+        if let Some(t) = fork_ticket {
+            t.wait()?;
+        }
+        let info = stream.staged_info(&stream.core.lock().state);
+        Ok(Pending { value: Created { created: true, info }, ticket })
+    }
+
+    fn confirm_existing(&self, s: &Arc<Stream>, req: &CreateOptions, ct: Option<&str>, expiry: Expiry) -> Result<Pending<Created>> {
+        // Resolve the requested fork position (offset plus sub-offset) as a create would, before
+        // taking this stream's lock.
+        let requested_pos = match (&req.fork, &s.config.fork) {
+            (Some(f), Some((src, _))) if f.source.as_str() == src && f.offset.is_some() => match self.lookup(src)? {
+                Some(source) => self.fork_position(&source, f).ok(),
+                None => None,
+            },
+            _ => None,
+        };
+        let core = s.core.lock();
+        if core.state.soft_deleted {
+            return Err(Error::ConfigMismatch("the stream was deleted and is kept for its forks"));
+        }
+        s.check_expect(req.expect.as_ref())?;
+        let want_ct = match (ct, &req.fork) {
+            (Some(ct), _) => ct.to_owned(),
+            (None, Some(_)) => s.config.content_type.clone(),
+            (None, None) => "application/octet-stream".to_owned(),
+        };
+        if want_ct != s.config.content_type {
+            return Err(Error::ConfigMismatch("content type differs"));
+        }
+        if req.fork.is_none() && expiry != s.config.expiry {
+            return Err(Error::ConfigMismatch("expiry differs"));
+        }
+        if req.closed != core.state.closed {
+            return Err(Error::ConfigMismatch("closure status differs"));
+        }
+        match (&req.fork, &s.config.fork) {
+            (None, None) => {}
+            (Some(f), Some((src, at))) => {
+                let differs = match requested_pos {
+                    Some(pos) => pos.bytes != at.bytes,
+                    None => f.offset.is_some_and(|o| o.bytes != at.bytes) || f.sub_offset != 0,
+                };
+                if f.source.as_str() != src || differs {
+                    return Err(Error::ConfigMismatch("fork source or offset differs"));
+                }
+                if expiry != Expiry::Never && expiry != s.config.expiry {
+                    return Err(Error::ConfigMismatch("expiry differs"));
+                }
+            }
+            _ => return Err(Error::ConfigMismatch("fork configuration differs")),
+        }
+        let ticket = self.shards[s.shard].ticket(core.last_lsn);
+        let info = s.staged_info(&core.state);
+        Ok(Pending { value: Created { created: false, info }, ticket })
+    }
+
+    /// The divergence point of a fork: `offset` (default the source's tail) refined by the
+    /// sub-offset, validated against the source.
+    fn fork_position(&self, src: &Arc<Stream>, f: &ForkFrom) -> Result<Offset> {
+        let vis = src.visible();
+        let at = f.offset.unwrap_or(vis.tail);
+        if at.bytes > vis.tail.bytes {
+            return Err(Error::InvalidForkPosition(format!("offset {at} is beyond the source's tail {}", vis.tail)));
+        }
+        if at.bytes < vis.earliest.bytes {
+            return Err(Error::InvalidForkPosition(format!("offset {at} is before the source's retained start")));
+        }
+        if !self.is_boundary(src, at.bytes)? {
+            return Err(Error::InvalidForkPosition(format!("offset {at} is not a position brook returned")));
+        }
+        let mut pos = at.bytes;
+        if f.sub_offset > 0 {
+            if src.json {
+                for _ in 0..f.sub_offset {
+                    match self.next_boundary(src, pos)? {
+                        Some(b) if b <= vis.tail.bytes => pos = b,
+                        _ => return Err(Error::InvalidForkPosition("sub-offset reaches past the tail".into())),
+                    }
+                }
+            } else {
+                let next = self.next_boundary(src, pos)?.unwrap_or(vis.tail.bytes).min(vis.tail.bytes);
+                if pos + f.sub_offset > next {
+                    return Err(Error::InvalidForkPosition("sub-offset reaches past the next message boundary".into()));
+                }
+                pos += f.sub_offset;
+            }
+        }
+        self.offset_at(src, pos)
+    }
+
+    // --- the data of a stream and its fork chain -----------------------------------------------
+
+    fn source_of(&self, s: &Stream) -> Result<Arc<Stream>> {
+        let (src, _) = s.config.fork.as_ref().ok_or_else(|| Error::corrupt(&s.dir, "fork without source"))?;
+        self.lookup(src)?.ok_or_else(|| Error::corrupt(&s.dir, "fork source is missing"))
+    }
+
+    fn offset_at(&self, s: &Arc<Stream>, pos: u64) -> Result<Offset> {
+        let base = s.base();
+        if pos < base.bytes || (pos == base.bytes && s.config.fork.is_some()) {
+            if pos == base.bytes {
+                return Ok(base);
+            }
+            return self.offset_at(&self.source_of(s)?, pos);
+        }
+        let d = s.data.lock();
+        Ok(d.segs.as_ref().map(|g| g.offset_at(pos)).unwrap_or(Offset::new(0, pos)))
+    }
+
+    fn is_boundary(&self, s: &Arc<Stream>, pos: u64) -> Result<bool> {
+        let base = s.base();
+        if pos == base.bytes {
+            return Ok(true);
+        }
+        if pos < base.bytes {
+            return self.is_boundary(&self.source_of(s)?, pos);
+        }
+        let d = s.data.lock();
+        Ok(d.segs.as_ref().is_some_and(|g| g.is_boundary(pos)))
+    }
+
+    fn next_boundary(&self, s: &Arc<Stream>, pos: u64) -> Result<Option<u64>> {
+        let base = s.base();
+        if pos < base.bytes {
+            let b = self.next_boundary(&self.source_of(s)?, pos)?;
+            return Ok(Some(b.map_or(base.bytes, |b| b.min(base.bytes))));
+        }
+        let d = s.data.lock();
+        Ok(d.segs.as_ref().and_then(|g| g.next_boundary_after(pos)))
+    }
+
+    fn read_boundary(&self, s: &Arc<Stream>, from: u64, limit: u64, tail: u64) -> Result<u64> {
+        let base = s.base();
+        if from < base.bytes {
+            let src = self.source_of(s)?;
+            let b = self.read_boundary(&src, from, limit.min(base.bytes), base.bytes)?;
+            if b < base.bytes || limit <= base.bytes {
+                return Ok(b.min(base.bytes));
+            }
+            // The whole inherited range fits: continue into the fork's own data.
+            if limit > base.bytes && tail > base.bytes {
+                let own = self.read_boundary(s, base.bytes, limit, tail)?;
+                return Ok(if own > limit { base.bytes } else { own });
+            }
+            return Ok(base.bytes);
+        }
+        let d = s.data.lock();
+        Ok(d.segs.as_ref().map_or(tail, |g| g.boundary_for_read(from, limit)).min(tail))
+    }
+
+    fn read_range(&self, s: &Arc<Stream>, from: u64, to: u64, out: &mut Vec<Bytes>) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let base = s.base();
+        if from < base.bytes {
+            let src = self.source_of(s)?;
+            self.read_range(&src, from, to.min(base.bytes), out)?;
+            return self.read_range(s, base.bytes, to, out);
+        }
+        let mut d = s.data.lock();
+        let segs = d.segs.as_mut().ok_or(Error::NotFound)?;
+        match segs.read(from, to)? {
+            Some(v) => {
+                out.extend(v);
+                Ok(())
+            }
+            None => Err(Error::OffsetGone { earliest: s.visible().earliest }),
+        }
+    }
+
+    fn message_ranges(&self, s: &Arc<Stream>, from: u64, to: u64, out: &mut Vec<(u64, u64)>) -> Result<()> {
+        let base = s.base();
+        if from < base.bytes {
+            let src = self.source_of(s)?;
+            self.message_ranges(&src, from, to.min(base.bytes), out)?;
+        }
+        let d = s.data.lock();
+        if let Some(g) = d.segs.as_ref() {
+            out.extend(g.message_ranges(from.max(base.bytes), to));
+        }
+        Ok(())
+    }
+
+    // --- append -----------------------------------------------------------------------------
+
+    pub(crate) fn append(&self, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>> {
+        if req.data.len() > self.options.max_append_bytes {
+            return Err(Error::TooLarge(format!("body is larger than {} bytes", self.options.max_append_bytes)));
+        }
+        let stream_seq = filter_stream_seq(req.stream_seq)?;
+        if let Some(p) = &req.producer {
+            validate_producer(p)?;
+        }
+        let ct = req.content_type.as_deref().map(normalize_content_type).transpose()?;
+        let s = self.live(name)?;
+        s.check_expect(req.expect.as_ref())?;
+        let has_data = !req.data.is_empty();
+        // Step 1: validate and convert the body outside any lock.
+        let body = prepare_body(s.json, req.data, false);
+        let shard = &self.shards[s.shard];
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        if core.state.soft_deleted {
+            return Err(Error::Gone);
+        }
+        let check = AppendCheck {
+            body: &body,
+            has_data,
+            content_type: ct.as_deref(),
+            close: req.close,
+            stream_seq: stream_seq.as_deref(),
+            producer: req.producer.as_ref(),
+        };
+        let decision = match core.state.check_append(&check) {
+            Ok(d) => d,
+            Err(e) => {
+                // A refusal may rest on state that is not durable yet: wait for it first.
+                let t = shard.ticket(core.last_lsn);
+                drop(core);
+                t.wait()?;
+                return Err(e);
+            }
+        };
+        s.touch();
+        let producer_echo = |st: &StreamState| {
+            req.producer.as_ref().and_then(|p| st.producers.get(&p.id).map(|x| (x.epoch, x.seq)))
+        };
+        match decision {
+            Decision::Answer(status) => {
+                let closed = core.state.closed;
+                let echo = match (&req.producer, status) {
+                    _ => producer_echo(&core.state),
+                };
+                let outcome = AppendOutcome { status, tail: core.state.tail, closed, producer: echo, incarnation: s.incarnation.clone() };
+                let ticket = shard.ticket(core.last_lsn);
+                Ok(Pending { value: outcome, ticket })
+            }
+            Decision::Accept => {
+                let body = body.unwrap_or_default();
+                let rec = AppendRecord { start: core.state.tail, body, close: req.close, stream_seq, producer: req.producer };
+                core.state.apply_append(&rec);
+                let outcome = AppendOutcome {
+                    status: AppendStatus::Appended,
+                    tail: core.state.tail,
+                    closed: core.state.closed,
+                    producer: rec.producer.as_ref().map(|p| (p.epoch, p.seq)),
+                    incarnation: s.incarnation.clone(),
+                };
+                let record = Record::Append { name: name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), rec };
+                let ticket = shard.push(&s, record)?;
+                core.last_lsn = ticket.lsn;
+                Ok(Pending { value: outcome, ticket })
+            }
+        }
+    }
+
+    // --- read -------------------------------------------------------------------------------
+
+    fn read_plan(&self, name: &StreamName, req: &ReadRequest) -> Result<(Arc<Stream>, Visible, u64, u64)> {
+        let s = self.live(name)?;
+        s.check_expect(req.expect.as_ref())?;
+        s.touch();
+        let vis = s.visible();
+        let start = match req.from {
+            ReadFrom::Start => vis.earliest,
+            ReadFrom::Tail => vis.tail,
+            ReadFrom::At(o) => o,
+        };
+        if start.bytes > vis.tail.bytes {
+            return Err(Error::OffsetBeyondTail { tail: vis.tail });
+        }
+        if start.bytes < vis.earliest.bytes {
+            return Err(Error::OffsetGone { earliest: vis.earliest });
+        }
+        if s.json && !self.is_boundary(&s, start.bytes)? && start.bytes != vis.tail.bytes {
+            return Err(Error::InvalidArgument(format!("offset {start} is not a message boundary")));
+        }
+        let max = req.max_bytes.unwrap_or(self.options.max_read_bytes).clamp(1, self.options.max_read_bytes);
+        let mut end = if req.from == ReadFrom::Tail { start.bytes } else { vis.tail.bytes.min(start.bytes.saturating_add(max)) };
+        if s.json && end < vis.tail.bytes && end > start.bytes.saturating_sub(0) {
+            end = self.read_boundary(&s, start.bytes, end, vis.tail.bytes)?;
+        } else if s.json && end == start.bytes && end < vis.tail.bytes && req.from != ReadFrom::Tail {
+            end = self.read_boundary(&s, start.bytes, end, vis.tail.bytes)?;
+        }
+        Ok((s, vis, start.bytes, end))
+    }
+
+    pub(crate) fn read(&self, name: &StreamName, req: &ReadRequest) -> Result<ReadChunk> {
+        let (s, vis, from, to) = self.read_plan(name, req)?;
+        let mut pieces = Vec::new();
+        self.read_range(&s, from, to, &mut pieces)?;
+        let data_len = to - from;
+        let body = if s.json { json_array(pieces) } else { pieces };
+        self.chunk(&s, &vis, from, to, body, data_len)
+    }
+
+    fn chunk(&self, s: &Arc<Stream>, vis: &Visible, from: u64, to: u64, body: Vec<Bytes>, data_len: u64) -> Result<ReadChunk> {
+        let up_to_date = to == vis.tail.bytes;
+        let next = if up_to_date { vis.tail } else { self.offset_at(s, to)? };
+        let start = if from == vis.tail.bytes { vis.tail } else { self.offset_at(s, from)? };
+        Ok(ReadChunk {
+            start,
+            next,
+            body,
+            data_len,
+            up_to_date,
+            closed: up_to_date && vis.closed,
+            content_type: s.config.content_type.clone(),
+            incarnation: s.incarnation.clone(),
+        })
+    }
+
+    pub(crate) fn read_messages(&self, name: &StreamName, req: &ReadRequest) -> Result<(Vec<Message>, ReadChunk)> {
+        let (s, vis, from, to) = self.read_plan(name, req)?;
+        let mut pieces = Vec::new();
+        self.read_range(&s, from, to, &mut pieces)?;
+        let flat: Bytes = if pieces.len() == 1 { pieces.pop().unwrap_or_default() } else { Bytes::from(pieces.concat()) };
+        let mut ranges = Vec::new();
+        self.message_ranges(&s, from, to, &mut ranges)?;
+        let mut msgs = Vec::with_capacity(ranges.len());
+        for (a, b) in ranges {
+            let (ra, mut rb) = ((a - from) as usize, (b - from) as usize);
+            if s.json && rb > ra {
+                rb -= 1; // the separator after each JSON message
+            }
+            let start = self.offset_at(&s, a)?;
+            msgs.push(Message { start, data: flat.slice(ra.min(flat.len())..rb.min(flat.len())) });
+        }
+        let chunk = self.chunk(&s, &vis, from, to, Vec::new(), to - from)?;
+        Ok((msgs, chunk))
+    }
+
+    pub(crate) fn resolve(&self, name: &StreamName, from: ReadFrom) -> Result<Offset> {
+        let s = self.live(name)?;
+        let vis = s.visible();
+        Ok(match from {
+            ReadFrom::Start => vis.earliest,
+            ReadFrom::Tail => vis.tail,
+            ReadFrom::At(o) => o,
+        })
+    }
+
+    pub(crate) fn head(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<StreamInfo> {
+        let s = self.live(name)?;
+        s.check_expect(expect)?;
+        Ok(s.info(&s.visible()))
+    }
+
+    pub(crate) fn touch(&self, name: &StreamName) -> Result<()> {
+        self.live(name)?.touch();
+        Ok(())
+    }
+
+    // --- wait -------------------------------------------------------------------------------
+
+    fn wait_ready(&self, s: &Stream, after: Offset) -> bool {
+        let v = s.visible.lock();
+        v.tail.bytes > after.bytes || v.closed || v.deleted || v.soft_deleted || s.core.lock().gone || s.expired_at(now_ms())
+    }
+
+    pub(crate) async fn wait(&self, name: &StreamName, after: Offset) -> Result<()> {
+        let s = self.live(name)?;
+        loop {
+            let l = s.event.listen();
+            if self.wait_ready(&s, after) {
+                return Ok(());
+            }
+            l.await;
+        }
+    }
+
+    pub(crate) fn wait_blocking(&self, name: &StreamName, after: Offset, timeout: Duration) -> Result<bool> {
+        let s = self.live(name)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let l = s.event.listen();
+            if self.wait_ready(&s, after) {
+                return Ok(true);
+            }
+            if l.wait_deadline(deadline).is_none() && !self.wait_ready(&s, after) {
+                return Ok(false);
+            }
+        }
+    }
+
+    // --- delete -----------------------------------------------------------------------------
+
+    pub(crate) fn delete(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<Pending<()>> {
+        let s = self.lookup(name.as_str())?.ok_or(Error::NotFound)?;
+        if s.core.lock().state.soft_deleted {
+            return Err(Error::Gone);
+        }
+        if s.expired_at(now_ms()) {
+            self.expire(&s);
+            return Err(Error::NotFound);
+        }
+        self.delete_stream(&s, expect, false)
+    }
+
+    /// Forks of `s` that still exist and still read from it.
+    fn live_forks(&self, s: &Stream, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|f| {
+                matches!(self.lookup(f), Ok(Some(fs)) if !fs.core.lock().gone
+                    && fs.config.fork.as_ref().is_some_and(|(src, _)| src == s.name.as_str()))
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn delete_stream(&self, s: &Arc<Stream>, expect: Option<&Incarnation>, expiring: bool) -> Result<Pending<()>> {
+        let forks: Vec<String> = s.core.lock().state.forks.iter().cloned().collect();
+        let live = self.live_forks(s, &forks);
+        let mut reg = self.registry.lock();
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        if core.state.soft_deleted {
+            return Err(Error::Gone);
+        }
+        if !expiring {
+            s.check_expect(expect)?;
+        }
+        let shard = &self.shards[s.shard];
+        let soft = !live.is_empty();
+        let record = Record::Delete { name: s.name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), soft };
+        let ticket = shard.push(s, record)?;
+        core.last_lsn = ticket.lsn;
+        if soft {
+            core.state.soft_deleted = true;
+        } else {
+            core.gone = true;
+        }
+        drop(core);
+        drop(reg);
+        s.event.notify(usize::MAX);
+        if !soft {
+            self.release_source(s)?;
+        }
+        Ok(Pending { value: (), ticket })
+    }
+
+    /// After a fork is gone: drop it from its source's fork list, and collect a soft-deleted
+    /// source that no live fork reads any more (cascading up the chain).
+    fn release_source(&self, fork: &Stream) -> Result<()> {
+        let Some((src_name, _)) = &fork.config.fork else { return Ok(()) };
+        let Some(src) = self.lookup(src_name)? else { return Ok(()) };
+        let remaining: Vec<String> = {
+            let mut core = src.core.lock();
+            if core.gone {
+                return Ok(());
+            }
+            let rec = Record::ForkRef {
+                name: src.name.as_str().to_owned(),
+                incarnation: src.incarnation.as_str().to_owned(),
+                fork: fork.name.as_str().to_owned(),
+                add: false,
+            };
+            core.state.forks.remove(fork.name.as_str());
+            let t = self.shards[src.shard].push(&src, rec)?;
+            core.last_lsn = t.lsn;
+            if !core.state.soft_deleted {
+                drop(core);
+                return t.wait();
+            }
+            core.state.forks.iter().cloned().collect()
+        };
+        if self.live_forks(&src, &remaining).is_empty() {
+            let mut reg = self.registry.lock();
+            let mut core = src.core.lock();
+            if core.gone {
+                return Ok(());
+            }
+            let rec = Record::Delete { name: src.name.as_str().to_owned(), incarnation: src.incarnation.as_str().to_owned(), soft: false };
+            let t = self.shards[src.shard].push(&src, rec)?;
+            core.last_lsn = t.lsn;
+            core.gone = true;
+            drop(core);
+            drop(reg);
+            src.event.notify(usize::MAX);
+            t.wait()?;
+            self.release_source(&src)?;
+        }
+        Ok(())
+    }
+
+    // --- snapshots and retention ------------------------------------------------------------------
+
+    pub(crate) fn publish_snapshot(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        content_type: Option<&str>,
+        blob: &mut dyn Read,
+        expect_digest: Option<&str>,
+        expect: Option<&Incarnation>,
+    ) -> Result<(SnapshotInfo, StreamInfo)> {
+        use sha2::Digest;
+        let s = self.live(name)?;
+        s.check_expect(expect)?;
+        let ct = normalize_content_type(content_type.unwrap_or("application/octet-stream"))?;
+        // Stream the blob to a temporary file, hashing as it goes.
+        let tmp = s.dir.join(format!("snap-tmp-{}", self.counter.fetch_add(1, Ordering::Relaxed)));
+        let cleanup = TempFile(tmp.clone());
+        let mut f = File::create(&tmp)?;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(ct.as_bytes());
+        hasher.update([0u8]);
+        let mut buf = vec![0u8; 256 << 10];
+        let mut len = 0u64;
+        loop {
+            let n = blob.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            len += n as u64;
+            if len > self.options.max_snapshot_bytes {
+                return Err(Error::TooLarge(format!("snapshot is larger than {} bytes", self.options.max_snapshot_bytes)));
+            }
+            hasher.update(&buf[..n]);
+            f.write_all(&buf[..n])?;
+        }
+        f.sync_all()?;
+        drop(f);
+        let digest = format!("sha256:{}", hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        let tail = core.state.tail;
+        if offset.bytes > tail.bytes {
+            return Err(Error::OffsetBeyondTail { tail });
+        }
+        if offset.bytes < core.state.earliest.bytes {
+            return Err(Error::OffsetGone { earliest: core.state.earliest });
+        }
+        let latest = core.state.latest_snapshot().cloned();
+        if let Some(want) = expect_digest {
+            if latest.as_ref().map(|l| l.digest.as_str()) != Some(want) {
+                return Err(Error::SnapshotMatchFailed { current: latest.map(|l| l.digest) });
+            }
+        }
+        if let Some(existing) = core.state.snapshots.iter().find(|x| x.offset.bytes == offset.bytes) {
+            if existing.digest == digest && existing.content_type == ct {
+                let info = existing.clone();
+                let t = self.shards[s.shard].ticket(core.last_lsn);
+                let sinfo = s.staged_info(&core.state);
+                drop(core);
+                t.wait()?;
+                return Ok((info, sinfo));
+            }
+            return Err(Error::SnapshotConflict);
+        }
+        if let Some(l) = &latest {
+            if l.offset.bytes > offset.bytes {
+                return Err(Error::SnapshotStale { latest: l.offset });
+            }
+        }
+        drop(core);
+        let canonical = self.offset_at(&s, offset.bytes)?;
+        if !self.is_boundary(&s, offset.bytes)? && offset.bytes != tail.bytes {
+            return Err(Error::NotOnBoundary(offset));
+        }
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        if core.state.snapshots.iter().any(|x| x.offset.bytes >= offset.bytes) {
+            return Err(Error::SnapshotConflict);
+        }
+        let info = SnapshotInfo { offset: canonical, digest, content_type: ct, len };
+        std::fs::rename(&tmp, s.dir.join(snapshot_file(canonical)))?;
+        std::mem::forget(cleanup);
+        fs::sync_dir(&s.dir)?;
+        core.state.apply_snapshot(&info);
+        let record = Record::Snapshot { name: name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), info: info.clone() };
+        let t = self.shards[s.shard].push(&s, record)?;
+        core.last_lsn = t.lsn;
+        let sinfo = s.staged_info(&core.state);
+        drop(core);
+        t.wait()?;
+        Ok((info, sinfo))
+    }
+
+    pub(crate) fn snapshot(&self, name: &StreamName, offset: Option<Offset>, expect: Option<&Incarnation>) -> Result<Snapshot> {
+        let s = self.live(name)?;
+        s.check_expect(expect)?;
+        let vis = s.visible();
+        let info = match offset {
+            None => vis.snapshots.last().cloned(),
+            Some(o) => vis.snapshots.iter().find(|x| x.offset.bytes == o.bytes).cloned(),
+        }
+        .ok_or(Error::SnapshotNotFound)?;
+        let data = std::fs::read(s.dir.join(snapshot_file(info.offset)))?;
+        Ok(Snapshot { info, data: data.into(), tail: vis.tail, closed: vis.closed, incarnation: s.incarnation.clone() })
+    }
+
+    pub(crate) fn delete_snapshot(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<()> {
+        let s = self.live(name)?;
+        s.check_expect(expect)?;
+        let vis = s.visible();
+        match vis.snapshots.last() {
+            Some(l) if l.offset.bytes == offset.bytes => Err(Error::SnapshotDeleteRefused),
+            _ => Err(Error::SnapshotNotFound),
+        }
+    }
+
+    pub(crate) fn set_retention(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<StreamInfo> {
+        let s = self.live(name)?;
+        s.check_expect(expect)?;
+        if !self.is_boundary(&s, offset.bytes)? {
+            return Err(Error::NotOnBoundary(offset));
+        }
+        let canonical = self.offset_at(&s, offset.bytes)?;
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        match core.state.latest_snapshot() {
+            Some(l) if l.offset.bytes >= offset.bytes => {}
+            _ => return Err(Error::RetentionBeyondSnapshot),
+        }
+        if canonical.bytes <= core.state.earliest.bytes {
+            let t = self.shards[s.shard].ticket(core.last_lsn);
+            let info = s.staged_info(&core.state);
+            drop(core);
+            t.wait()?;
+            return Ok(info);
+        }
+        core.state.apply_retention(canonical);
+        let record = Record::Retention { name: name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), to: canonical };
+        let t = self.shards[s.shard].push(&s, record)?;
+        core.last_lsn = t.lsn;
+        let info = s.staged_info(&core.state);
+        drop(core);
+        t.wait()?;
+        Ok(info)
+    }
+
+    /// Disk space a stream's segments take (for tests and tools).
+    pub(crate) fn disk_usage(&self, name: &StreamName) -> Result<u64> {
+        let s = self.live(name)?;
+        let d = s.data.lock();
+        Ok(d.segs.as_ref().map_or(0, |g| g.disk_usage()))
+    }
+
+    // --- listing, checkpoints, shutdown ---------------------------------------------------------
+
+    pub(crate) fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {
+        let prefix = prefix.strip_prefix('/').unwrap_or(prefix);
+        let now = now_ms();
+        let mut names: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        let loaded: HashMap<String, Arc<Stream>> = self.registry.lock().clone();
+        for (n, s) in &loaded {
+            let core = s.core.lock();
+            if n.starts_with(prefix) && !core.gone && !core.state.soft_deleted && !s.expired_at(now) {
+                names.insert(n.clone());
+            }
+        }
+        for top in std::fs::read_dir(self.root.join("streams"))?.flatten() {
+            for dir in std::fs::read_dir(top.path())?.flatten() {
+                if let Some(sc) = sidecar::load(&dir.path())? {
+                    let n = &sc.state.config.name;
+                    if loaded.contains_key(n) || !n.starts_with(prefix) || sc.state.soft_deleted {
+                        continue;
+                    }
+                    let expired = match sc.state.config.expiry {
+                        Expiry::At(t) => t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) <= now,
+                        _ => false,
+                    };
+                    if !expired {
+                        names.insert(n.clone());
+                    }
+                }
+            }
+        }
+        Ok(names.into_iter().filter_map(|n| StreamName::new(&n).ok()).collect())
+    }
+
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        for shard in &self.shards {
+            let before = shard.checkpoints_done.load(Ordering::Acquire);
+            {
+                let mut q = shard.queue.lock();
+                if q.shutdown {
+                    return Err(Error::ShutDown);
+                }
+                q.checkpoint += 1;
+            }
+            shard.wake.notify_one();
+            loop {
+                if shard.poisoned.load(Ordering::Acquire) {
+                    return Err(Error::Poisoned);
+                }
+                if shard.checkpoints_done.load(Ordering::Acquire) > before {
+                    break;
+                }
+                let l = shard.checkpoint_done.listen();
+                if shard.checkpoints_done.load(Ordering::Acquire) > before || shard.poisoned.load(Ordering::Acquire) {
+                    continue;
+                }
+                l.wait();
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn shutdown(&self) -> Result<()> {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let (m, cv) = &*self.reaper_stop;
+            *m.lock() = true;
+            cv.notify_all();
+        }
+        for shard in &self.shards {
+            shard.queue.lock().shutdown = true;
+            shard.wake.notify_one();
+        }
+        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock());
+        let me = std::thread::current().id();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        if self.shards.iter().any(|s| s.poisoned.load(Ordering::Acquire)) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+}
+
+/// Removes a temporary file when dropped (unless forgotten).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Wraps a JSON stream's stored messages (`m1,m2,`) as an array (`[m1,m2]`) without copying them.
+fn json_array(mut pieces: Vec<Bytes>) -> Vec<Bytes> {
+    // Drop the separator after the last message.
+    while let Some(last) = pieces.last_mut() {
+        if last.is_empty() {
+            pieces.pop();
+            continue;
+        }
+        last.truncate(last.len() - 1);
+        if last.is_empty() {
+            pieces.pop();
+        }
+        break;
+    }
+    let mut out = Vec::with_capacity(pieces.len() + 2);
+    out.push(Bytes::from_static(b"["));
+    out.extend(pieces);
+    out.push(Bytes::from_static(b"]"));
+    out
+}
+
+/// Closes idle, clean streams beyond `cap`, least recently used first.
+fn evict(reg: &mut HashMap<String, Arc<Stream>>, cap: usize) {
+    let target = cap - cap / 8;
+    let mut candidates: Vec<(u64, String)> = reg
+        .iter()
+        .filter(|(_, s)| Arc::strong_count(s) == 1)
+        .filter(|(_, s)| {
+            let Some(d) = s.data.try_lock() else { return false };
+            let Some(c) = s.core.try_lock() else { return false };
+            d.deleted || (d.applied_lsn == d.checkpointed_lsn && c.last_lsn <= d.applied_lsn && !c.state.soft_deleted)
+        })
+        .map(|(n, s)| (s.last_used.load(Ordering::Relaxed), n.clone()))
+        .collect();
+    candidates.sort_unstable();
+    let excess = reg.len().saturating_sub(target);
+    for (_, n) in candidates.into_iter().take(excess) {
+        reg.remove(&n);
+    }
+}
+
+/// Deletes expired streams in the background, so their waiters wake and their space is freed.
+fn reaper(engine: Weak<Engine>, stop: Arc<(Mutex<bool>, Condvar)>) {
+    loop {
+        {
+            let (m, cv) = &*stop;
+            let mut stopped = m.lock();
+            if *stopped {
+                return;
+            }
+            cv.wait_for(&mut stopped, Duration::from_millis(250));
+            if *stopped {
+                return;
+            }
+        }
+        let Some(engine) = engine.upgrade() else { return };
+        let now = now_ms();
+        let expired: Vec<Arc<Stream>> = engine
+            .registry
+            .lock()
+            .values()
+            .filter(|s| s.config.expiry != Expiry::Never && s.expired_at(now))
+            .cloned()
+            .collect();
+        for s in expired {
+            if !s.core.lock().state.soft_deleted {
+                engine.expire(&s);
+            }
+        }
+    }
+}
+
+/// Reads or writes the store manifest (`STORE`): magic and the journal shard count.
+fn store_manifest(root: &Path, shards: usize) -> Result<usize> {
+    let path = root.join("STORE");
+    match std::fs::read(&path) {
+        Ok(b) => {
+            if b.len() != 12 || &b[..8] != STORE_MAGIC {
+                return Err(Error::corrupt(&path, "not a brook store manifest"));
+            }
+            let n = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
+            if !(1..=64).contains(&n) {
+                return Err(Error::corrupt(&path, "bad shard count"));
+            }
+            Ok(n)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut b = STORE_MAGIC.to_vec();
+            b.extend_from_slice(&(shards as u32).to_le_bytes());
+            let tmp = root.join("STORE.tmp");
+            let mut f = File::create(&tmp)?;
+            f.write_all(&b)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            fs::sync_dir(root)?;
+            Ok(shards)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Puts back stream directories moved to the trash by deletes that never became durable; the
+/// journal replay that follows deletes them again if their delete record is durable.
+fn restore_trash(root: &Path) -> Result<()> {
+    for e in std::fs::read_dir(root.join("trash"))?.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((key, _inc)) = name.split_once('-') else {
+            std::fs::remove_dir_all(e.path())?;
+            continue;
+        };
+        if key.len() < 2 {
+            std::fs::remove_dir_all(e.path())?;
+            continue;
+        }
+        let dest = root.join("streams").join(&key[..2]).join(key);
+        if dest.exists() {
+            std::fs::remove_dir_all(e.path())?;
+        } else {
+            std::fs::create_dir_all(root.join("streams").join(&key[..2]))?;
+            std::fs::rename(e.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// Replays one shard's journal into the registry; returns the LSN after its last valid record.
+fn replay_shard(root: &Path, options: &Options, id: usize, dir: &Path, registry: &mut HashMap<String, Arc<Stream>>) -> Result<u64> {
+    let files = journal::list_files(dir)?;
+    let mut end = 0;
+    let count = files.len();
+    for (i, (_, path)) in files.iter().enumerate() {
+        let scanned = journal::scan(path, id as u32)?;
+        if scanned.torn && i + 1 < count {
+            return Err(Error::corrupt(path, "corrupt record in a journal file that is not the newest"));
+        }
+        if i == 0 || scanned.base_lsn >= end {
+            end = end.max(scanned.base_lsn);
+        }
+        for (lsn, record) in scanned.records {
+            end = lsn;
+            let name = record.name().to_owned();
+            let stream = match (&record, registry.get(&name)) {
+                (Record::Create { state, .. }, existing) => {
+                    let same = existing.is_some_and(|s| s.incarnation.as_str() == state.config.incarnation && s.data.lock().applied_lsn >= lsn);
+                    if same {
+                        continue;
+                    }
+                    let sdir = fs::stream_dir(root, &name);
+                    // A sidecar of this very incarnation at or past this LSN means the create is checkpointed.
+                    if let Some(sc) = sidecar::load(&sdir)? {
+                        if sc.state.config.incarnation == state.config.incarnation && sc.applied_lsn >= lsn {
+                            let segs = SegmentSet::open(&sdir, sc.state.base, sc.state.tail, options.segment_bytes)?;
+                            let s = Stream::new(sc.state, sdir, id, Some(segs), sc.applied_lsn, sc.generation, true);
+                            registry.insert(name.clone(), s);
+                            continue;
+                        }
+                    }
+                    let s = Stream::new((**state).clone(), sdir, id, None, 0, 0, true);
+                    registry.insert(name.clone(), s.clone());
+                    s
+                }
+                (_, Some(s)) => s.clone(),
+                (_, None) => {
+                    let sdir = fs::stream_dir(root, &name);
+                    let Some(sc) = sidecar::load(&sdir)? else { continue };
+                    if sc.state.config.incarnation != record.incarnation() {
+                        continue;
+                    }
+                    let segs = SegmentSet::open(&sdir, sc.state.base, sc.state.tail, options.segment_bytes)?;
+                    let s = Stream::new(sc.state, sdir, id, Some(segs), sc.applied_lsn, sc.generation, true);
+                    registry.insert(name.clone(), s.clone());
+                    s
+                }
+            };
+            if stream.incarnation.as_str() != record.incarnation() {
+                continue;
+            }
+            let mut after = Vec::new();
+            apply(root, options, &stream, lsn, &record, &mut after)?;
+            for p in after {
+                let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            }
+            let d = stream.data.lock();
+            let deleted = d.deleted;
+            let state = d.state.clone();
+            drop(d);
+            {
+                let mut core = stream.core.lock();
+                core.state = state.clone();
+                core.last_lsn = lsn;
+                core.gone = deleted;
+            }
+            *stream.visible.lock() = Visible::of(&state, deleted);
+            if deleted {
+                registry.remove(&name);
+            }
+        }
+        end = end.max(scanned.end_lsn);
+    }
+    // Streams replayed here must be checkpointed; mark them by leaving checkpointed_lsn behind.
+    Ok(end)
 }

@@ -22,6 +22,7 @@
 //! [`headers`] module; `client` adds a Rust client with the conditional-write recipes.
 #![deny(unsafe_code)]
 
+mod codec; // little-endian encoding helpers for the on-disk formats
 mod engine; // the store's machinery: streams, journal shards, checkpoints, recovery
 mod error; // Error, Result
 mod fs; // file-system helpers and the fsync protocol

@@ -19,7 +19,7 @@ pub const RESERVED_SEGMENTS: [&str; 3] = ["snapshot", "retention", "bootstrap"];
 /// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
 /// before them.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StreamName(String);
+pub struct StreamName(pub(crate) String);
 
 impl StreamName {
     /// Parses and validates a name.

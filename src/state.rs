@@ -1,1 +1,510 @@
-//! (under construction)
+//! A stream's state (configuration, tail, closure, Stream-Seq, producer table, snapshots, forks)
+//! and the pure functions that check a request against it and apply a journal record to it.
+//!
+//! The same `apply` runs when the journal thread commits a record and when recovery replays it,
+//! so the state a checkpoint stores is exactly the state replay would rebuild.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use serde_json::value::RawValue;
+
+use crate::codec::{Dec, Enc};
+use crate::error::{Error, Result};
+use crate::name::Offset;
+use crate::types::{AppendStatus, Expiry, Producer, SnapshotInfo};
+
+/// Longest Stream-Seq value (the seed: at most 256 bytes).
+pub(crate) const MAX_STREAM_SEQ: usize = 256;
+/// Longest producer id.
+pub(crate) const MAX_PRODUCER_ID: usize = 256;
+/// Largest producer epoch or sequence number (2^53 - 1, for JavaScript clients).
+pub(crate) const MAX_PRODUCER_NUM: u64 = (1 << 53) - 1;
+
+/// A stream incarnation's fixed configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub(crate) name: String,
+    pub(crate) incarnation: String,
+    pub(crate) content_type: String,
+    pub(crate) expiry: Expiry,
+    /// Source stream name and the divergence point, for a fork.
+    pub(crate) fork: Option<(String, Offset)>,
+}
+
+/// One producer's position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ProducerState {
+    pub(crate) epoch: u64,
+    pub(crate) seq: u64,
+    /// The tail right after this producer's newest accepted write.
+    pub(crate) tail: Offset,
+}
+
+/// Everything a stream is, besides its data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StreamState {
+    pub(crate) config: Config,
+    /// First offset held by the stream's own segments (the fork point, or zero).
+    pub(crate) base: Offset,
+    pub(crate) tail: Offset,
+    pub(crate) closed: bool,
+    pub(crate) stream_seq: Option<String>,
+    pub(crate) producers: BTreeMap<String, ProducerState>,
+    /// Earliest readable offset (retention).
+    pub(crate) earliest: Offset,
+    /// Published snapshots, ascending by offset.
+    pub(crate) snapshots: Vec<SnapshotInfo>,
+    /// Names of forks that read from this stream (may list forks already deleted; checked lazily).
+    pub(crate) forks: BTreeSet<String>,
+    /// Deleted by a client but kept for its forks.
+    pub(crate) soft_deleted: bool,
+}
+
+/// An append body in the stored representation: the bytes to write and each message's end,
+/// relative to the body's start.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Body {
+    pub(crate) data: Bytes,
+    pub(crate) ends: Vec<u32>,
+}
+
+impl Body {
+    pub(crate) fn messages(&self) -> u64 {
+        self.ends.len() as u64
+    }
+}
+
+/// Converts a request body to the stored representation, validating JSON.
+///
+/// Byte streams store the body as one message. JSON streams store each message's JSON text
+/// followed by one `,`; a top-level array is flattened one level. `[]` is an error for appends
+/// (`allow_empty_array` is set for creates).
+pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> Result<Body> {
+    if data.is_empty() {
+        return Ok(Body::default());
+    }
+    if !json {
+        let len = u32::try_from(data.len()).map_err(|_| Error::TooLarge("append body".into()))?;
+        return Ok(Body { data, ends: vec![len] });
+    }
+    let text = std::str::from_utf8(&data).map_err(|e| Error::InvalidJson(e.to_string()))?;
+    let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
+    let values: Vec<&RawValue> = if trimmed.starts_with('[') {
+        serde_json::from_str(text).map_err(|e| Error::InvalidJson(e.to_string()))?
+    } else {
+        vec![serde_json::from_str(text).map_err(|e| Error::InvalidJson(e.to_string()))?]
+    };
+    if values.is_empty() {
+        return if allow_empty_array { Ok(Body::default()) } else { Err(Error::EmptyJsonArray) };
+    }
+    let mut out = BytesMut::with_capacity(data.len() + values.len());
+    let mut ends = Vec::with_capacity(values.len());
+    for v in values {
+        out.extend_from_slice(v.get().as_bytes());
+        out.extend_from_slice(b",");
+        ends.push(u32::try_from(out.len()).map_err(|_| Error::TooLarge("append body".into()))?);
+    }
+    Ok(Body { data: out.freeze(), ends })
+}
+
+/// Keeps a Stream-Seq value only if every byte is printable ASCII (the seed: other values are
+/// ignored, as if absent); refuses values longer than [`MAX_STREAM_SEQ`].
+pub(crate) fn filter_stream_seq(v: Option<String>) -> Result<Option<String>> {
+    match v {
+        Some(s) if !s.bytes().all(|b| (0x20..=0x7e).contains(&b)) => Ok(None),
+        Some(s) if s.len() > MAX_STREAM_SEQ => {
+            Err(Error::TooLarge(format!("Stream-Seq is longer than {MAX_STREAM_SEQ} bytes")))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Validates a producer tuple's bounds.
+pub(crate) fn validate_producer(p: &Producer) -> Result<()> {
+    if p.id.is_empty() || p.id.len() > MAX_PRODUCER_ID {
+        return Err(Error::InvalidArgument(format!("Producer-Id must be 1 to {MAX_PRODUCER_ID} bytes")));
+    }
+    if p.epoch > MAX_PRODUCER_NUM || p.seq > MAX_PRODUCER_NUM {
+        return Err(Error::InvalidArgument("Producer-Epoch and Producer-Seq must be at most 2^53-1".into()));
+    }
+    Ok(())
+}
+
+/// An append as the checks see it.
+pub(crate) struct AppendCheck<'a> {
+    pub(crate) body: &'a Result<Body>,
+    pub(crate) has_data: bool,
+    pub(crate) content_type: Option<&'a str>,
+    pub(crate) close: bool,
+    pub(crate) stream_seq: Option<&'a str>,
+    pub(crate) producer: Option<&'a Producer>,
+}
+
+/// What the checks decided for an append that is not refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Nothing to write; answer with this status.
+    Answer(AppendStatus),
+    /// Write it.
+    Accept,
+}
+
+impl StreamState {
+    pub(crate) fn new(config: Config, base: Offset) -> Self {
+        StreamState {
+            config,
+            base,
+            tail: base,
+            closed: false,
+            stream_seq: None,
+            producers: BTreeMap::new(),
+            earliest: Offset::ZERO,
+            snapshots: Vec::new(),
+            forks: BTreeSet::new(),
+            soft_deleted: false,
+        }
+    }
+
+    /// Checks an append in the documented order (DESIGN.md, "Order of checks"), after the
+    /// existence and incarnation checks: producer duplicate, closed, content type, producer
+    /// validity, Stream-Seq, body validation.
+    pub(crate) fn check_append(&self, req: &AppendCheck<'_>) -> Result<Decision> {
+        let known = req.producer.and_then(|p| self.producers.get(&p.id).map(|s| (p, s)));
+        if let Some((p, s)) = known {
+            if p.epoch == s.epoch && p.seq <= s.seq {
+                let original_tail = (p.seq == s.seq).then_some(s.tail);
+                return Ok(Decision::Answer(AppendStatus::Duplicate { original_tail }));
+            }
+        }
+        if self.closed {
+            if !req.has_data && req.close {
+                return Ok(Decision::Answer(AppendStatus::AlreadyClosed));
+            }
+            return Err(Error::StreamClosed { tail: self.tail });
+        }
+        if req.has_data {
+            if let Some(ct) = req.content_type {
+                if ct != self.config.content_type {
+                    return Err(Error::ContentTypeMismatch { expected: self.config.content_type.clone() });
+                }
+            }
+        }
+        if let Some(p) = req.producer {
+            match self.producers.get(&p.id) {
+                None if p.seq != 0 => return Err(Error::ProducerSeqGap { expected: 0, received: p.seq }),
+                None => {}
+                Some(s) if p.epoch < s.epoch => return Err(Error::ProducerEpochStale { current: s.epoch }),
+                Some(s) if p.epoch > s.epoch => {
+                    if p.seq != 0 {
+                        return Err(Error::ProducerEpochSeqNotZero);
+                    }
+                }
+                Some(s) => {
+                    if p.seq != s.seq + 1 {
+                        return Err(Error::ProducerSeqGap { expected: s.seq + 1, received: p.seq });
+                    }
+                }
+            }
+        }
+        if let (Some(new), Some(last)) = (req.stream_seq, self.stream_seq.as_deref()) {
+            if new.as_bytes() <= last.as_bytes() {
+                return Err(Error::StreamSeqConflict { tail: self.tail, last_seq: last.to_owned() });
+            }
+        }
+        match req.body {
+            Err(e) => Err(clone_body_error(e)),
+            Ok(_) if !req.has_data && !req.close => Err(Error::EmptyAppend),
+            Ok(_) => Ok(Decision::Accept),
+        }
+    }
+
+    /// Applies an accepted append: data, closure, Stream-Seq and producer position together.
+    pub(crate) fn apply_append(&mut self, rec: &AppendRecord) {
+        self.tail = Offset::new(
+            self.tail.messages + rec.body.messages(),
+            self.tail.bytes + rec.body.data.len() as u64,
+        );
+        if rec.close {
+            self.closed = true;
+        }
+        if let Some(s) = &rec.stream_seq {
+            self.stream_seq = Some(s.clone());
+        }
+        if let Some(p) = &rec.producer {
+            self.producers.insert(p.id.clone(), ProducerState { epoch: p.epoch, seq: p.seq, tail: self.tail });
+        }
+    }
+
+    pub(crate) fn latest_snapshot(&self) -> Option<&SnapshotInfo> {
+        self.snapshots.last()
+    }
+
+    pub(crate) fn apply_snapshot(&mut self, info: &SnapshotInfo) {
+        if !self.snapshots.iter().any(|s| s.offset == info.offset) {
+            self.snapshots.push(info.clone());
+            self.snapshots.sort_by_key(|s| s.offset);
+        }
+    }
+
+    pub(crate) fn apply_retention(&mut self, to: Offset) {
+        if to > self.earliest {
+            self.earliest = to;
+        }
+        let earliest = self.earliest;
+        // Snapshots older than the retained start can no longer be bootstrapped from; keep the newest.
+        let latest = self.snapshots.last().map(|s| s.offset);
+        self.snapshots.retain(|s| s.offset >= earliest || Some(s.offset) == latest);
+    }
+
+    /// The instant the stream expires, given its last access in ms since the epoch.
+    pub(crate) fn expires_at(&self, last_access_ms: u64) -> Option<SystemTime> {
+        match self.config.expiry {
+            Expiry::Never => None,
+            Expiry::Ttl(s) => Some(UNIX_EPOCH + Duration::from_millis(last_access_ms.saturating_add(s.saturating_mul(1000)))),
+            Expiry::At(t) => Some(t),
+        }
+    }
+
+    // Sidecar payload codec (layout in DESIGN.md, "Sidecar").
+    pub(crate) fn encode(&self, e: &mut Enc) {
+        let c = &self.config;
+        e.str(&c.name);
+        e.str(&c.incarnation);
+        e.str(&c.content_type);
+        encode_expiry(e, &c.expiry);
+        match &c.fork {
+            None => e.u8(0),
+            Some((src, at)) => {
+                e.u8(1);
+                e.str(src);
+                e.offset(*at);
+            }
+        }
+        e.offset(self.base);
+        e.offset(self.tail);
+        e.u8(self.closed as u8);
+        e.opt_str(self.stream_seq.as_deref());
+        e.u32(self.producers.len() as u32);
+        for (id, p) in &self.producers {
+            e.str(id);
+            e.u64(p.epoch);
+            e.u64(p.seq);
+            e.offset(p.tail);
+        }
+        e.offset(self.earliest);
+        e.u32(self.snapshots.len() as u32);
+        for s in &self.snapshots {
+            encode_snapshot(e, s);
+        }
+        e.u32(self.forks.len() as u32);
+        for f in &self.forks {
+            e.str(f);
+        }
+        e.u8(self.soft_deleted as u8);
+    }
+
+    pub(crate) fn decode(d: &mut Dec<'_>) -> Option<StreamState> {
+        let config = Config {
+            name: d.string()?,
+            incarnation: d.string()?,
+            content_type: d.string()?,
+            expiry: decode_expiry(d)?,
+            fork: match d.u8()? {
+                0 => None,
+                1 => Some((d.string()?, d.offset()?)),
+                _ => return None,
+            },
+        };
+        let base = d.offset()?;
+        let tail = d.offset()?;
+        let closed = d.u8()? != 0;
+        let stream_seq = d.opt_string()?;
+        let n = d.u32()?;
+        let mut producers = BTreeMap::new();
+        for _ in 0..n {
+            let id = d.string()?;
+            producers.insert(id, ProducerState { epoch: d.u64()?, seq: d.u64()?, tail: d.offset()? });
+        }
+        let earliest = d.offset()?;
+        let n = d.u32()?;
+        let mut snapshots = Vec::new();
+        for _ in 0..n {
+            snapshots.push(decode_snapshot(d)?);
+        }
+        let n = d.u32()?;
+        let mut forks = BTreeSet::new();
+        for _ in 0..n {
+            forks.insert(d.string()?);
+        }
+        let soft_deleted = d.u8()? != 0;
+        Some(StreamState { config, base, tail, closed, stream_seq, producers, earliest, snapshots, forks, soft_deleted })
+    }
+}
+
+/// The state change an append carries, as journaled.
+#[derive(Clone, Debug)]
+pub(crate) struct AppendRecord {
+    pub(crate) start: Offset,
+    pub(crate) body: Body,
+    pub(crate) close: bool,
+    pub(crate) stream_seq: Option<String>,
+    pub(crate) producer: Option<Producer>,
+}
+
+fn clone_body_error(e: &Error) -> Error {
+    match e {
+        Error::InvalidJson(s) => Error::InvalidJson(s.clone()),
+        Error::EmptyJsonArray => Error::EmptyJsonArray,
+        Error::TooLarge(s) => Error::TooLarge(s.clone()),
+        other => Error::InvalidArgument(other.to_string()),
+    }
+}
+
+pub(crate) fn encode_expiry(e: &mut Enc, x: &Expiry) {
+    match x {
+        Expiry::Never => e.u8(0),
+        Expiry::Ttl(s) => {
+            e.u8(1);
+            e.u64(*s);
+        }
+        Expiry::At(t) => {
+            e.u8(2);
+            e.u64(t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
+        }
+    }
+}
+
+pub(crate) fn decode_expiry(d: &mut Dec<'_>) -> Option<Expiry> {
+    Some(match d.u8()? {
+        0 => Expiry::Never,
+        1 => Expiry::Ttl(d.u64()?),
+        2 => Expiry::At(UNIX_EPOCH + Duration::from_millis(d.u64()?)),
+        _ => return None,
+    })
+}
+
+pub(crate) fn encode_snapshot(e: &mut Enc, s: &SnapshotInfo) {
+    e.offset(s.offset);
+    e.str(&s.digest);
+    e.str(&s.content_type);
+    e.u64(s.len);
+}
+
+pub(crate) fn decode_snapshot(d: &mut Dec<'_>) -> Option<SnapshotInfo> {
+    Some(SnapshotInfo { offset: d.offset()?, digest: d.string()?, content_type: d.string()?, len: d.u64()? })
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Truncates an instant to whole milliseconds (the precision brook stores).
+pub(crate) fn to_ms(t: SystemTime) -> SystemTime {
+    let ms = t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> StreamState {
+        StreamState::new(
+            Config {
+                name: "s".into(),
+                incarnation: "i".into(),
+                content_type: "text/plain".into(),
+                expiry: Expiry::Never,
+                fork: None,
+            },
+            Offset::ZERO,
+        )
+    }
+
+    fn check(s: &StreamState, seq: Option<&str>, p: Option<&Producer>) -> Result<Decision> {
+        let body = prepare_body(false, Bytes::from_static(b"x"), false);
+        s.check_append(&AppendCheck {
+            body: &body,
+            has_data: true,
+            content_type: Some("text/plain"),
+            close: false,
+            stream_seq: seq,
+            producer: p,
+        })
+    }
+
+    fn apply(s: &mut StreamState, seq: Option<&str>, p: Option<Producer>) {
+        let body = prepare_body(false, Bytes::from_static(b"x"), false).unwrap();
+        let rec = AppendRecord { start: s.tail, body, close: false, stream_seq: seq.map(Into::into), producer: p };
+        s.apply_append(&rec);
+    }
+
+    #[test]
+    fn stream_seq_is_bytewise_strictly_greater() {
+        let mut s = state();
+        assert_eq!(check(&s, Some("9"), None).unwrap(), Decision::Accept);
+        apply(&mut s, Some("9"), None);
+        assert!(matches!(check(&s, Some("10"), None), Err(Error::StreamSeqConflict { ref last_seq, .. }) if last_seq == "9"));
+        assert!(matches!(check(&s, Some("9"), None), Err(Error::StreamSeqConflict { .. })));
+        assert_eq!(check(&s, Some("90"), None).unwrap(), Decision::Accept);
+        assert_eq!(check(&s, None, None).unwrap(), Decision::Accept);
+    }
+
+    #[test]
+    fn producer_dedup_runs_before_stream_seq() {
+        let mut s = state();
+        let p0 = Producer { id: "a".into(), epoch: 0, seq: 0 };
+        apply(&mut s, Some("5"), Some(p0.clone()));
+        let tail = s.tail;
+        assert_eq!(
+            check(&s, Some("5"), Some(&p0)).unwrap(),
+            Decision::Answer(AppendStatus::Duplicate { original_tail: Some(tail) })
+        );
+        let p1 = Producer { id: "a".into(), epoch: 0, seq: 1 };
+        apply(&mut s, Some("6"), Some(p1.clone()));
+        assert_eq!(check(&s, Some("1"), Some(&p0)).unwrap(), Decision::Answer(AppendStatus::Duplicate { original_tail: None }));
+        let p3 = Producer { id: "a".into(), epoch: 0, seq: 3 };
+        assert!(matches!(check(&s, Some("7"), Some(&p3)), Err(Error::ProducerSeqGap { expected: 2, received: 3 })));
+        let stale = Producer { id: "a".into(), epoch: 0, seq: 2 };
+        assert!(matches!(check(&s, Some("6"), Some(&stale)), Err(Error::StreamSeqConflict { .. })));
+        let e1 = Producer { id: "a".into(), epoch: 1, seq: 1 };
+        assert!(matches!(check(&s, None, Some(&e1)), Err(Error::ProducerEpochSeqNotZero)));
+        let mut s2 = s.clone();
+        apply(&mut s2, None, Some(Producer { id: "a".into(), epoch: 2, seq: 0 }));
+        assert!(matches!(check(&s2, None, Some(&p1)), Err(Error::ProducerEpochStale { current: 2 })));
+    }
+
+    #[test]
+    fn stream_seq_filter() {
+        assert_eq!(filter_stream_seq(Some("a\u{7f}".into())).unwrap(), None);
+        assert_eq!(filter_stream_seq(Some("é".into())).unwrap(), None);
+        assert!(filter_stream_seq(Some("a".repeat(257))).is_err());
+        assert_eq!(filter_stream_seq(Some("a".repeat(256))).unwrap().map(|s| s.len()), Some(256));
+    }
+
+    #[test]
+    fn json_bodies_flatten_one_level() {
+        let b = prepare_body(true, Bytes::from_static(br#" [ {"a":1}, [1,2] ] "#), false).unwrap();
+        assert_eq!(&b.data[..], br#"{"a":1},[1,2],"#);
+        assert_eq!(b.ends, vec![8, 14]);
+        assert!(matches!(prepare_body(true, Bytes::from_static(b"[]"), false), Err(Error::EmptyJsonArray)));
+        assert_eq!(prepare_body(true, Bytes::from_static(b"[]"), true).unwrap().messages(), 0);
+        assert!(matches!(prepare_body(true, Bytes::from_static(b"{"), false), Err(Error::InvalidJson(_))));
+        assert_eq!(prepare_body(true, Bytes::from_static(b"[[[1]]]"), false).unwrap().data, Bytes::from_static(b"[[1]],"));
+    }
+
+    #[test]
+    fn sidecar_state_round_trips() {
+        let mut s = state();
+        apply(&mut s, Some("x"), Some(Producer { id: "p".into(), epoch: 3, seq: 0 }));
+        s.forks.insert("f".into());
+        s.snapshots.push(SnapshotInfo { offset: Offset::new(1, 1), digest: "d".into(), content_type: "c".into(), len: 3 });
+        let mut e = Enc::default();
+        s.encode(&mut e);
+        assert_eq!(StreamState::decode(&mut Dec::new(&e.buf)), Some(s));
+        assert_eq!(StreamState::decode(&mut Dec::new(&e.buf[..e.buf.len() - 1])), None);
+    }
+}

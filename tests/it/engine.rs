@@ -1,0 +1,312 @@
+//! The engine's behaviour through `Store`, with the reopen pattern wherever state must survive.
+
+use std::time::Duration;
+
+use brook::*;
+
+type R = std::result::Result<(), Box<dyn std::error::Error>>;
+
+fn name(s: &str) -> StreamName {
+    StreamName::new(s).expect("valid name")
+}
+
+fn open(dir: &std::path::Path) -> Store {
+    Store::open(dir, Options::default()).expect("open")
+}
+
+fn text(ct: &str) -> CreateOptions {
+    CreateOptions { content_type: Some(ct.into()), ..Default::default() }
+}
+
+fn append(data: &str) -> AppendRequest {
+    AppendRequest { data: data.to_owned().into(), ..Default::default() }
+}
+
+fn read_all(store: &Store, n: &StreamName) -> brook::Result<Vec<u8>> {
+    Ok(store.read(n, &ReadRequest::from(ReadFrom::Start))?.to_vec())
+}
+
+#[test]
+fn create_append_read_survive_reopen() -> R {
+    let dir = tempfile::tempdir()?;
+    let n = name("docs/a");
+    let tail;
+    {
+        let store = open(dir.path());
+        let c = store.create(&n, text("text/plain"))?;
+        assert!(c.created);
+        assert_eq!(c.info.tail, Offset::ZERO);
+        store.append(&n, append("hello "))?;
+        let out = store.append(&n, append("world"))?;
+        assert_eq!(out.tail, Offset::new(2, 11));
+        tail = out.tail;
+        assert_eq!(read_all(&store, &n)?, b"hello world");
+    }
+    let store = open(dir.path());
+    assert_eq!(read_all(&store, &n)?, b"hello world");
+    let info = store.head(&n, None)?;
+    assert_eq!(info.tail, tail);
+    assert_eq!(info.content_type, "text/plain");
+    // Reading from an offset continues exactly there.
+    let chunk = store.read(&n, &ReadRequest::from(ReadFrom::At(Offset::new(1, 6))))?;
+    assert_eq!(chunk.to_vec(), b"world");
+    assert!(chunk.up_to_date);
+    Ok(())
+}
+
+#[test]
+fn crash_without_shutdown_replays_the_journal() -> R {
+    let dir = tempfile::tempdir()?;
+    let n = name("crash/me");
+    {
+        let store = open(dir.path());
+        store.create(&n, text("application/json"))?;
+        for i in 0..100 {
+            let p = Producer { id: "p".into(), epoch: 0, seq: i };
+            store.append(&n, AppendRequest { data: format!("{{\"i\":{i}}}").into(), producer: Some(p), stream_seq: Some(format!("{i:05}")), ..Default::default() })?;
+        }
+        std::mem::forget(store); // no clean shutdown: the journal must carry everything
+    }
+    // The forgotten store still holds the lock in this process; a real crash releases it. Simulate
+    // by copying the directory, as the files stood at the crash.
+    let copy = tempfile::tempdir()?;
+    copy_dir(dir.path(), copy.path())?;
+    std::fs::remove_file(copy.path().join("LOCK"))?;
+    let store = open(copy.path());
+    let chunk = store.read(&n, &ReadRequest::from(ReadFrom::Start))?;
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&chunk.to_vec())?;
+    assert_eq!(v.len(), 100);
+    // The producer's retry of its last append is a duplicate carrying the original tail.
+    let retry = store.append(&n, AppendRequest { data: "{\"i\":99}".into(), producer: Some(Producer { id: "p".into(), epoch: 0, seq: 99 }), stream_seq: Some("00099".into()), ..Default::default() })?;
+    assert_eq!(retry.status, AppendStatus::Duplicate { original_tail: Some(chunk.next) });
+    // Stream-Seq survived with the data.
+    let e = store.append(&n, AppendRequest { data: "1".into(), stream_seq: Some("00099".into()), ..Default::default() }).unwrap_err();
+    assert!(matches!(e, Error::StreamSeqConflict { ref last_seq, .. } if last_seq == "00099"));
+    Ok(())
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let t = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &t)?;
+        } else {
+            std::fs::copy(e.path(), t)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn json_streams_keep_message_boundaries() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path());
+    let n = name("j");
+    store.create(&n, CreateOptions { content_type: Some("application/json".into()), data: "[]".into(), ..Default::default() })?;
+    assert_eq!(read_all(&store, &n)?, b"[]");
+    store.append(&n, append(r#"[{"a":1},{"b":2}]"#))?;
+    store.append(&n, append(r#"[[1,2]]"#))?;
+    assert_eq!(read_all(&store, &n)?, br#"[{"a":1},{"b":2},[1,2]]"#);
+    assert!(matches!(store.append(&n, append("[]")), Err(Error::EmptyJsonArray)));
+    assert!(matches!(store.append(&n, append("{nope")), Err(Error::InvalidJson(_))));
+    // A bounded read returns whole messages, at least one.
+    let c = store.read(&n, &ReadRequest { from: ReadFrom::Start, max_bytes: Some(3), expect: None })?;
+    assert_eq!(c.to_vec(), br#"[{"a":1}]"#);
+    assert!(!c.up_to_date);
+    let c2 = store.read(&n, &ReadRequest::from(ReadFrom::At(c.next)))?;
+    assert_eq!(c2.to_vec(), br#"[{"b":2},[1,2]]"#);
+    let tail = store.read(&n, &ReadRequest::from(ReadFrom::Tail))?;
+    assert_eq!(tail.to_vec(), b"[]");
+    assert!(tail.up_to_date);
+    Ok(())
+}
+
+#[test]
+fn closure_and_conflicts_change_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path());
+    let n = name("c");
+    store.create(&n, text("text/plain"))?;
+    store.append(&n, AppendRequest { data: "x".into(), stream_seq: Some("b".into()), ..Default::default() })?;
+    let e = store.append(&n, AppendRequest { data: "y".into(), stream_seq: Some("a".into()), ..Default::default() }).unwrap_err();
+    assert!(matches!(e, Error::StreamSeqConflict { tail, ref last_seq } if tail == Offset::new(1, 1) && last_seq == "b"));
+    let e = store.append(&n, AppendRequest { data: "y".into(), content_type: Some("text/html".into()), ..Default::default() }).unwrap_err();
+    assert!(matches!(e, Error::ContentTypeMismatch { .. }));
+    // A non-printable Stream-Seq is ignored: not checked, not stored.
+    store.append(&n, AppendRequest { data: "z".into(), stream_seq: Some("\u{1}".into()), ..Default::default() })?;
+    assert_eq!(store.head(&n, None)?.stream_seq.as_deref(), Some("b"));
+    let closed = store.append(&n, AppendRequest { data: "!".into(), close: true, ..Default::default() })?;
+    assert!(closed.closed);
+    assert!(matches!(store.append(&n, append("more")), Err(Error::StreamClosed { .. })));
+    assert_eq!(store.close(&n, None)?.status, AppendStatus::AlreadyClosed);
+    assert_eq!(read_all(&store, &n)?, b"xz!");
+    let c = store.read(&n, &ReadRequest::from(ReadFrom::Start))?;
+    assert!(c.closed);
+    drop(store);
+    let store = open(dir.path());
+    assert!(store.head(&n, None)?.closed);
+    Ok(())
+}
+
+#[test]
+fn create_is_idempotent_and_incarnations_change() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path());
+    let n = name("inc");
+    let a = store.create(&n, text("text/plain"))?;
+    let again = store.create(&n, CreateOptions { stream_seq: Some("zzz".into()), ..text("text/plain") })?;
+    assert!(!again.created);
+    assert_eq!(again.info.incarnation, a.info.incarnation);
+    assert_eq!(again.info.stream_seq, None, "a PUT of an existing stream ignores Stream-Seq");
+    assert!(matches!(store.create(&n, text("application/json")), Err(Error::ConfigMismatch(_))));
+    let e = store.append(&n, AppendRequest { data: "x".into(), expect: Some(Incarnation::new("nope")?), ..Default::default() }).unwrap_err();
+    assert!(matches!(e, Error::IncarnationMismatch { ref current } if *current == a.info.incarnation));
+    store.delete(&n, Some(&a.info.incarnation))?;
+    assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
+    let missing = store.create(&n, CreateOptions { expect: Some(a.info.incarnation.clone()), ..text("text/plain") });
+    assert!(matches!(missing, Err(Error::IncarnationMissing)));
+    let b = store.create(&n, CreateOptions { stream_seq: Some("5".into()), ..text("text/plain") })?;
+    assert_ne!(b.info.incarnation, a.info.incarnation);
+    assert_eq!(b.info.stream_seq.as_deref(), Some("5"));
+    drop(store);
+    let store = open(dir.path());
+    let h = store.head(&n, None)?;
+    assert_eq!(h.incarnation, b.info.incarnation);
+    assert_eq!(h.stream_seq.as_deref(), Some("5"));
+    Ok(())
+}
+
+#[test]
+fn forks_stitch_source_data_and_soft_delete() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path());
+    let src = name("src");
+    store.create(&src, text("text/plain"))?;
+    store.append(&src, append("abc"))?;
+    let mid = store.append(&src, append("def"))?.tail;
+    store.append(&src, append("ghi"))?;
+    let f = name("fork");
+    let fork = CreateOptions { fork: Some(ForkFrom { source: src.clone(), offset: Some(mid), sub_offset: 0 }), ..Default::default() };
+    let c = store.create(&f, fork.clone())?;
+    assert_eq!(c.info.tail, mid);
+    assert_eq!(c.info.content_type, "text/plain");
+    store.append(&f, append("XYZ"))?;
+    assert_eq!(read_all(&store, &f)?, b"abcdefXYZ");
+    assert_eq!(read_all(&store, &src)?, b"abcdefghi");
+    assert!(!store.create(&f, fork)?.created);
+    // Deleting the source soft-deletes it: gone for clients, kept for the fork.
+    store.delete(&src, None)?;
+    assert!(matches!(store.head(&src, None), Err(Error::Gone)));
+    assert!(matches!(store.create(&src, text("text/plain")), Err(Error::ConfigMismatch(_))));
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(read_all(&store, &f)?, b"abcdefXYZ");
+    assert!(matches!(store.head(&src, None), Err(Error::Gone)));
+    store.delete(&f, None)?;
+    assert!(matches!(store.head(&src, None), Err(Error::NotFound)));
+    // Sub-offsets refine the point inside the next message.
+    let s2 = name("src2");
+    store.create(&s2, text("text/plain"))?;
+    store.append(&s2, append("hello"))?;
+    let sub = CreateOptions { fork: Some(ForkFrom { source: s2.clone(), offset: Some(Offset::ZERO), sub_offset: 2 }), ..Default::default() };
+    store.create(&name("f2"), sub)?;
+    assert_eq!(read_all(&store, &name("f2"))?, b"he");
+    let over = CreateOptions { fork: Some(ForkFrom { source: s2.clone(), offset: Some(Offset::ZERO), sub_offset: 6 }), ..Default::default() };
+    assert!(matches!(store.create(&name("f3"), over), Err(Error::InvalidForkPosition(_))));
+    let past = CreateOptions { fork: Some(ForkFrom { source: s2, offset: Some(Offset::new(9999999999999999, 9999999999999999)), sub_offset: 0 }), ..Default::default() };
+    assert!(matches!(store.create(&name("f4"), past), Err(Error::InvalidForkPosition(_))));
+    Ok(())
+}
+
+#[test]
+fn snapshots_and_retention() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), Options::default().segment_bytes(4096))?;
+    let n = name("snap");
+    store.create(&n, text("application/json"))?;
+    let mut last = Offset::ZERO;
+    for i in 0..300 {
+        last = store.append(&n, append(&format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(40))))?.tail;
+    }
+    let (info, _) = store.publish_snapshot(&n, last, Some("application/json"), &mut &b"{\"count\":300}"[..], None, None)?;
+    let (again, _) = store.publish_snapshot(&n, last, Some("application/json"), &mut &b"{\"count\":300}"[..], None, None)?;
+    assert_eq!(info.digest, again.digest);
+    assert!(matches!(store.publish_snapshot(&n, last, Some("application/json"), &mut &b"{}"[..], None, None), Err(Error::SnapshotConflict)));
+    assert_eq!(store.snapshot(&n, None, None)?.data.as_ref(), b"{\"count\":300}");
+    let before = store.head(&n, None)?;
+    assert_eq!(before.snapshot.as_ref().map(|s| s.offset), Some(last));
+    store.set_retention(&n, last, None)?;
+    assert!(matches!(store.read(&n, &ReadRequest::from(ReadFrom::At(Offset::ZERO))), Err(Error::OffsetGone { .. })));
+    let c = store.read(&n, &ReadRequest::from(ReadFrom::Start))?;
+    assert_eq!(c.to_vec(), b"[]");
+    assert!(matches!(store.set_retention(&n, Offset::new(301, last.bytes + 10), None), Err(_)));
+    drop(store);
+    let store = Store::open(dir.path(), Options::default().segment_bytes(4096))?;
+    assert_eq!(store.head(&n, None)?.earliest, last);
+    assert_eq!(store.snapshot(&n, Some(last), None)?.info.digest, info.digest);
+    Ok(())
+}
+
+#[test]
+fn expiry_to_the_millisecond() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path());
+    let n = name("ttl");
+    let at = std::time::SystemTime::now() + Duration::from_millis(300);
+    store.create(&n, CreateOptions { expiry: Expiry::At(at), ..text("text/plain") })?;
+    store.head(&n, None)?;
+    std::thread::sleep(Duration::from_millis(350));
+    assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
+    store.create(&n, text("text/plain"))?;
+    Ok(())
+}
+
+#[test]
+fn waiters_wake_on_append_and_close() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path());
+    let n = name("w");
+    store.create(&n, text("text/plain"))?;
+    let s2 = store.clone();
+    let n2 = n.clone();
+    let t = std::thread::spawn(move || s2.wait_blocking(&n2, Offset::ZERO, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(50));
+    store.append(&n, append("x"))?;
+    assert!(t.join().expect("join")?);
+    assert!(!store.wait_blocking(&n, Offset::new(1, 1), Duration::from_millis(50))?);
+    store.close(&n, None)?;
+    assert!(store.wait_blocking(&n, Offset::new(1, 1), Duration::from_secs(5))?);
+    Ok(())
+}
+
+#[test]
+fn a_second_open_of_the_same_directory_is_refused() -> R {
+    let dir = tempfile::tempdir()?;
+    let _a = open(dir.path());
+    assert!(matches!(Store::open(dir.path(), Options::default()), Err(Error::Locked(_))));
+    Ok(())
+}
+
+#[test]
+fn many_streams_with_a_small_cache() -> R {
+    let dir = tempfile::tempdir()?;
+    let opts = Options::default().max_open_streams(16).checkpoint_bytes(64 << 10);
+    let store = Store::open(dir.path(), opts.clone())?;
+    for i in 0..200 {
+        let n = name(&format!("many/{i}"));
+        store.create(&n, text("text/plain"))?;
+        store.append(&n, append(&format!("v{i}")))?;
+    }
+    for i in (0..200).step_by(7) {
+        assert_eq!(read_all(&store, &name(&format!("many/{i}")))?, format!("v{i}").as_bytes());
+    }
+    assert_eq!(store.list("many/")?.len(), 200);
+    drop(store);
+    let store = Store::open(dir.path(), opts)?;
+    for i in 0..200 {
+        assert_eq!(read_all(&store, &name(&format!("many/{i}")))?, format!("v{i}").as_bytes());
+    }
+    Ok(())
+}

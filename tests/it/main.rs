@@ -1,0 +1,3 @@
+//! Integration tests through brook's public API, in one binary.
+
+mod engine;
