@@ -310,7 +310,10 @@ impl Shard {
 
     /// The shard thread: group commit until shutdown.
     fn run(self: Arc<Self>, mut file: File, mut file_base: u64) {
-        let mut written = self.queue.lock().next_lsn - file_base;
+        // LSN just past the last byte written to the journal. Records still in the queue have
+        // higher LSNs, so a rotation must start the new file here, not at the queue's next LSN.
+        let mut end_lsn = self.queue.lock().next_lsn;
+        let mut written = end_lsn - file_base;
         loop {
             let (buf, items, checkpoint, shutdown) = {
                 let mut q = self.queue.lock();
@@ -329,10 +332,11 @@ impl Shard {
                     continue;
                 }
                 written += buf.len() as u64;
+                end_lsn += buf.len() as u64;
             }
             let want = checkpoint > 0 || shutdown || written >= self.options.checkpoint_bytes;
             if want && !self.poisoned.load(Ordering::Acquire) {
-                match self.checkpoint(&mut file, &mut file_base) {
+                match self.checkpoint(&mut file, &mut file_base, end_lsn) {
                     Ok(()) => written = 0,
                     Err(_e) => self.poison(),
                 }
@@ -384,8 +388,7 @@ impl Shard {
     }
 
     /// Step 5: makes every dirty stream's files and sidecar durable and drops old journal files.
-    fn checkpoint(&self, file: &mut File, file_base: &mut u64) -> Result<()> {
-        let lsn = self.queue.lock().next_lsn.max(self.durable_lsn.load(Ordering::Acquire));
+    fn checkpoint(&self, file: &mut File, file_base: &mut u64, lsn: u64) -> Result<()> {
         // 5a. Rotate: later batches go to a new file that starts at the current LSN.
         let old = journal::list_files(&self.dir)?;
         let mut fresh = new_journal_file(&self.dir, self.id, lsn)?;
@@ -576,7 +579,7 @@ impl Engine {
             let mut file = new_journal_file(&jdir, id, end)?;
             let mut base = end;
             // Make the replayed state a checkpoint right away, so the old journal can go.
-            shard.checkpoint(&mut file, &mut base)?;
+            shard.checkpoint(&mut file, &mut base, end)?;
             starts.push((shard.clone(), file, base));
             shards.push(shard);
         }
@@ -1662,6 +1665,19 @@ fn replay_shard(root: &Path, options: &Options, id: usize, dir: &Path, registry:
         let scanned = journal::scan(path, id as u32)?;
         if scanned.torn && i + 1 < count {
             return Err(Error::corrupt(path, "corrupt record in a journal file that is not the newest"));
+        }
+        if scanned.torn {
+            // Cut the torn tail off now, so a crash during this recovery cannot leave it in a
+            // journal file that is no longer the newest.
+            if std::fs::metadata(path)?.len() < journal::HEADER_LEN {
+                // Its header never became durable: it holds nothing.
+                std::fs::remove_file(path)?;
+                fs::sync_dir(dir)?;
+            } else {
+                let f = OpenOptions::new().write(true).open(path)?;
+                f.set_len(journal::HEADER_LEN + (scanned.end_lsn - scanned.base_lsn))?;
+                f.sync_all()?;
+            }
         }
         if i == 0 || scanned.base_lsn >= end {
             end = end.max(scanned.base_lsn);
