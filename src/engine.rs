@@ -1045,10 +1045,12 @@ impl Engine {
 
     fn read_plan(&self, name: &StreamName, req: &ReadRequest) -> Result<(Arc<Stream>, Visible, u64, u64)> {
         let s = self.live(name)?;
-        s.check_expect(req.expect.as_ref())?;
         s.touch();
         let vis = s.visible();
         let start = match req.from {
+            // The seed: once retention trimmed the start, a read from the start (`offset=-1`)
+            // answers 410 rather than silently skipping what it cannot count.
+            ReadFrom::Start if vis.earliest.bytes > 0 => return Err(Error::OffsetGone { earliest: vis.earliest }),
             ReadFrom::Start => vis.earliest,
             ReadFrom::Tail => vis.tail,
             ReadFrom::At(o) => o,
@@ -1059,6 +1061,9 @@ impl Engine {
         if start.bytes < vis.earliest.bytes {
             return Err(Error::OffsetGone { earliest: vis.earliest });
         }
+        // After the range checks: a read that would answer 404, 410 or 416 without
+        // Stream-Incarnation still does with it (the seed).
+        s.check_expect(req.expect.as_ref())?;
         if s.json && !self.is_boundary(&s, start.bytes)? && start.bytes != vis.tail.bytes {
             return Err(Error::InvalidArgument(format!("offset {start} is not a message boundary")));
         }
@@ -1373,23 +1378,31 @@ impl Engine {
 
     pub(crate) fn snapshot(&self, name: &StreamName, offset: Option<Offset>, expect: Option<&Incarnation>) -> Result<Snapshot> {
         let s = self.live(name)?;
-        s.check_expect(expect)?;
         let vis = s.visible();
         let info = match offset {
             None => vis.snapshots.last().cloned(),
             Some(o) => vis.snapshots.iter().find(|x| x.offset.bytes == o.bytes).cloned(),
         }
         .ok_or(Error::SnapshotNotFound)?;
-        let data = std::fs::read(s.dir.join(snapshot_file(info.offset)))?;
-        Ok(Snapshot { info, data: data.into(), tail: vis.tail, closed: vis.closed, incarnation: s.incarnation.clone() })
+        // A request that would answer 404 without Stream-Incarnation still does (the seed).
+        s.check_expect(expect)?;
+        let data = match crate::segment::blob_view(&s.dir.join(snapshot_file(info.offset))) {
+            // Retention removed it since `visible()`.
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::SnapshotNotFound),
+            other => other?,
+        };
+        Ok(Snapshot { info, data, tail: vis.tail, closed: vis.closed, incarnation: s.incarnation.clone() })
     }
 
     pub(crate) fn delete_snapshot(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<()> {
         let s = self.live(name)?;
-        s.check_expect(expect)?;
         let vis = s.visible();
         match vis.snapshots.last() {
-            Some(l) if l.offset.bytes == offset.bytes => Err(Error::SnapshotDeleteRefused),
+            Some(l) if l.offset.bytes == offset.bytes => {
+                s.check_expect(expect)?;
+                Err(Error::SnapshotDeleteRefused)
+            }
+            // 404 with or without Stream-Incarnation (the seed).
             _ => Err(Error::SnapshotNotFound),
         }
     }

@@ -168,7 +168,10 @@ impl FromStr for Offset {
 /// Where a read starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadFrom {
-    /// The earliest retained position (the wire's `offset=-1`).
+    /// The start of the stream (the wire's `offset=-1`). Once retention has trimmed the start,
+    /// a read from here is [`Error::OffsetGone`] carrying the earliest retained offset: the
+    /// messages before it can no longer be read (or counted), and the caller must say so by
+    /// reading from that offset explicitly.
     Start,
     /// The current tail (the wire's `offset=now`): no existing data.
     Tail,

@@ -1,6 +1,7 @@
-//! The only module that maps files. Both maps are created over files brook owns and never
-//! shrinks while mapped: segment logs and indexes only grow (`set_len` upward), and a file is
-//! removed only by unlinking, which keeps existing maps valid.
+//! The only module that maps files. Every map is created over files brook owns and never
+//! shrinks while mapped: segment logs and indexes only grow (`set_len` upward), snapshot blobs are
+//! never written after they are renamed into place, and a file is removed only by unlinking,
+//! which keeps existing maps valid.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -23,5 +24,14 @@ pub(crate) fn map_write(file: &File, len: usize) -> Result<MmapMut> {
     // SAFETY: the index file is owned by one segment; the map is only accessed under the stream's
     // data lock, and the file only grows while mapped (a grown file is mapped again).
     let map = unsafe { MmapOptions::new().len(len).map_mut(file)? };
+    Ok(map)
+}
+
+/// Maps a whole snapshot blob read-only.
+pub(crate) fn map_blob(file: &File, len: usize) -> Result<Mmap> {
+    // SAFETY: a snapshot blob is written to a temporary file, synced and renamed into place, and
+    // never opened for writing again; it is removed only by unlinking, so the mapped range stays
+    // backed by unchanging bytes for as long as the map lives.
+    let map = unsafe { MmapOptions::new().len(len).map(file)? };
     Ok(map)
 }

@@ -36,6 +36,18 @@ const ENTRY: u64 = 16;
 const MIN_LOG_CAP: u64 = 64 << 10;
 const MIN_IDX_ENTRIES: u64 = 1024;
 
+/// A snapshot blob's bytes as a view of its file (mapped, not read into memory), so serving a
+/// large snapshot does not hold a copy of it.
+pub(crate) fn blob_view(path: &Path) -> Result<Bytes> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    let len = usize::try_from(len).map_err(|_| Error::corrupt(path, "snapshot blob larger than the address space"))?;
+    Ok(Bytes::from_owner(mmap::map_blob(&file, len)?))
+}
+
 fn log_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{base:020}.log"))
 }
