@@ -16,7 +16,8 @@ use crate::headers::{
     parse_offset,
 };
 use crate::{
-    Error, Incarnation, Message, Offset, ReadFrom, ReadRequest, StreamName, normalize_content_type,
+    Error, Incarnation, Message, Offset, ReadFrom, ReadRequest, Snapshot, StreamName,
+    normalize_content_type,
 };
 
 use super::body::{Pieces, pump};
@@ -91,8 +92,8 @@ pub(crate) async fn publish_snapshot(
         .empty())
 }
 
-/// GET `{s}/snapshot`: `307` to the latest snapshot's own URL (as Ursula answers), with its
-/// offset and digest; 404 when none was published.
+/// GET `{s}/snapshot`: the latest snapshot's blob, answered as `{s}/snapshot/{offset}` answers it
+/// (its `Content-Location` names that URL); 404 when none was published.
 pub(crate) async fn snapshot_latest(
     app: &AppState,
     name: StreamName,
@@ -105,16 +106,10 @@ pub(crate) async fn snapshot_latest(
     })
     .await?;
     let location = format!("{}/{}", absolute_url(app, parts), snap.info.offset);
-    Ok(Reply::new(StatusCode::TEMPORARY_REDIRECT)
-        .header(header::LOCATION, &location)
-        .header(header::CACHE_CONTROL, "no-store")
-        .header(STREAM_NEXT_OFFSET, &snap.tail.to_string())
-        .header(STREAM_SNAPSHOT_OFFSET, &snap.info.offset.to_string())
-        .header(STREAM_SNAPSHOT_DIGEST, &snap.info.digest)
-        .header(STREAM_INCARNATION, snap.incarnation.as_str())
-        .flag(STREAM_UP_TO_DATE, snap.tail == snap.info.offset)
-        .flag(STREAM_CLOSED, snap.closed)
-        .empty())
+    // Which snapshot is the latest changes as new ones are published: revalidate every time.
+    let r = snapshot_reply(parts, snap, "no-cache");
+    Ok(r.header(header::CONTENT_LOCATION, &location)
+        .into_response())
 }
 
 /// GET `{s}/snapshot/{offset}`: the blob with its own content type.
@@ -131,7 +126,36 @@ pub(crate) async fn snapshot_at(
         store.snapshot(&name, Some(offset), expect.as_ref())
     })
     .await?;
-    // Immutable per offset within an incarnation; the tag names both.
+    // Immutable per offset within an incarnation.
+    Ok(snapshot_reply(parts, snap, "private, max-age=60").into_response())
+}
+
+/// A snapshot response under construction: its headers, and its blob unless `If-None-Match`
+/// names it (304).
+struct SnapshotReply {
+    reply: Reply,
+    body: Option<Bytes>,
+}
+
+impl SnapshotReply {
+    fn header(mut self, name: header::HeaderName, value: &str) -> Self {
+        self.reply = self.reply.header(name, value);
+        self
+    }
+
+    fn into_response(self) -> Response {
+        match self.body {
+            // A view of the snapshot's file, handed to the socket without a copy.
+            Some(blob) => self.reply.body(Pieces::new(vec![blob]).into_body()),
+            None => self.reply.empty(),
+        }
+    }
+}
+
+/// The blob with its content type, `Stream-Snapshot-Offset`, `Stream-Snapshot-Digest`, the
+/// stream's `Stream-Next-Offset` and `Stream-Incarnation`, and an ETag naming both the
+/// incarnation and the digest.
+fn snapshot_reply(parts: &Parts, snap: Snapshot, cache_control: &str) -> SnapshotReply {
     let tag = format!("\"{}:{}\"", snap.incarnation, snap.info.digest);
     let matched = parts
         .headers
@@ -143,24 +167,24 @@ pub(crate) async fn snapshot_at(
                 .map(str::trim)
                 .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag)
         });
-    let r = Reply::new(if matched {
+    let reply = Reply::new(if matched {
         StatusCode::NOT_MODIFIED
     } else {
         StatusCode::OK
     })
     .header(header::CONTENT_TYPE, &snap.info.content_type)
     .header(header::ETAG, &tag)
-    .header(header::CACHE_CONTROL, "private, max-age=60")
+    .header(header::CACHE_CONTROL, cache_control)
     .header(STREAM_NEXT_OFFSET, &snap.tail.to_string())
     .header(STREAM_SNAPSHOT_OFFSET, &snap.info.offset.to_string())
     .header(STREAM_SNAPSHOT_DIGEST, &snap.info.digest)
     .header(STREAM_INCARNATION, snap.incarnation.as_str())
     .flag(STREAM_UP_TO_DATE, snap.tail == snap.info.offset)
     .flag(STREAM_CLOSED, snap.closed);
-    if matched {
-        return Ok(r.empty());
+    SnapshotReply {
+        reply,
+        body: (!matched).then_some(snap.data),
     }
-    Ok(r.body(Pieces::new(vec![snap.data]).into_body()))
 }
 
 /// DELETE `{s}/snapshot/{offset}`: snapshots are immutable, so this is always refused (409 for

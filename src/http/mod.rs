@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `{s}` | `PUT` `POST` `GET` `HEAD` `DELETE` | create or fork; append or close; read (catch-up, `live=long-poll`, `live=sse`); metadata; delete |
 //! | `{s}/snapshot/{offset}` | `PUT` `GET` `DELETE` | publish a snapshot; read it; (always refused) delete it |
-//! | `{s}/snapshot` | `GET` | `307` to the latest snapshot's URL |
+//! | `{s}/snapshot` | `GET` | the latest snapshot (404 when none) |
 //! | `{s}/retention/{offset}` | `PUT` | advance the earliest readable offset |
 //! | `{s}/bootstrap` | `GET` | `multipart/mixed`: the latest snapshot, then every message after it |
 //!
@@ -284,6 +284,17 @@ async fn route(app: &AppState, parts: Parts, body: Body) -> Result<Response, Api
                 allow: STREAM_METHODS,
             }),
         },
+        // Creating or appending to `{s}/snapshot` or `{s}/bootstrap` would address a stream
+        // whose name collides with a route: refuse it as the invalid stream name it is.
+        // (The names reserve exactly the shapes `parse_route` takes for routes, so the name
+        // check always fails here.)
+        Route::SnapshotLatest(_) | Route::Bootstrap(_)
+            if matches!(*m, Method::PUT | Method::POST) =>
+        {
+            Err(stream_name(Some(parts.uri.path()))
+                .err()
+                .unwrap_or_else(|| ApiError::internal("a reserved route parsed as a stream name")))
+        }
         Route::SnapshotLatest(name) => match *m {
             Method::GET => ext::snapshot_latest(app, name, &parts).await,
             _ => Err(ApiError::MethodNotAllowed {

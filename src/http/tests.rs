@@ -1032,7 +1032,11 @@ async fn bad_requests_methods_limits_and_cors() -> TestResult {
         let r = t.put(bad, &[CT_TEXT], "").await;
         assert_problem(&r, StatusCode::BAD_REQUEST, "INVALID_STREAM_NAME");
     }
-    let r = t.put("/s/x/snapshot", &[CT_TEXT], "").await;
+    for reserved in ["/s/x/snapshot", "/s/x/bootstrap"] {
+        let r = t.put(reserved, &[CT_TEXT], "").await;
+        assert_problem(&r, StatusCode::BAD_REQUEST, "INVALID_STREAM_NAME");
+    }
+    let r = t.send("DELETE", "/s/x/bootstrap", &[], Body::empty()).await;
     assert_eq!(
         r.status,
         StatusCode::METHOD_NOT_ALLOWED,
@@ -1138,12 +1142,15 @@ async fn snapshots_retention_and_bootstrap() -> TestResult {
     assert_eq!(r.status, StatusCode::CONFLICT);
 
     let r = t.get("/s/sn/snapshot", &[]).await;
-    assert_eq!(r.status, StatusCode::TEMPORARY_REDIRECT);
+    assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "STATE-1"));
+    assert_eq!(r.h("content-type"), Some("application/x-state"));
     assert_eq!(
-        r.h("location"),
+        r.h("content-location"),
         Some(format!("http://brook.test{snap}").as_str())
     );
     assert_eq!(r.h("stream-snapshot-digest"), Some(digest.as_str()));
+    assert_eq!(r.h("stream-snapshot-offset"), Some(after_first.as_str()));
+    assert_eq!(r.h("stream-next-offset"), Some(tail.as_str()));
     let r = t.get(&snap, &[]).await;
     assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "STATE-1"));
     assert_eq!(r.h("content-type"), Some("application/x-state"));
