@@ -1293,6 +1293,26 @@ impl Engine {
         let s = self.live(name)?;
         s.check_expect(expect)?;
         let ct = normalize_content_type(content_type.unwrap_or("application/octet-stream"))?;
+        // Refuse what can be refused before streaming a blob of up to `max_snapshot_bytes` to
+        // disk; everything is checked again under the lock below.
+        {
+            let core = s.core.lock();
+            let st = &core.state;
+            let latest = st.latest_snapshot();
+            let republish = st.snapshots.iter().any(|x| x.offset.bytes == offset.bytes);
+            if offset.bytes > st.tail.bytes {
+                return Err(Error::OffsetBeyondTail { tail: st.tail });
+            }
+            if offset.bytes < st.earliest.bytes {
+                return Err(Error::OffsetGone { earliest: st.earliest });
+            }
+            if expect_digest.is_some_and(|want| latest.map(|l| l.digest.as_str()) != Some(want)) {
+                return Err(Error::SnapshotMatchFailed { current: latest.map(|l| l.digest.clone()) });
+            }
+            if let Some(l) = latest.filter(|l| l.offset.bytes > offset.bytes && !republish) {
+                return Err(Error::SnapshotStale { latest: l.offset });
+            }
+        }
         // Stream the blob to a temporary file, hashing as it goes.
         let tmp = s.dir.join(format!("snap-tmp-{}", self.counter.fetch_add(1, Ordering::Relaxed)));
         let cleanup = TempFile(tmp.clone());
