@@ -26,6 +26,8 @@ mod codec; // little-endian encoding helpers for the on-disk formats
 mod engine; // the store's machinery: streams, journal shards, checkpoints, recovery
 mod error; // Error, Result
 mod fs; // file-system helpers and the fsync protocol
+#[cfg(feature = "client")]
+pub mod client; // a Rust client for any Durable Streams server, with the conditional-write recipes
 #[cfg(any(feature = "http", feature = "client"))]
 pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]

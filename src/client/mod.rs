@@ -1,0 +1,99 @@
+//! A Rust client for brook or any Durable Streams server (feature `client`), with the seed's
+//! conditional-write recipes as first-class operations.
+//!
+//! | name | what it is |
+//! |---|---|
+//! | [`Client`] | a base URL and a pooled HTTP client; hands out [`StreamHandle`]s |
+//! | [`StreamHandle`] | one stream URL: create, append, read, long-poll, SSE, HEAD, DELETE, [`read_to_tail`](StreamHandle::read_to_tail) |
+//! | [`PrefixCount`] | the prefix-count compare-and-set commit loop for writers sharing one log |
+//! | [`Outbox`] | publishes facts committed elsewhere, exactly once and in commit order, with failover |
+//! | [`Error`] | every refusal, with what the caller needs to act on it |
+//!
+//! **Incarnation tracking.** A [`StreamHandle`] remembers the `Stream-Incarnation` of the first
+//! successful response and sends it on every later request, so a stream deleted and recreated at
+//! the same URL answers [`Error::IncarnationChanged`] instead of silently serving another
+//! stream's data. The handle keeps the old token after that error, so every later request fails
+//! the same way until the caller discards what it derived from the old stream and calls
+//! [`StreamHandle::accept_incarnation`] (or [`StreamHandle::forget_incarnation`]). Clones of a
+//! handle share the token.
+//!
+//! Offsets are opaque strings ([`Position`]), as the protocol defines them, so the client works
+//! with servers whose offsets are not brook's.
+//!
+//! ```no_run
+//! use brook::client::{Append, Client, Create};
+//!
+//! # async fn run() -> brook::client::Result<()> {
+//! let client = Client::new("http://127.0.0.1:4437")?;
+//! let stream = client.stream("demo/chat");
+//! stream.create(&Create::json()).await?;
+//! stream.append(&Append::json(&serde_json::json!([{"text": "hi"}]))).await?;
+//! let read = stream.read_to_tail(&Default::default()).await?;
+//! assert_eq!(read.messages().len(), 1);
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod outbox;
+mod prefix_count;
+mod sse;
+mod stream;
+mod types;
+
+pub use error::{Error, Result};
+pub use outbox::{Outbox, Published, PublishSummary};
+pub use prefix_count::{Commit, PrefixCount};
+pub use sse::{Control, SseEvent};
+pub use stream::StreamHandle;
+pub use types::{
+    Append, Appended, Chunk, Create, Created, Info, Position, Read, TailData, TailRead,
+    stream_seq,
+};
+
+/// A Durable Streams server at a base URL.
+///
+/// Cheap to clone: clones share one connection pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Client {
+    /// A client for the server at `base_url` (e.g. `http://127.0.0.1:4437`), with a fresh
+    /// connection pool and no request timeout (a long-poll waits as long as the server lets it).
+    pub fn new(base_url: &str) -> Result<Client> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(Error::Transport)?;
+        Client::with_http_client(http, base_url)
+    }
+
+    /// A client over an HTTP client the caller configured (timeouts, proxies, TLS).
+    pub fn with_http_client(http: reqwest::Client, base_url: &str) -> Result<Client> {
+        let url = reqwest::Url::parse(base_url)
+            .map_err(|e| Error::InvalidArgument(format!("invalid base URL {base_url:?}: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(Error::InvalidArgument(format!(
+                "the base URL {base_url:?} is not http or https"
+            )));
+        }
+        Ok(Client {
+            http,
+            base: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The base URL, without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// A handle on the stream at `path` under the base URL (`"chat/room-1"` or
+    /// `"/chat/room-1"`). Makes no request; every handle tracks its own incarnation.
+    pub fn stream(&self, path: &str) -> StreamHandle {
+        let url = format!("{}/{}", self.base, path.trim_start_matches('/'));
+        StreamHandle::new(self.http.clone(), url)
+    }
+}
