@@ -440,8 +440,22 @@ fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Rec
             if d.segs.is_some() && lsn <= d.applied_lsn {
                 return Ok(());
             }
+            // Only replay finds the directory already there, holding this incarnation's files from
+            // before the crash (an earlier incarnation's directory went to the trash with its
+            // delete, which precedes this create in the same journal). Its segments are rebuilt
+            // from here; its snapshot blobs were made durable before their records and stay.
             if stream.dir.exists() {
-                std::fs::remove_dir_all(&stream.dir)?;
+                for e in std::fs::read_dir(&stream.dir)?.flatten() {
+                    let keep = e.file_name().to_str().is_some_and(|n| parse_snapshot_file(n).is_some());
+                    if keep {
+                        continue;
+                    }
+                    if e.path().is_dir() {
+                        std::fs::remove_dir_all(e.path())?;
+                    } else {
+                        std::fs::remove_file(e.path())?;
+                    }
+                }
             }
             std::fs::create_dir_all(&stream.dir)?;
             let mut segs = SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?;
