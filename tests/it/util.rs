@@ -1,0 +1,139 @@
+//! Helpers shared by the integration tests: crash images, a small seeded RNG, reading whole streams.
+
+use std::path::Path;
+
+use brook::*;
+
+/// The result every test returns.
+pub type R = std::result::Result<(), Box<dyn std::error::Error>>;
+
+/// A stream name known to be valid.
+pub fn name(s: &str) -> StreamName {
+    StreamName::new(s).expect("valid name")
+}
+
+/// Copies a directory tree, skipping files that vanish while it runs (a background thread of a
+/// forgotten store may still be removing trash).
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let t = to.join(e.file_name());
+        let ft = match e.file_type() {
+            Ok(ft) => ft,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
+        };
+        let r = if ft.is_dir() { copy_dir(&e.path(), &t) } else { std::fs::copy(e.path(), &t).map(|_| ()) };
+        match r {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// Simulates a process crash of `store` (no shutdown, no checkpoint, threads left running on the
+/// old directory) and returns a copy of its directory as the files stood, without `LOCK`.
+///
+/// Every call made on the store must have returned: a copy taken while a write is in flight
+/// would not be a state any crash can produce.
+pub fn crash_image(store: Store, dir: &Path) -> std::io::Result<tempfile::TempDir> {
+    std::mem::forget(store);
+    let copy = tempfile::tempdir()?;
+    copy_dir(dir, copy.path())?;
+    let _ = std::fs::remove_file(copy.path().join("LOCK"));
+    Ok(copy)
+}
+
+/// Every file under `dir`, recursively, sorted.
+pub fn files_under(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads a stream from its earliest retained offset to its tail in chunks of at most `max_bytes`, checking that the
+/// chunks join up. Returns the stored data (JSON bodies unwrapped to their messages).
+pub fn read_to_tail(store: &Store, n: &StreamName, max_bytes: Option<u64>) -> brook::Result<(Vec<u8>, ReadChunk)> {
+    let mut from = ReadFrom::At(store.head(n, None)?.earliest);
+    let mut out = Vec::new();
+    loop {
+        let c = store.read(n, &ReadRequest { from, max_bytes, expect: None })?;
+        let body = c.to_vec();
+        if c.content_type.starts_with("application/json") {
+            let inner = body.get(1..body.len().saturating_sub(1)).unwrap_or(&[]);
+            if !inner.is_empty() {
+                if !out.is_empty() {
+                    out.push(b',');
+                }
+                out.extend_from_slice(inner);
+            }
+        } else {
+            out.extend_from_slice(&body);
+        }
+        if c.up_to_date {
+            return Ok((out, c));
+        }
+        if c.next <= c.start {
+            return Err(Error::InvalidArgument(format!("read made no progress at {}", c.start)));
+        }
+        from = ReadFrom::At(c.next);
+    }
+}
+
+/// A small, seeded xorshift generator: tests print their seed so a failure can be replayed with
+/// `BROOK_TEST_SEED`.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded from `BROOK_TEST_SEED`, or from the clock.
+    pub fn from_env(what: &str) -> Rng {
+        let seed = std::env::var("BROOK_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+        });
+        eprintln!("{what}: BROOK_TEST_SEED={seed}");
+        Rng::new(seed)
+    }
+
+    /// A generator with this seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// `true` with probability `1/n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    /// Random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
