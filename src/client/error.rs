@@ -141,7 +141,8 @@ impl Error {
     /// events and look for its operation id first.
     pub fn outcome_unknown(&self) -> bool {
         match self {
-            Error::Transport(_) => true,
+            // A request that never reached the server (no connection, unbuildable) did nothing.
+            Error::Transport(e) => !(e.is_connect() || e.is_builder()),
             Error::Http { status, .. } => *status >= 500,
             _ => false,
         }

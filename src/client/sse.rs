@@ -158,7 +158,7 @@ struct State {
 pub(crate) fn events(
     handle: StreamHandle,
     from: Position,
-) -> impl Stream<Item = Result<SseEvent>> + Send + 'static {
+) -> impl Stream<Item = Result<SseEvent>> + Send + Unpin + 'static {
     let state = State {
         handle,
         next: from,
@@ -169,7 +169,7 @@ pub(crate) fn events(
         queue: VecDeque::new(),
         done: false,
     };
-    futures_util::stream::unfold(state, |mut s| async move {
+    Box::pin(futures_util::stream::unfold(state, |mut s| async move {
         loop {
             if let Some(ev) = s.queue.pop_front() {
                 if let SseEvent::Control(c) = &ev {
@@ -236,7 +236,7 @@ pub(crate) fn events(
                 }
             }
         }
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::headers::{
     PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, QUERY_CONSISTENCY, QUERY_CURSOR, QUERY_LIVE,
     QUERY_MAX_BYTES, QUERY_OFFSET, STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET,
     STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL,
-    STREAM_UP_TO_DATE, format_expires_at, parse_closed, parse_expires_at, parse_safe_integer,
+    STREAM_UP_TO_DATE, format_expires_at, parse_closed, parse_expires_at, parse_safe_integer, parse_stream_seq,
 };
 
 use super::error::{Error, Result};
@@ -48,6 +48,18 @@ fn flag(h: &HeaderMap, name: &str) -> bool {
 
 fn incarnation_of(h: &HeaderMap) -> Option<Incarnation> {
     header(h, STREAM_INCARNATION).and_then(|t| Incarnation::new(&t).ok())
+}
+
+/// A `Stream-Seq` the server would check: printable ASCII of at most 256 bytes. Anything else
+/// is refused here, since the server would ignore it and let the write through unchecked.
+fn checked_stream_seq(value: &str) -> Result<&str> {
+    match parse_stream_seq(Some(value.as_bytes())) {
+        Ok(Some(_)) => Ok(value),
+        Ok(None) => Err(Error::InvalidArgument(format!(
+            "Stream-Seq {value:?} is not printable ASCII: the server would ignore it and not check the write"
+        ))),
+        Err(e) => Err(Error::InvalidArgument(e.to_string())),
+    }
 }
 
 fn next_offset(h: &HeaderMap) -> Result<Position> {
@@ -150,7 +162,7 @@ impl StreamHandle {
             None => {}
         }
         if let Some(seq) = &req.stream_seq {
-            rb = rb.header(STREAM_SEQ, seq);
+            rb = rb.header(STREAM_SEQ, checked_stream_seq(seq)?);
         }
         if req.closed {
             rb = rb.header(STREAM_CLOSED, "true");
@@ -185,7 +197,7 @@ impl StreamHandle {
             rb = rb.header(CONTENT_TYPE, ct);
         }
         if let Some(seq) = &req.stream_seq {
-            rb = rb.header(STREAM_SEQ, seq);
+            rb = rb.header(STREAM_SEQ, checked_stream_seq(seq)?);
         }
         if let Some((id, epoch, seq)) = &req.producer {
             rb = rb
@@ -336,7 +348,10 @@ impl StreamHandle {
 
     /// Tails the stream with long-polls from `from`: every chunk with data, in order, then the
     /// stream ends once the stream is closed. Reconnects on each 204 with the last cursor.
-    pub fn tail(&self, from: Position) -> impl Stream<Item = Result<Chunk>> + Send + 'static {
+    pub fn tail(
+        &self,
+        from: Position,
+    ) -> impl Stream<Item = Result<Chunk>> + Send + Unpin + 'static {
         struct State {
             handle: StreamHandle,
             next: Position,
@@ -349,7 +364,7 @@ impl StreamHandle {
             cursor: None,
             done: false,
         };
-        futures_util::stream::unfold(state, |mut s| async move {
+        Box::pin(futures_util::stream::unfold(state, |mut s| async move {
             loop {
                 if s.done {
                     return None;
@@ -370,13 +385,16 @@ impl StreamHandle {
                     }
                 }
             }
-        })
+        }))
     }
 
     /// Tails the stream over SSE (`live=sse`) from `from`: data and control events in order,
     /// reconnecting from the last control event's offset (and cursor) whenever the server ends
     /// a connection, until a control event says the stream is closed.
-    pub fn sse(&self, from: Position) -> impl Stream<Item = Result<SseEvent>> + Send + 'static {
+    pub fn sse(
+        &self,
+        from: Position,
+    ) -> impl Stream<Item = Result<SseEvent>> + Send + Unpin + 'static {
         sse::events(self.clone(), from)
     }
 
