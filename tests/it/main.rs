@@ -4,4 +4,6 @@ mod engine;
 mod model;
 mod util;
 #[cfg(all(feature = "client", feature = "http"))]
+mod client_crash;
+#[cfg(all(feature = "client", feature = "http"))]
 mod client_recipes;
