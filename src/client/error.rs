@@ -98,7 +98,9 @@ pub enum Error {
     InvalidArgument(String),
     /// A recipe was asked to act on a count that was not taken at the tail (a read bounded
     /// short of it). The prefix-count recipe never appends from such a count.
-    #[error("refused: the read did not reach the tail (no Stream-Up-To-Date), so its count cannot be trusted")]
+    #[error(
+        "refused: the read did not reach the tail (no Stream-Up-To-Date), so its count cannot be trusted"
+    )]
     NotAtTail,
     /// A commit with no events: never appended (it would not advance the prefix count).
     #[error("refused: a commit must hold at least one event")]
@@ -108,7 +110,9 @@ pub enum Error {
     Rejected(#[source] BoxError),
     /// The stream's stored Stream-Seq is at or above the writer's true count (a seeding PUT or a
     /// counting bug): every retry would answer 409, so the recipe stops.
-    #[error("the stream's Stream-Seq \"{last_seq}\" is not below the true count \"{count}\": every commit would be refused")]
+    #[error(
+        "the stream's Stream-Seq \"{last_seq}\" is not below the true count \"{count}\": every commit would be refused"
+    )]
     StreamSeqAhead {
         /// The count the writer read (zero-padded, as it would send it).
         count: String,
@@ -156,10 +160,12 @@ impl Error {
         body: &[u8],
     ) -> Error {
         let problem: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-        let member = |name: &str| -> Option<serde_json::Value> { problem.as_ref()?.get(name).cloned() };
+        let member =
+            |name: &str| -> Option<serde_json::Value> { problem.as_ref()?.get(name).cloned() };
         let text_member = |name: &str| member(name).and_then(|v| v.as_str().map(str::to_owned));
         let int_member = |name: &str| member(name).and_then(|v| v.as_u64());
-        let int_header = |name: &str| header(name).and_then(|v| parse_safe_integer(v.trim().as_bytes()));
+        let int_header =
+            |name: &str| header(name).and_then(|v| parse_safe_integer(v.trim().as_bytes()));
         let code = text_member("code");
         let detail = text_member("detail");
         match status {
@@ -190,7 +196,11 @@ impl Error {
                 if code.as_deref() == Some("CONTENT_TYPE_MISMATCH") {
                     return Error::ContentTypeMismatch { detail };
                 }
-                Error::Http { status, code, detail }
+                Error::Http {
+                    status,
+                    code,
+                    detail,
+                }
             }
             412 => {
                 let current = header(STREAM_INCARNATION)
@@ -200,7 +210,11 @@ impl Error {
             }
             403 => match int_header(PRODUCER_EPOCH).or_else(|| int_member("currentEpoch")) {
                 Some(current) => Error::ProducerEpochStale { current },
-                None => Error::Http { status, code, detail },
+                None => Error::Http {
+                    status,
+                    code,
+                    detail,
+                },
             },
             404 => Error::NotFound,
             410 => Error::Gone {
@@ -208,7 +222,11 @@ impl Error {
                     .or_else(|| text_member("earliest"))
                     .map(Position::new),
             },
-            _ => Error::Http { status, code, detail },
+            _ => Error::Http {
+                status,
+                code,
+                detail,
+            },
         }
     }
 }
@@ -219,44 +237,91 @@ mod tests {
     use crate::headers::STREAM_LAST_SEQ;
 
     fn headers<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| (*v).to_owned())
+        move |n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| (*v).to_owned())
+        }
     }
 
     #[test]
     fn only_a_409_with_last_seq_is_a_stream_seq_conflict() {
         let e = Error::from_response(
             409,
-            headers(&[(STREAM_NEXT_OFFSET, "0000000000000003_0000000000000030"), (STREAM_LAST_SEQ, "00000000000000000002")]),
+            headers(&[
+                (STREAM_NEXT_OFFSET, "0000000000000003_0000000000000030"),
+                (STREAM_LAST_SEQ, "00000000000000000002"),
+            ]),
             br#"{"code":"STREAM_SEQ_CONFLICT"}"#,
         );
         assert!(
             matches!(&e, Error::StreamSeqConflict { tail: Some(t), last_seq } if last_seq == "00000000000000000002" && t.as_str() == "0000000000000003_0000000000000030"),
             "{e:?}"
         );
-        let e = Error::from_response(409, headers(&[(STREAM_CLOSED, "true")]), br#"{"code":"STREAM_CLOSED"}"#);
+        let e = Error::from_response(
+            409,
+            headers(&[(STREAM_CLOSED, "true")]),
+            br#"{"code":"STREAM_CLOSED"}"#,
+        );
         assert!(matches!(e, Error::StreamClosed { .. }), "{e:?}");
-        let e = Error::from_response(409, headers(&[(PRODUCER_EXPECTED_SEQ, "4"), (PRODUCER_RECEIVED_SEQ, "6")]), b"");
-        assert!(matches!(e, Error::ProducerSeqGap { expected: 4, received: Some(6) }), "{e:?}");
-        let e = Error::from_response(409, headers(&[]), br#"{"code":"CONTENT_TYPE_MISMATCH","detail":"d"}"#);
+        let e = Error::from_response(
+            409,
+            headers(&[(PRODUCER_EXPECTED_SEQ, "4"), (PRODUCER_RECEIVED_SEQ, "6")]),
+            b"",
+        );
+        assert!(
+            matches!(
+                e,
+                Error::ProducerSeqGap {
+                    expected: 4,
+                    received: Some(6)
+                }
+            ),
+            "{e:?}"
+        );
+        let e = Error::from_response(
+            409,
+            headers(&[]),
+            br#"{"code":"CONTENT_TYPE_MISMATCH","detail":"d"}"#,
+        );
         assert!(matches!(e, Error::ContentTypeMismatch { .. }), "{e:?}");
         // A 409 of any other kind is never taken for a Stream-Seq conflict.
         let e = Error::from_response(409, headers(&[]), br#"{"code":"STREAM_CONFIG_MISMATCH"}"#);
-        assert!(matches!(e, Error::Http { status: 409, code: Some(ref c), .. } if c == "STREAM_CONFIG_MISMATCH"), "{e:?}");
+        assert!(
+            matches!(e, Error::Http { status: 409, code: Some(ref c), .. } if c == "STREAM_CONFIG_MISMATCH"),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn other_statuses_map_to_their_variants() {
         let e = Error::from_response(412, headers(&[(STREAM_INCARNATION, "abc123")]), b"");
-        assert!(matches!(&e, Error::IncarnationChanged { current: Some(c) } if c.as_str() == "abc123"), "{e:?}");
-        assert_eq!(e.to_string(), "the stream was recreated: its incarnation is now abc123");
+        assert!(
+            matches!(&e, Error::IncarnationChanged { current: Some(c) } if c.as_str() == "abc123"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "the stream was recreated: its incarnation is now abc123"
+        );
         let e = Error::from_response(412, headers(&[]), b"");
-        assert!(matches!(e, Error::IncarnationChanged { current: None }), "{e:?}");
+        assert!(
+            matches!(e, Error::IncarnationChanged { current: None }),
+            "{e:?}"
+        );
         let e = Error::from_response(403, headers(&[(PRODUCER_EPOCH, "3")]), b"");
-        assert!(matches!(e, Error::ProducerEpochStale { current: 3 }), "{e:?}");
+        assert!(
+            matches!(e, Error::ProducerEpochStale { current: 3 }),
+            "{e:?}"
+        );
         // A 403 without Producer-Epoch (say, from an auth proxy) is not a fence.
         let e = Error::from_response(403, headers(&[]), b"forbidden");
         assert!(matches!(e, Error::Http { status: 403, .. }), "{e:?}");
-        assert!(matches!(Error::from_response(404, headers(&[]), b""), Error::NotFound));
+        assert!(matches!(
+            Error::from_response(404, headers(&[]), b""),
+            Error::NotFound
+        ));
         let e = Error::from_response(410, headers(&[(STREAM_EARLIEST_OFFSET, "x")]), b"");
         assert!(matches!(e, Error::Gone { earliest: Some(_) }), "{e:?}");
         let e = Error::from_response(503, headers(&[]), br#"{"code":"SHUT_DOWN","detail":"bye"}"#);

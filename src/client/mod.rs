@@ -41,13 +41,12 @@ mod stream;
 mod types;
 
 pub use error::{Error, Result};
-pub use outbox::{Outbox, Published, PublishSummary};
+pub use outbox::{Outbox, PublishSummary, Published};
 pub use prefix_count::{Commit, PrefixCount};
 pub use sse::{Control, SseEvent};
 pub use stream::StreamHandle;
 pub use types::{
-    Append, Appended, Chunk, Create, Created, Info, Position, Read, TailData, TailRead,
-    stream_seq,
+    Append, Appended, Chunk, Create, Created, Info, Position, Read, TailData, TailRead, stream_seq,
 };
 
 /// A Durable Streams server at a base URL.

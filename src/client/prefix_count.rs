@@ -102,7 +102,9 @@ impl PrefixCount {
         self.ops.clear();
         for (i, e) in self.events.iter().enumerate() {
             if let Some(id) = e.get(name).and_then(Value::as_str) {
-                self.ops.entry(id.to_owned()).or_insert(self.base + i as u64);
+                self.ops
+                    .entry(id.to_owned())
+                    .or_insert(self.base + i as u64);
             }
         }
         self

@@ -80,7 +80,11 @@ impl Parser {
                 let event = std::mem::take(&mut self.event);
                 let data = std::mem::take(&mut self.data).join("\n");
                 out.push(RawEvent {
-                    event: if event.is_empty() { "message".to_owned() } else { event },
+                    event: if event.is_empty() {
+                        "message".to_owned()
+                    } else {
+                        event
+                    },
                     data,
                 });
             }
@@ -109,7 +113,9 @@ fn decode(raw: RawEvent, base64: bool) -> Result<Option<SseEvent>> {
                 let compact: String = raw.data.split_whitespace().collect();
                 base64::engine::general_purpose::STANDARD
                     .decode(compact)
-                    .map_err(|e| Error::InvalidResponse(format!("an SSE data event is not base64: {e}")))?
+                    .map_err(|e| {
+                        Error::InvalidResponse(format!("an SSE data event is not base64: {e}"))
+                    })?
             } else {
                 raw.data.into_bytes()
             };
@@ -261,16 +267,31 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                RawEvent { event: "data".into(), data: "a\nb".into() },
-                RawEvent { event: "control".into(), data: "{}".into() },
+                RawEvent {
+                    event: "data".into(),
+                    data: "a\nb".into()
+                },
+                RawEvent {
+                    event: "control".into(),
+                    data: "{}".into()
+                },
             ]
         );
     }
 
     #[test]
     fn data_and_control_events_decode() {
-        let ev = decode(RawEvent { event: "data".into(), data: "SGVs\nbG8=".into() }, true);
-        assert_eq!(ev.ok().flatten(), Some(SseEvent::Data(Bytes::from_static(b"Hello"))));
+        let ev = decode(
+            RawEvent {
+                event: "data".into(),
+                data: "SGVs\nbG8=".into(),
+            },
+            true,
+        );
+        assert_eq!(
+            ev.ok().flatten(),
+            Some(SseEvent::Data(Bytes::from_static(b"Hello")))
+        );
         let ev = decode(
             RawEvent {
                 event: "control".into(),
@@ -287,7 +308,25 @@ mod tests {
                 closed: false,
             }))
         );
-        assert!(decode(RawEvent { event: "control".into(), data: "{}".into() }, false).is_err());
-        assert!(matches!(decode(RawEvent { event: "other".into(), data: String::new() }, false), Ok(None)));
+        assert!(
+            decode(
+                RawEvent {
+                    event: "control".into(),
+                    data: "{}".into()
+                },
+                false
+            )
+            .is_err()
+        );
+        assert!(matches!(
+            decode(
+                RawEvent {
+                    event: "other".into(),
+                    data: String::new()
+                },
+                false
+            ),
+            Ok(None)
+        ));
     }
 }

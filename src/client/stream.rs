@@ -12,7 +12,8 @@ use crate::headers::{
     PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, QUERY_CONSISTENCY, QUERY_CURSOR, QUERY_LIVE,
     QUERY_MAX_BYTES, QUERY_OFFSET, STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET,
     STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL,
-    STREAM_UP_TO_DATE, format_expires_at, parse_closed, parse_expires_at, parse_safe_integer, parse_stream_seq,
+    STREAM_UP_TO_DATE, format_expires_at, parse_closed, parse_expires_at, parse_safe_integer,
+    parse_stream_seq,
 };
 
 use super::error::{Error, Result};
@@ -212,7 +213,9 @@ impl StreamHandle {
         let res = self.send(rb).await?;
         let h = res.headers();
         let echoed = match (header(h, PRODUCER_EPOCH), header(h, PRODUCER_SEQ)) {
-            (Some(e), Some(s)) => parse_safe_integer(e.as_bytes()).zip(parse_safe_integer(s.as_bytes())),
+            (Some(e), Some(s)) => {
+                parse_safe_integer(e.as_bytes()).zip(parse_safe_integer(s.as_bytes()))
+            }
             _ => None,
         };
         Ok(Appended {
@@ -258,8 +261,27 @@ impl StreamHandle {
 
     /// A catch-up GET: the data from `req`'s position, up to the tail or `max_bytes`.
     pub async fn read(&self, req: &Read) -> Result<Chunk> {
-        let res = self.send(self.read_request(req)).await?;
+        let res = self.send_read(self.read_request(req)).await?;
         self.chunk(res).await
+    }
+
+    /// Sends a read. The protocol answers a read at an offset the stream no longer has (410)
+    /// or does not have yet (416) with that status even when the stream is another
+    /// incarnation; a handle that tracks one then asks HEAD, with the token, whether the
+    /// stream was recreated, and answers [`Error::IncarnationChanged`] if it was (an offset of
+    /// the old stream means nothing in the new one).
+    async fn send_read(&self, rb: RequestBuilder) -> Result<Response> {
+        match self.send(rb).await {
+            Err(e @ (Error::Gone { .. } | Error::Http { status: 416, .. }))
+                if self.incarnation().is_some() =>
+            {
+                match self.send(self.request(Method::HEAD, None)).await {
+                    Err(changed @ Error::IncarnationChanged { .. }) => Err(changed),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        }
     }
 
     /// A `live=long-poll` GET: data at once if there is any past `req`'s position, otherwise
@@ -270,7 +292,7 @@ impl StreamHandle {
         if let Some(c) = cursor {
             rb = rb.query(&[(QUERY_CURSOR, c)]);
         }
-        let res = self.send(rb).await?;
+        let res = self.send_read(rb).await?;
         self.chunk(res).await
     }
 
@@ -410,6 +432,6 @@ impl StreamHandle {
         if let Some(c) = cursor {
             rb = rb.query(&[(QUERY_CURSOR, c)]);
         }
-        self.send(rb).await
+        self.send_read(rb).await
     }
 }

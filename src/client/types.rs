@@ -303,7 +303,9 @@ pub struct Chunk {
 impl Chunk {
     /// Whether the chunk came from an `application/json` stream.
     pub fn is_json(&self) -> bool {
-        self.content_type.as_deref().is_some_and(content_type_is_json)
+        self.content_type
+            .as_deref()
+            .is_some_and(content_type_is_json)
     }
 
     /// The chunk's messages: for a JSON stream, the elements of its array body (none for an

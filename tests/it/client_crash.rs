@@ -23,7 +23,14 @@ struct Brook(Child);
 impl Brook {
     fn spawn(dir: &Path, port: u16) -> R<Brook> {
         let child = Command::new(env!("CARGO_BIN_EXE_brook"))
-            .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string(), "--data-dir"])
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--data-dir",
+            ])
             .arg(dir)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -49,13 +56,18 @@ impl Drop for Brook {
 }
 
 fn free_port() -> R<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// Waits until the server accepts connections (the port may take a moment to be free again).
 async fn ready(port: u16) -> R {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
         if Instant::now() > deadline {
             return Err("brook did not start listening within 30 s".into());
         }
@@ -70,7 +82,10 @@ async fn publish_until_answered(out: &mut Outbox, n: u64) -> Result<Published, E
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match out.publish_json(n, &json!({"fact": n})).await {
-            Err(e) if (e.outcome_unknown() || matches!(&e, Error::Transport(_))) && Instant::now() < deadline => {
+            Err(e)
+                if (e.outcome_unknown() || matches!(&e, Error::Transport(_)))
+                    && Instant::now() < deadline =>
+            {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             other => return other,
@@ -86,14 +101,22 @@ async fn sigkill_during_producer_appends_loses_and_repeats_nothing() -> R {
     ready(port).await?;
     let client = Client::new(&format!("http://127.0.0.1:{port}"))?;
     for p in 0..PRODUCERS {
-        client.stream(&format!("crash/p{p}")).create(&Create::json()).await?;
+        client
+            .stream(&format!("crash/p{p}"))
+            .create(&Create::json())
+            .await?;
     }
 
     // Every producer appends facts 0, 1, 2, ... with both guards until the server dies under it.
     let acked_total = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for p in 0..PRODUCERS {
-        let mut out = Outbox::new(client.stream(&format!("crash/p{p}")), format!("producer-{p}"), 0, "application/json");
+        let mut out = Outbox::new(
+            client.stream(&format!("crash/p{p}")),
+            format!("producer-{p}"),
+            0,
+            "application/json",
+        );
         let acked_total = acked_total.clone();
         tasks.push(tokio::spawn(async move {
             let mut acked = Vec::new();
@@ -103,7 +126,11 @@ async fn sigkill_during_producer_appends_loses_and_repeats_nothing() -> R {
                         acked.push(n);
                         acked_total.fetch_add(1, Ordering::SeqCst);
                     }
-                    Ok(other) => return Err(format!("producer {p}: fact {n} answered {other:?} before the crash")),
+                    Ok(other) => {
+                        return Err(format!(
+                            "producer {p}: fact {n} answered {other:?} before the crash"
+                        ));
+                    }
                     // The server died: this fact is in flight (sent or not, answered or not).
                     Err(e) => return Ok((out, acked, n, e)),
                 }
@@ -139,13 +166,23 @@ async fn sigkill_during_producer_appends_loses_and_repeats_nothing() -> R {
         acked.push(*in_flight);
         // The producer goes on where it was: the next facts are accepted in order.
         for n in *in_flight + 1..*in_flight + 3 {
-            assert!(matches!(publish_until_answered(out, n).await?, Published::Appended { .. }));
+            assert!(matches!(
+                publish_until_answered(out, n).await?,
+                Published::Appended { .. }
+            ));
             acked.push(n);
         }
         let log = out.stream().read_to_tail(&Read::default()).await?;
-        let facts: Vec<u64> = log.messages().iter().filter_map(|m| m["fact"].as_u64()).collect();
+        let facts: Vec<u64> = log
+            .messages()
+            .iter()
+            .filter_map(|m| m["fact"].as_u64())
+            .collect();
         assert_eq!(facts.len(), log.messages().len());
-        assert_eq!(&facts, acked, "every acknowledged append exactly once, in order, nothing else");
+        assert_eq!(
+            &facts, acked,
+            "every acknowledged append exactly once, in order, nothing else"
+        );
     }
     eprintln!(
         "crash test: {} appends acknowledged before SIGKILL, {duplicates} of {PRODUCERS} in-flight retries were duplicates",
@@ -180,7 +217,9 @@ async fn sigkill_during_prefix_count_commits_keeps_a_serial_history() -> R {
             let deadline = Instant::now() + Duration::from_secs(60);
             while Instant::now() < deadline {
                 let op = format!("w{w}-c{c}");
-                let build = |n: u64, _: &[serde_json::Value]| Ok::<_, String>(vec![json!({"seen": n}); (1 + c % 2) as usize]);
+                let build = |n: u64, _: &[serde_json::Value]| {
+                    Ok::<_, String>(vec![json!({"seen": n}); (1 + c % 2) as usize])
+                };
                 match writer.commit(&op, build).await {
                     Ok(_) => {
                         ops.push(op);
@@ -213,14 +252,21 @@ async fn sigkill_during_prefix_count_commits_keeps_a_serial_history() -> R {
     for t in tasks {
         acknowledged.extend(t.await??);
     }
-    let log = client.stream("crash/log").read_to_tail(&Read::default()).await?;
+    let log = client
+        .stream("crash/log")
+        .read_to_tail(&Read::default())
+        .await?;
     let mut seen_ops = std::collections::HashSet::new();
     let mut prev: Option<&str> = None;
     for (i, e) in log.messages().iter().enumerate() {
         let op = e["op_id"].as_str().ok_or("an event without op_id")?;
         if prev != Some(op) {
             assert!(seen_ops.insert(op.to_owned()), "commit {op} appears twice");
-            assert_eq!(e["seen"].as_u64(), Some(i as u64), "commit {op} was not validated against the whole log");
+            assert_eq!(
+                e["seen"].as_u64(),
+                Some(i as u64),
+                "commit {op} was not validated against the whole log"
+            );
         }
         prev = Some(op);
     }

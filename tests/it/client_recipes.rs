@@ -90,7 +90,9 @@ impl LossyProxy {
             while let Ok((mut down, _)) = listener.accept().await {
                 let d = d.clone();
                 tokio::spawn(async move {
-                    let Ok(mut up) = TcpStream::connect(upstream).await else { return };
+                    let Ok(mut up) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     let (mut down_r, mut down_w) = down.split();
                     let (mut up_r, mut up_w) = up.split();
                     let to_server = async {
@@ -105,7 +107,9 @@ impl LossyProxy {
                                 Ok(n) => n,
                             };
                             let swallow = d
-                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |x| x.checked_sub(1))
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |x| {
+                                    x.checked_sub(1)
+                                })
                                 .is_ok();
                             if swallow || down_w.write_all(&buf[..n]).await.is_err() {
                                 break;
@@ -135,7 +139,10 @@ impl LossyProxy {
 fn commits_of(log: &[Value]) -> Result<Vec<(String, Vec<Value>)>, String> {
     let mut commits: Vec<(String, Vec<Value>)> = Vec::new();
     for (i, e) in log.iter().enumerate() {
-        let op = e["op_id"].as_str().ok_or(format!("event {i} has no op_id"))?.to_owned();
+        let op = e["op_id"]
+            .as_str()
+            .ok_or(format!("event {i} has no op_id"))?
+            .to_owned();
         match commits.last_mut() {
             Some((last, events)) if *last == op => events.push(e.clone()),
             _ => {
@@ -152,7 +159,11 @@ fn commits_of(log: &[Value]) -> Result<Vec<(String, Vec<Value>)>, String> {
             return Err(format!("commit {op} mixes counts"));
         }
         if events.len() as u64 != events[0]["size"].as_u64().unwrap_or(0) {
-            return Err(format!("commit {op} has {} events, not {}", events.len(), events[0]["size"]));
+            return Err(format!(
+                "commit {op} has {} events, not {}",
+                events.len(),
+                events[0]["size"]
+            ));
         }
     }
     Ok(commits)
@@ -213,9 +224,16 @@ async fn prefix_count_race_of_eight_writers_is_a_serial_history() -> R {
         WRITERS * COMMITS
     );
 
-    let log = client.stream("race/log").read_to_tail(&Read::default()).await?;
+    let log = client
+        .stream("race/log")
+        .read_to_tail(&Read::default())
+        .await?;
     let commits = commits_of(log.messages())?;
-    assert_eq!(commits.len() as u64, WRITERS * COMMITS, "every commit exactly once");
+    assert_eq!(
+        commits.len() as u64,
+        WRITERS * COMMITS,
+        "every commit exactly once"
+    );
     let mut seen = HashSet::new();
     let mut count = 0u64;
     for (op, events) in &commits {
@@ -236,17 +254,30 @@ async fn prefix_count_refuses_empty_commits_bounded_counts_and_a_seeded_stream()
     let e = writer.commit("empty", |_, _| Ok::<_, String>(vec![])).await;
     assert!(matches!(e, Err(Error::EmptyCommit)), "{e:?}");
     // A refusal from the validation is the caller's.
-    let e = writer.commit("no", |_, _| Err::<Vec<Value>, _>("not today")).await;
-    assert!(matches!(&e, Err(Error::Rejected(r)) if r.to_string() == "not today"), "{e:?}");
+    let e = writer
+        .commit("no", |_, _| Err::<Vec<Value>, _>("not today"))
+        .await;
+    assert!(
+        matches!(&e, Err(Error::Rejected(r)) if r.to_string() == "not today"),
+        "{e:?}"
+    );
     // The first commit on a new stream sends 0.
-    let c = writer.commit("a", |_, _| Ok::<_, String>(vec![json!({"n": 1}), json!({"n": 2})])).await?;
+    let c = writer
+        .commit("a", |_, _| {
+            Ok::<_, String>(vec![json!({"n": 1}), json!({"n": 2})])
+        })
+        .await?;
     assert_eq!((c.count, c.events, c.attempts), (0, 2, 1));
     assert_eq!(writer.catch_up().await?, 2);
     // Paged reads (max_bytes) still count to the tail.
-    let paged = PrefixCount::open(client.stream("pc/rules")).await?.page_bytes(8);
+    let paged = PrefixCount::open(client.stream("pc/rules"))
+        .await?
+        .page_bytes(8);
     assert_eq!(paged.count(), 2);
     let mut paged = paged;
-    let c = paged.commit("b", |n, _| Ok::<_, String>(vec![json!({"n": n})])).await?;
+    let c = paged
+        .commit("b", |n, _| Ok::<_, String>(vec![json!({"n": n})]))
+        .await?;
     assert_eq!(c.count, 2);
     // The first writer's count is stale: its append answers 409, it reads on, validates the
     // longer log and retries with n + k.
@@ -260,16 +291,28 @@ async fn prefix_count_refuses_empty_commits_bounded_counts_and_a_seeded_stream()
     assert_eq!(saw, vec![(2, 2), (3, 3)]);
     assert_eq!((c.count, c.attempts), (3, 2));
     // Committing the same operation again finds it in the log instead of appending it twice.
-    let again = writer.commit("c", |_, _| Ok::<_, String>(vec![json!({})])).await?;
-    assert!(again.recovered && again.count == 3 && again.attempts == 0, "{again:?}");
-    let log = client.stream("pc/rules").read_to_tail(&Read::default()).await?;
+    let again = writer
+        .commit("c", |_, _| Ok::<_, String>(vec![json!({})]))
+        .await?;
+    assert!(
+        again.recovered && again.count == 3 && again.attempts == 0,
+        "{again:?}"
+    );
+    let log = client
+        .stream("pc/rules")
+        .read_to_tail(&Read::default())
+        .await?;
     assert_eq!(log.messages().len(), 4);
 
     // A stream created with Stream-Seq stores a value the honest count never beats.
     let seeded = client.stream("pc/seeded");
-    seeded.create(&Create::json().stream_seq(stream_seq(5))).await?;
+    seeded
+        .create(&Create::json().stream_seq(stream_seq(5)))
+        .await?;
     let mut writer = PrefixCount::open(seeded).await?;
-    let e = writer.commit("x", |_, _| Ok::<_, String>(vec![json!({})])).await;
+    let e = writer
+        .commit("x", |_, _| Ok::<_, String>(vec![json!({})]))
+        .await;
     assert!(
         matches!(&e, Err(Error::StreamSeqAhead { last_seq, .. }) if *last_seq == stream_seq(5)),
         "{e:?}"
@@ -288,7 +331,9 @@ async fn prefix_count_resolves_a_lost_response_by_its_operation_id() -> R {
     let proxy = LossyProxy::start(server.addr).await?;
     let client = Client::new(&proxy.base)?;
     let mut writer = PrefixCount::create(client.stream("pc/lost")).await?;
-    writer.commit("first", |_, _| Ok::<_, String>(vec![json!({"v": 1})])).await?;
+    writer
+        .commit("first", |_, _| Ok::<_, String>(vec![json!({"v": 1})]))
+        .await?;
     // Read past the own commit now, so the next request the commit sends is its append.
     assert_eq!(writer.catch_up().await?, 1);
 
@@ -303,9 +348,19 @@ async fn prefix_count_resolves_a_lost_response_by_its_operation_id() -> R {
     // The append went through, its response was lost; the writer read the new events, found
     // its operation id and did not append again.
     assert_eq!(builds, 1);
-    assert!(c.recovered && c.count == 1 && c.events == 2 && c.attempts == 1, "{c:?}");
-    let log = client.stream("pc/lost").read_to_tail(&Read::default()).await?;
-    let ops: Vec<_> = log.messages().iter().map(|e| e["op_id"].as_str().unwrap_or("")).collect();
+    assert!(
+        c.recovered && c.count == 1 && c.events == 2 && c.attempts == 1,
+        "{c:?}"
+    );
+    let log = client
+        .stream("pc/lost")
+        .read_to_tail(&Read::default())
+        .await?;
+    let ops: Vec<_> = log
+        .messages()
+        .iter()
+        .map(|e| e["op_id"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(ops, ["first", "second", "second"]);
     server.stop().await
 }
@@ -319,44 +374,84 @@ async fn outbox_takeover_publishes_every_fact_once_in_order_and_fences_the_old_o
     let fact = |n: u64| json!({"fact": n});
 
     // The old owner publishes facts 0..5.
-    let mut old = Outbox::new(client.stream("outbox/orders"), "orders-db", 0, "application/json");
+    let mut old = Outbox::new(
+        client.stream("outbox/orders"),
+        "orders-db",
+        0,
+        "application/json",
+    );
     for n in 0..5 {
-        assert!(matches!(old.publish_json(n, &fact(n)).await?, Published::Appended { .. }));
+        assert!(matches!(
+            old.publish_json(n, &fact(n)).await?,
+            Published::Appended { .. }
+        ));
     }
     assert_eq!(old.producer_seq(), 5);
 
     // The new owner takes over with a higher epoch, Producer-Seq from 0, and republishes from
     // fact 3: the Stream-Seq 409 (with Stream-Last-Seq) means "already published".
-    let mut new = Outbox::take_over(client.stream("outbox/orders"), "orders-db", 0, "application/json");
+    let mut new = Outbox::take_over(
+        client.stream("outbox/orders"),
+        "orders-db",
+        0,
+        "application/json",
+    );
     assert_eq!((new.epoch(), new.producer_seq()), (1, 0));
     let p = new.publish_json(3, &fact(3)).await?;
     assert_eq!(
         p,
-        Published::AlreadyPublished { last_seq: stream_seq(4), last_commit: Some(4) }
+        Published::AlreadyPublished {
+            last_seq: stream_seq(4),
+            last_commit: Some(4)
+        }
     );
     assert_eq!(new.producer_seq(), 0, "a 409 uses up no Producer-Seq");
 
     // Until the new owner's first append is accepted, the old owner may still publish a fact
     // that committed; the stream accepts it once.
-    assert!(matches!(old.publish_json(5, &fact(5)).await?, Published::Appended { .. }));
+    assert!(matches!(
+        old.publish_json(5, &fact(5)).await?,
+        Published::Appended { .. }
+    ));
 
     // The new owner goes on with the same Producer-Seq: fact 4 and 5 are already there, 6.. are
     // appended (the first accepted append registers epoch 1).
     let summary = new
         .publish_all((4..10).map(|n| (n, format!("[{}]", fact(n)))))
         .await?;
-    assert_eq!((summary.appended, summary.already_published, summary.duplicates), (4, 2, 0));
+    assert_eq!(
+        (
+            summary.appended,
+            summary.already_published,
+            summary.duplicates
+        ),
+        (4, 2, 0)
+    );
     assert_eq!(new.producer_seq(), 4);
 
     // Now the old epoch is fenced: 403, whatever it sends.
     let e = old.publish_json(6, &fact(6)).await;
-    assert!(matches!(e, Err(Error::ProducerEpochStale { current: 1 })), "{e:?}");
+    assert!(
+        matches!(e, Err(Error::ProducerEpochStale { current: 1 })),
+        "{e:?}"
+    );
     let e = old.publish_json(10, &fact(10)).await;
-    assert!(matches!(e, Err(Error::ProducerEpochStale { current: 1 })), "{e:?}");
+    assert!(
+        matches!(e, Err(Error::ProducerEpochStale { current: 1 })),
+        "{e:?}"
+    );
 
     let log = stream.read_to_tail(&Read::default()).await?;
-    let facts: Vec<u64> = log.messages().iter().filter_map(|m| m["fact"].as_u64()).collect();
-    assert_eq!(facts, (0..10).collect::<Vec<_>>(), "every fact once, in order");
+    let facts: Vec<u64> = log
+        .messages()
+        .iter()
+        .filter_map(|m| m["fact"].as_u64())
+        .collect();
+    assert_eq!(
+        facts,
+        (0..10).collect::<Vec<_>>(),
+        "every fact once, in order"
+    );
     server.stop().await
 }
 
@@ -367,7 +462,12 @@ async fn outbox_never_skips_on_another_409_and_retries_a_lost_append_as_a_duplic
     let client = Client::new(&proxy.base)?;
     let stream = client.stream("outbox/other-409");
     stream.create(&Create::json()).await?;
-    let mut out = Outbox::new(client.stream("outbox/other-409"), "p", 0, "application/json");
+    let mut out = Outbox::new(
+        client.stream("outbox/other-409"),
+        "p",
+        0,
+        "application/json",
+    );
     out.publish_json(0, &json!({"fact": 0})).await?;
 
     // A lost response: the retry with the same producer tuple is a duplicate.
@@ -376,8 +476,14 @@ async fn outbox_never_skips_on_another_409_and_retries_a_lost_append_as_a_duplic
     assert!(matches!(&e, Err(e) if e.outcome_unknown()), "{e:?}");
     assert_eq!(out.in_flight(), Some(1));
     let e = out.publish_json(2, &json!({"fact": 2})).await;
-    assert!(matches!(e, Err(Error::InvalidArgument(_))), "another fact before the retry: {e:?}");
-    assert_eq!(out.publish_json(1, &json!({"fact": 1})).await?, Published::Duplicate);
+    assert!(
+        matches!(e, Err(Error::InvalidArgument(_))),
+        "another fact before the retry: {e:?}"
+    );
+    assert_eq!(
+        out.publish_json(1, &json!({"fact": 1})).await?,
+        Published::Duplicate
+    );
     assert_eq!(out.producer_seq(), 2);
 
     // A content-type mismatch is a 409 without Stream-Last-Seq: an error, never "published".
@@ -404,29 +510,57 @@ async fn incarnation_tracking_turns_a_recreated_stream_into_incarnation_changed(
     let client = server.client()?;
     let mine = client.stream("inc/doc");
     let created = mine.create(&Create::json()).await?;
-    let first = created.incarnation.clone().ok_or("no Stream-Incarnation on a 201")?;
+    let first = created
+        .incarnation
+        .clone()
+        .ok_or("no Stream-Incarnation on a 201")?;
     assert_eq!(mine.incarnation(), Some(first.clone()));
-    mine.append(&Append::json(&json!([{"v": 1}]))).await?;
+    mine.append(&Append::json(&json!([{"v": 1}, {"v": 1.5}])))
+        .await?;
+    let old_tail = mine.read_to_tail(&Read::default()).await?.next;
 
     // Someone else deletes and recreates the stream at the same URL.
     let other = client.stream("inc/doc");
     other.delete().await?;
     let recreated = other.create(&Create::json()).await?;
-    let second = recreated.incarnation.ok_or("no Stream-Incarnation on a 201")?;
+    let second = recreated
+        .incarnation
+        .ok_or("no Stream-Incarnation on a 201")?;
     assert_ne!(first, second);
+    // A read at the old tail, beyond the new stream's, answers 416 even with the header (the
+    // seed); the handle asks HEAD with its token and reports the recreation.
+    let e = mine.read(&Read::from(old_tail.clone())).await;
+    assert!(
+        matches!(&e, Err(Error::IncarnationChanged { current: Some(c) }) if *c == second),
+        "{e:?}"
+    );
+    let e = client.stream("inc/doc").read(&Read::from(old_tail)).await;
+    assert!(
+        matches!(&e, Err(Error::Http { status: 416, .. })),
+        "an untracked handle sees the 416: {e:?}"
+    );
 
     // Every kind of request on the old handle answers IncarnationChanged with the new token,
     // and applies nothing.
     let e = mine.append(&Append::json(&json!([{"v": 2}]))).await;
-    assert!(matches!(&e, Err(Error::IncarnationChanged { current: Some(c) }) if *c == second), "{e:?}");
+    assert!(
+        matches!(&e, Err(Error::IncarnationChanged { current: Some(c) }) if *c == second),
+        "{e:?}"
+    );
     let e = mine.read(&Read::default()).await;
-    assert!(matches!(&e, Err(Error::IncarnationChanged { current: Some(c) }) if *c == second), "{e:?}");
+    assert!(
+        matches!(&e, Err(Error::IncarnationChanged { current: Some(c) }) if *c == second),
+        "{e:?}"
+    );
     let e = mine.long_poll(&Read::from(Position::start()), None).await;
     assert!(matches!(&e, Err(Error::IncarnationChanged { .. })), "{e:?}");
     let e = mine.head().await;
     assert!(matches!(&e, Err(Error::IncarnationChanged { .. })), "{e:?}");
     let e = mine.sse(Position::start()).next().await;
-    assert!(matches!(&e, Some(Err(Error::IncarnationChanged { .. }))), "{e:?}");
+    assert!(
+        matches!(&e, Some(Err(Error::IncarnationChanged { .. }))),
+        "{e:?}"
+    );
     let e = mine.delete().await;
     assert!(matches!(&e, Err(Error::IncarnationChanged { .. })), "{e:?}");
     let e = mine.create(&Create::json()).await;
@@ -438,7 +572,14 @@ async fn incarnation_tracking_turns_a_recreated_stream_into_incarnation_changed(
     assert!(matches!(&e, Err(Error::IncarnationChanged { .. })), "{e:?}");
     // The handle keeps the old token until the caller starts over on the new stream.
     assert_eq!(mine.incarnation(), Some(first));
-    assert!(other.head().await?.next.to_offset().is_some_and(|o| o.messages == 0));
+    assert!(
+        other
+            .head()
+            .await?
+            .next
+            .to_offset()
+            .is_some_and(|o| o.messages == 0)
+    );
 
     mine.accept_incarnation(second.clone());
     mine.append(&Append::json(&json!([{"v": 3}]))).await?;
@@ -452,7 +593,10 @@ async fn incarnation_tracking_turns_a_recreated_stream_into_incarnation_changed(
     let e = mine.read(&Read::default()).await;
     assert!(matches!(e, Err(Error::NotFound)), "{e:?}");
     let e = mine.create(&Create::json()).await;
-    assert!(matches!(e, Err(Error::IncarnationChanged { current: None })), "{e:?}");
+    assert!(
+        matches!(e, Err(Error::IncarnationChanged { current: None })),
+        "{e:?}"
+    );
     assert!(matches!(other.head().await, Err(Error::NotFound)));
     server.stop().await
 }
@@ -462,22 +606,34 @@ async fn plain_operations_reads_tails_and_errors() -> R {
     let server = Server::start().await?;
     let client = server.client()?;
     let s = client.stream("/plain/json");
-    let c = s.create(&Create::json().ttl(3600).data(r#"[{"n":0}]"#)).await?;
+    let c = s
+        .create(&Create::json().ttl(3600).data(r#"[{"n":0}]"#))
+        .await?;
     assert!(c.created);
-    assert!(!s.create(&Create::json().ttl(3600)).await?.created, "an idempotent PUT is 200");
+    assert!(
+        !s.create(&Create::json().ttl(3600)).await?.created,
+        "an idempotent PUT is 200"
+    );
     let info = s.head().await?;
     assert_eq!(info.ttl, Some(3600));
     assert_eq!(info.content_type.as_deref(), Some("application/json"));
 
     for n in 1..20 {
-        s.append(&Append::json(&json!([{"n": n, "pad": "xxxxxxxxxxxxxxxx"}]))).await?;
+        s.append(&Append::json(&json!([{"n": n, "pad": "xxxxxxxxxxxxxxxx"}])))
+            .await?;
     }
     // A bounded read stops short of the tail without Stream-Up-To-Date; read_to_tail pages on
     // and flattens the arrays.
-    let page = s.read(&Read::from(Position::start()).max_bytes(64).leader()).await?;
+    let page = s
+        .read(&Read::from(Position::start()).max_bytes(64).leader())
+        .await?;
     assert!(!page.up_to_date && !page.messages()?.is_empty());
     let all = s.read_to_tail(&Read::default().max_bytes(64)).await?;
-    let ns: Vec<u64> = all.messages().iter().filter_map(|m| m["n"].as_u64()).collect();
+    let ns: Vec<u64> = all
+        .messages()
+        .iter()
+        .filter_map(|m| m["n"].as_u64())
+        .collect();
     assert_eq!(ns, (0..20).collect::<Vec<_>>());
     let tail = s.read_to_tail(&Read::from(all.next.clone())).await?;
     assert!(tail.messages().is_empty() && tail.next == all.next);
@@ -488,7 +644,9 @@ async fn plain_operations_reads_tails_and_errors() -> R {
     let feeder = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
         writer.append(&Append::json(&json!({"n": 20}))).await?;
-        writer.append(&Append::json(&json!({"n": 21})).close()).await
+        writer
+            .append(&Append::json(&json!({"n": 21})).close())
+            .await
     });
     let mut live = Vec::new();
     while let Some(chunk) = tail.next().await {
@@ -519,7 +677,9 @@ async fn plain_operations_reads_tails_and_errors() -> R {
     let feeder = tokio::spawn(async move {
         for i in 0u8..6 {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            writer.append(&Append::new("application/octet-stream", vec![i, 0xff])).await?;
+            writer
+                .append(&Append::new("application/octet-stream", vec![i, 0xff]))
+                .await?;
         }
         writer.append(&Append::close_only()).await
     });
@@ -536,22 +696,49 @@ async fn plain_operations_reads_tails_and_errors() -> R {
 
     // Errors carry what the caller needs.
     let e = s.append(&Append::json(&json!({}))).await;
-    assert!(matches!(e, Err(Error::StreamClosed { tail: Some(_) })), "{e:?}");
+    assert!(
+        matches!(e, Err(Error::StreamClosed { tail: Some(_) })),
+        "{e:?}"
+    );
     let e = client.stream("plain/missing").read(&Read::default()).await;
     assert!(matches!(e, Err(Error::NotFound)), "{e:?}");
     let t = client.stream("plain/text");
     t.create(&Create::new("text/plain")).await?;
-    let e = t.append(&Append::new("text/plain; charset=utf-8", "x")).await;
+    let e = t
+        .append(&Append::new("text/plain; charset=utf-8", "x"))
+        .await;
     assert!(matches!(e, Err(Error::ContentTypeMismatch { .. })), "{e:?}");
-    t.append(&Append::new("text/plain", "a").producer("p", 0, 0)).await?;
-    let e = t.append(&Append::new("text/plain", "c").producer("p", 0, 2)).await;
-    assert!(matches!(e, Err(Error::ProducerSeqGap { expected: 1, received: Some(2) })), "{e:?}");
-    let dup = t.append(&Append::new("text/plain", "a").producer("p", 0, 0)).await?;
+    t.append(&Append::new("text/plain", "a").producer("p", 0, 0))
+        .await?;
+    let e = t
+        .append(&Append::new("text/plain", "c").producer("p", 0, 2))
+        .await;
+    assert!(
+        matches!(
+            e,
+            Err(Error::ProducerSeqGap {
+                expected: 1,
+                received: Some(2)
+            })
+        ),
+        "{e:?}"
+    );
+    let dup = t
+        .append(&Append::new("text/plain", "a").producer("p", 0, 0))
+        .await?;
     assert!(dup.duplicate && dup.next.is_some(), "{dup:?}");
-    let e = t.append(&Append::new("text/plain", "x").stream_seq("caf\u{e9}")).await;
-    assert!(matches!(e, Err(Error::InvalidArgument(_))), "a Stream-Seq the server would ignore: {e:?}");
-    t.append(&Append::new("text/plain", "b").stream_seq(stream_seq(7))).await?;
-    let e = t.append(&Append::new("text/plain", "x").stream_seq(stream_seq(7))).await;
+    let e = t
+        .append(&Append::new("text/plain", "x").stream_seq("caf\u{e9}"))
+        .await;
+    assert!(
+        matches!(e, Err(Error::InvalidArgument(_))),
+        "a Stream-Seq the server would ignore: {e:?}"
+    );
+    t.append(&Append::new("text/plain", "b").stream_seq(stream_seq(7)))
+        .await?;
+    let e = t
+        .append(&Append::new("text/plain", "x").stream_seq(stream_seq(7)))
+        .await;
     assert!(
         matches!(&e, Err(Error::StreamSeqConflict { last_seq, tail: Some(_) }) if *last_seq == stream_seq(7)),
         "{e:?}"
