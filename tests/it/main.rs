@@ -7,3 +7,11 @@ mod util;
 mod client_crash;
 #[cfg(all(feature = "client", feature = "http"))]
 mod client_recipes;
+#[cfg(feature = "http")]
+mod http_ext;
+#[cfg(feature = "http")]
+mod http_incarnation;
+#[cfg(feature = "http")]
+mod http_seed;
+#[cfg(feature = "http")]
+mod http_support;

@@ -1,0 +1,307 @@
+//! A real server for the HTTP tests: brook's router served on `127.0.0.1:0` in this process (or
+//! the `brook` binary in a child process, when a test measures the server's memory), driven by a
+//! real HTTP client over a real socket.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::time::Duration;
+
+use brook::http::{ServerConfig, serve};
+use brook::{Options, Store};
+use bytes::Bytes;
+use reqwest::Method;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::sync::oneshot;
+
+pub type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A brook server on an ephemeral port of 127.0.0.1, with its own data directory.
+pub struct Server {
+    /// `http://127.0.0.1:{port}`.
+    pub base: String,
+    /// The store behind the server (for checkpoints in tests that measure the disk).
+    pub store: Store,
+    pub client: reqwest::Client,
+    pub dir: tempfile::TempDir,
+    /// Dropping the server sends this: it stops gracefully.
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// Test defaults: a long-poll that gives up quickly.
+pub fn config() -> ServerConfig {
+    ServerConfig {
+        long_poll_timeout: Duration::from_millis(300),
+        sse_max_duration: Duration::from_secs(2),
+        ..ServerConfig::default()
+    }
+}
+
+impl Server {
+    pub async fn start() -> R<Server> {
+        Server::start_with(Options::default(), config()).await
+    }
+
+    pub async fn start_with(options: Options, config: ServerConfig) -> R<Server> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path(), options)?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(serve(listener, store.clone(), config, async move {
+            let _ = stopped.await;
+        }));
+        Ok(Server {
+            base,
+            store,
+            client: reqwest::Client::builder().build()?,
+            dir,
+            stop: Some(stop),
+        })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A request with `headers` (raw bytes, so tests can send non-ASCII values) and `body`.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        body: impl Into<reqwest::Body>,
+    ) -> R<Resp> {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes())?,
+                HeaderValue::from_bytes(v)?,
+            );
+        }
+        let res = self
+            .client
+            .request(Method::from_bytes(method.as_bytes())?, self.url(path))
+            .headers(h)
+            .body(body)
+            .send()
+            .await?;
+        Resp::read(res).await
+    }
+
+    pub async fn put(&self, path: &str, headers: &[(&str, &str)], body: &str) -> R<Resp> {
+        self.send("PUT", path, &bytes_headers(headers), body.to_owned())
+            .await
+    }
+
+    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: &str) -> R<Resp> {
+        self.send("POST", path, &bytes_headers(headers), body.to_owned())
+            .await
+    }
+
+    pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> R<Resp> {
+        self.send("GET", path, &bytes_headers(headers), Vec::new())
+            .await
+    }
+
+    pub async fn head(&self, path: &str, headers: &[(&str, &str)]) -> R<Resp> {
+        self.send("HEAD", path, &bytes_headers(headers), Vec::new())
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, headers: &[(&str, &str)]) -> R<Resp> {
+        self.send("DELETE", path, &bytes_headers(headers), Vec::new())
+            .await
+    }
+
+    /// Creates a stream of `content_type` and returns its incarnation.
+    pub async fn create(&self, path: &str, content_type: &str) -> R<String> {
+        let r = self
+            .put(path, &[("content-type", content_type)], "")
+            .await?;
+        assert_eq!(r.status, 201, "create {path}: {}", r.text());
+        Ok(r.need("stream-incarnation")?.to_owned())
+    }
+
+    /// The whole stream from `offset=-1`, following `Stream-Next-Offset` to the tail.
+    pub async fn read_all(&self, path: &str) -> R<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut offset = "-1".to_owned();
+        loop {
+            let r = self.get(&format!("{path}?offset={offset}"), &[]).await?;
+            assert_eq!(r.status, 200, "read {path}: {}", r.text());
+            out.extend_from_slice(&r.body);
+            offset = r.need("stream-next-offset")?.to_owned();
+            if r.h("stream-up-to-date") == Some("true") {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The stream's tail, from a HEAD.
+    pub async fn tail(&self, path: &str) -> R<String> {
+        Ok(self
+            .head(path, &[])
+            .await?
+            .need("stream-next-offset")?
+            .to_owned())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn bytes_headers<'a>(headers: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a [u8])> {
+    headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect()
+}
+
+/// A response read whole.
+pub struct Resp {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub async fn read(res: reqwest::Response) -> R<Resp> {
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res.bytes().await?;
+        Ok(Resp {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// A header as text.
+    pub fn h(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// A header that must be there.
+    pub fn need(&self, name: &str) -> R<&str> {
+        Ok(self
+            .h(name)
+            .ok_or_else(|| format!("no {name} header (status {}): {}", self.status, self.text()))?)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The `code` member of a problem+json body.
+    pub fn code(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        v.get("code")?.as_str().map(str::to_owned)
+    }
+
+    /// Asserts a refusal: `status`, `code`, and a problem+json body.
+    #[track_caller]
+    pub fn refused(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.code().as_deref()),
+            (status, Some(code)),
+            "body: {}",
+            self.text()
+        );
+        assert_eq!(self.h("content-type"), Some("application/problem+json"));
+    }
+}
+
+/// The size on disk (allocated blocks) of everything under `dir`.
+pub fn disk_usage(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            total += disk_usage(&entry.path())?;
+        } else {
+            total += meta.blocks() * 512;
+        }
+    }
+    Ok(total)
+}
+
+/// The `brook serve` binary in a child process on an ephemeral port, for tests that measure
+/// the server process itself.
+pub struct ChildServer {
+    pub base: String,
+    pub child: std::process::Child,
+    pub client: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl ChildServer {
+    pub fn start(extra: &[&str]) -> R<ChildServer> {
+        let dir = tempfile::tempdir()?;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--durability",
+                "buffered",
+                "--data-dir",
+            ])
+            .arg(dir.path().join("data"))
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let base = loop {
+            let line = lines.next().ok_or("brook exited before listening")??;
+            if let Some(i) = line.find("listening on http://") {
+                let rest = &line[i + "listening on ".len()..];
+                break rest.split([',', ' ']).next().unwrap_or(rest).to_owned();
+            }
+        };
+        // Keep draining the log so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(ChildServer {
+            base,
+            child,
+            client: reqwest::Client::new(),
+            _dir: dir,
+        })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// The child's anonymous resident memory (heap and stacks; file-backed pages such as
+    /// mapped segments and snapshots are not counted), in bytes.
+    pub fn rss_anon(&self) -> R<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("RssAnon:"))
+            .ok_or("no RssAnon")?;
+        let kb: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .ok_or("RssAnon value")?
+            .parse()?;
+        Ok(kb * 1024)
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
