@@ -20,7 +20,7 @@ use super::stream::StreamHandle;
 use super::types::{Append, Create, Position, Read, TailData, stream_seq};
 
 /// The default member holding a commit's operation id in each of its events.
-pub const DEFAULT_OP_FIELD: &str = "op_id";
+pub(crate) const DEFAULT_OP_FIELD: &str = "op_id";
 
 /// A writer running the prefix-count recipe on one `application/json` stream.
 ///
