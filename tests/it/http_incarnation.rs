@@ -26,20 +26,18 @@ async fn stream_with_snapshot(s: &Server, p: &str) -> R<String> {
     Ok(at)
 }
 
-/// Every route that addresses the stream at `p`, each as (what, method, path, extra headers,
-/// body, expected status). `snap` is a published snapshot's offset.
-fn routes(
-    p: &str,
-    snap: &str,
-    tail: &str,
-) -> Vec<(
+/// One request on a route: (what, method, path, extra headers, body, expected status).
+type Route = (
     &'static str,
     &'static str,
     String,
     Vec<(&'static str, String)>,
     &'static str,
     u16,
-)> {
+);
+
+/// Every route that addresses the stream at `p`. `snap` is a published snapshot's offset.
+fn routes(p: &str, snap: &str, tail: &str) -> Vec<Route> {
     let t = |s: &str| s.to_owned();
     vec![
         (
