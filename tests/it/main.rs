@@ -1,5 +1,6 @@
 //! Integration tests through brook's public API, in one binary.
 
+mod crash;
 mod engine;
 mod model;
 mod util;

@@ -1,0 +1,311 @@
+//! Crash tests: a writer in a child process (this test binary, re-executed) is killed with
+//! SIGKILL at random moments; the parent reopens the store and checks that every acknowledged
+//! append is there exactly once and in order, that nothing never attempted is there, and that the
+//! producer's retry of its in-flight append is answered as a duplicate or accepted, never as a gap
+//! and never written twice.
+//!
+//! Replay a run with `BROOK_TEST_SEED`.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use brook::*;
+
+use crate::util::{R, Rng, crash_image, name, read_to_tail};
+
+const DIR: &str = "BROOK_CRASH_DIR";
+const MODE: &str = "BROOK_CRASH_MODE";
+const EPOCH: &str = "BROOK_CRASH_EPOCH";
+const NEXT: &str = "BROOK_CRASH_NEXT";
+const WRITERS: usize = 3;
+
+fn options(sync: bool) -> Options {
+    let d = if sync { Durability::Sync } else { Durability::Buffered };
+    // Small segments and checkpoints, so kills land in rolls and checkpoints too.
+    Options::default().durability(d).segment_bytes(4096).checkpoint_bytes(64 << 10)
+}
+
+fn stream(t: usize) -> StreamName {
+    name(&format!("crash/{t}"))
+}
+
+/// Writer `t`'s stream is JSON except for writer 1's, which holds bytes.
+fn is_json(t: usize) -> bool {
+    t != 1
+}
+
+fn message(t: usize, k: u64) -> String {
+    if is_json(t) { format!("{{\"t\":{t},\"k\":{k}}}") } else { format!("t{t}k{k:010};") }
+}
+
+fn request(t: usize, k: u64, epoch: u64, pseq: u64) -> AppendRequest {
+    AppendRequest {
+        data: message(t, k).into(),
+        stream_seq: Some(format!("{k:020}")),
+        producer: Some(Producer { id: format!("w{t}"), epoch, seq: pseq }),
+        ..Default::default()
+    }
+}
+
+/// The `k` of every message in writer `t`'s stream, in order.
+fn ks(store: &Store, t: usize) -> std::result::Result<Vec<u64>, Box<dyn std::error::Error>> {
+    let (data, _) = read_to_tail(store, &stream(t), Some(3000))?;
+    let mut out = Vec::new();
+    if is_json(t) {
+        let v: Vec<serde_json::Value> = serde_json::from_slice(&[b"[", &data[..], b"]"].concat())?;
+        for m in v {
+            if m["t"] != t {
+                return Err(format!("message {m} in stream {t}").into());
+            }
+            out.push(m["k"].as_u64().ok_or("k is not a number")?);
+        }
+    } else {
+        for part in data.split(|&b| b == b';').filter(|p| !p.is_empty()) {
+            let s = std::str::from_utf8(part)?;
+            let k = s.strip_prefix(&format!("t{t}k")).ok_or_else(|| format!("bad message {s:?}"))?;
+            out.push(k.parse()?);
+        }
+    }
+    Ok(out)
+}
+
+/// The writer, run only in a child process started by `sigkill_at_random_moments`.
+#[test]
+fn crash_writer_child() -> R {
+    let Ok(dir) = std::env::var(DIR) else { return Ok(()) };
+    let sync = std::env::var(MODE)? == "sync";
+    let epoch: u64 = std::env::var(EPOCH)?.parse()?;
+    let next: Vec<u64> = std::env::var(NEXT)?.split(',').map(str::parse).collect::<std::result::Result<_, _>>()?;
+    let store = Store::open(&dir, options(sync))?;
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    let say = |out: &Mutex<std::io::Stdout>, line: String| {
+        let mut o = out.lock().expect("stdout lock");
+        let _ = o.write_all(line.as_bytes());
+        let _ = o.flush();
+    };
+    say(&out, "READY\n".into());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let store = store.clone();
+            let out = out.clone();
+            let start = next[t];
+            std::thread::spawn(move || {
+                for k in start.. {
+                    if Instant::now() > deadline {
+                        return;
+                    }
+                    let pseq = k - start;
+                    say(&out, format!("TRY {t} {k} {epoch} {pseq}\n"));
+                    match store.append(&stream(t), request(t, k, epoch, pseq)) {
+                        Ok(o) if o.status == AppendStatus::Appended => say(&out, format!("ACK {t} {k} {}\n", o.tail)),
+                        other => {
+                            say(&out, format!("ERR {t} {k} {other:?}\n"));
+                            return;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        let _ = th.join();
+    }
+    Ok(())
+}
+
+#[derive(Default, Debug)]
+struct Seen {
+    acked: Vec<u64>,
+    /// The last attempt: (k, epoch, producer seq).
+    last_try: Option<(u64, u64, u64)>,
+    errors: Vec<String>,
+}
+
+fn parse(lines: &[String]) -> HashMap<usize, Seen> {
+    let mut seen: HashMap<usize, Seen> = HashMap::new();
+    for l in lines {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(u64::MAX);
+        match f.first() {
+            Some(&"TRY") => seen.entry(num(1) as usize).or_default().last_try = Some((num(2), num(3), num(4))),
+            Some(&"ACK") => seen.entry(num(1) as usize).or_default().acked.push(num(2)),
+            Some(&"ERR") => seen.entry(num(1) as usize).or_default().errors.push(l.clone()),
+            _ => {}
+        }
+    }
+    seen
+}
+
+#[test]
+fn sigkill_at_random_moments() -> R {
+    let mut rng = Rng::from_env("sigkill_at_random_moments");
+    let dir = tempfile::tempdir()?;
+    {
+        let store = Store::open(dir.path(), options(true))?;
+        for t in 0..WRITERS {
+            let ct = if is_json(t) { "application/json" } else { "application/octet-stream" };
+            store.create(&stream(t), CreateOptions { content_type: Some(ct.into()), ..Default::default() })?;
+        }
+    }
+    let mut next = vec![0u64; WRITERS];
+    let mut total_acked = 0;
+    let rounds = 10;
+    for round in 0..rounds {
+        let sync = round % 2 == 0;
+        let epoch = round as u64;
+        let next_s: Vec<String> = next.iter().map(u64::to_string).collect();
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["--exact", "crash::crash_writer_child", "--nocapture", "--test-threads=1"])
+            .env(DIR, dir.path())
+            .env(MODE, if sync { "sync" } else { "buffered" })
+            .env(EPOCH, epoch.to_string())
+            .env(NEXT, next_s.join(","))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let ready = Arc::new(Mutex::new(false));
+        let reader = {
+            let lines = lines.clone();
+            let ready = ready.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    // libtest's "test ... " has no newline before the child's first line.
+                    if l.ends_with("READY") {
+                        *ready.lock().expect("lock") = true;
+                    }
+                    lines.lock().expect("lock").push(l);
+                }
+            })
+        };
+        if round % 4 == 3 {
+            // Kill while the store opens and recovers.
+            std::thread::sleep(Duration::from_millis(rng.below(40)));
+        } else {
+            let t0 = Instant::now();
+            while !*ready.lock().expect("lock") && t0.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            std::thread::sleep(Duration::from_millis(20 + rng.below(300)));
+        }
+        child.kill()?;
+        child.wait()?;
+        reader.join().map_err(|_| "reader panicked")?;
+        let seen = parse(&lines.lock().expect("lock"));
+
+        let store = Store::open(dir.path(), options(sync))?;
+        for t in 0..WRITERS {
+            let s = seen.get(&t);
+            if let Some(e) = s.and_then(|s| s.errors.first()) {
+                return Err(format!("round {round}: the writer failed: {e}").into());
+            }
+            let got = ks(&store, t)?;
+            let m = got.len() as u64;
+            // Exactly once and in order: the stream holds 0..m.
+            if got.iter().enumerate().any(|(i, &k)| k != i as u64) {
+                return Err(format!("round {round} stream {t}: not the messages 0..{m} in order: {got:?}").into());
+            }
+            // Every acknowledged append survived.
+            if let Some(&max) = s.and_then(|s| s.acked.iter().max()) {
+                if max >= m {
+                    return Err(format!("round {round} stream {t}: acked {max} but only {m} messages ({})", if sync { "sync" } else { "buffered" }).into());
+                }
+            }
+            total_acked += s.map_or(0, |s| s.acked.len());
+            let Some((k, e, pseq)) = s.and_then(|s| s.last_try) else {
+                if m != next[t] {
+                    return Err(format!("round {round} stream {t}: {m} messages, none attempted past {}", next[t]).into());
+                }
+                continue;
+            };
+            // Nothing that was never attempted.
+            if m > k + 1 || m < k {
+                return Err(format!("round {round} stream {t}: {m} messages, last attempt {k}").into());
+            }
+            // The producer retries its last attempt after the crash.
+            let tail = store.head(&stream(t), None)?.tail;
+            let retry = store.append(&stream(t), request(t, k, e, pseq));
+            match (m == k + 1, &retry) {
+                (true, Ok(o)) if o.status == AppendStatus::Duplicate { original_tail: Some(tail) } && o.tail == tail => {}
+                (false, Ok(o)) if o.status == AppendStatus::Appended => {}
+                _ => return Err(format!("round {round} stream {t}: retry of {k} (present: {}) answered {retry:?}", m == k + 1).into()),
+            }
+            let after = ks(&store, t)?;
+            if after.len() as u64 != k + 1 || after.iter().enumerate().any(|(i, &x)| x != i as u64) {
+                return Err(format!("round {round} stream {t}: after the retry {after:?}").into());
+            }
+            if store.head(&stream(t), None)?.stream_seq != Some(format!("{k:020}")) {
+                return Err(format!("round {round} stream {t}: Stream-Seq is not the last attempt's").into());
+            }
+            next[t] = k + 1;
+        }
+        drop(store);
+    }
+    eprintln!("sigkill_at_random_moments: {total_acked} acknowledged appends over {rounds} kills; final lengths {next:?}");
+    if next.iter().sum::<u64>() == 0 {
+        return Err("no writer made progress in any round".into());
+    }
+    Ok(())
+}
+
+/// A snapshot published before a crash survives the replay of its stream's create.
+#[test]
+fn snapshot_blob_survives_replay_of_its_create() -> R {
+    let d = tempfile::tempdir()?;
+    let store = Store::open(d.path(), Options::default())?;
+    let n = name("crash/snap");
+    store.create(&n, CreateOptions { content_type: Some("application/json".into()), data: "[1,2]".into(), ..Default::default() })?;
+    let (info, _) = store.publish_snapshot(&n, Offset::new(2, 4), None, &mut &b"blob"[..], None, None)?;
+    let copy = crash_image(store, d.path())?;
+    let store = Store::open(copy.path(), Options::default())?;
+    let snap = store.snapshot(&n, None, None)?;
+    assert_eq!(snap.info, info);
+    assert_eq!(snap.data.as_ref(), b"blob");
+    assert_eq!(read_to_tail(&store, &n, None)?.0, b"1,2");
+    Ok(())
+}
+
+/// Acknowledged appends and their conditional state survive a crash in both modes, with
+/// checkpoints and segment rolls in between; retries after the crash are duplicates.
+#[test]
+fn crash_after_checkpoints_and_rolls() -> R {
+    for sync in [true, false] {
+        let d = tempfile::tempdir()?;
+        let store = Store::open(d.path(), options(sync))?;
+        let n = name("crash/rolls");
+        store.create(&n, CreateOptions { content_type: Some("application/json".into()), ..Default::default() })?;
+        for k in 0..400u64 {
+            store.append(&n, request(0, k, 0, k))?;
+            if k == 150 {
+                store.checkpoint()?;
+            }
+        }
+        let copy = crash_image(store, d.path())?;
+        check_prefix(copy.path(), sync, 400)?;
+    }
+    Ok(())
+}
+
+fn check_prefix(dir: &Path, sync: bool, n: u64) -> R {
+    let store = Store::open(dir, options(sync))?;
+    let got = ks_named(&store, &name("crash/rolls"))?;
+    assert_eq!(got, (0..n).collect::<Vec<_>>());
+    let last = n - 1;
+    let o = store.append(&name("crash/rolls"), request(0, last, 0, last))?;
+    assert!(matches!(o.status, AppendStatus::Duplicate { original_tail: Some(_) }), "{o:?}");
+    let e = store.append(&name("crash/rolls"), AppendRequest { data: "1".into(), stream_seq: Some(format!("{last:020}")), ..Default::default() });
+    assert!(matches!(e, Err(Error::StreamSeqConflict { .. })), "{e:?}");
+    Ok(())
+}
+
+fn ks_named(store: &Store, n: &StreamName) -> std::result::Result<Vec<u64>, Box<dyn std::error::Error>> {
+    let (data, _) = read_to_tail(store, n, None)?;
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&[b"[", &data[..], b"]"].concat())?;
+    Ok(v.iter().filter_map(|m| m["k"].as_u64()).collect())
+}
