@@ -12,6 +12,14 @@
 //! | `{s}/retention/{offset}` | `PUT` | advance the earliest readable offset |
 //! | `{s}/bootstrap` | `GET` | `multipart/mixed`: the latest snapshot, then every message after it |
 //!
+//! Those route shapes are reserved: a name ending in `snapshot`, `retention` or `bootstrap` (or
+//! with `snapshot`/`retention` second to last) is no stream, and creating one is a 400. Large
+//! bodies stream both ways: a snapshot upload is pumped to the engine's temporary file, a
+//! snapshot read is a mapped view of its file, and bootstrap reads the stream a bounded chunk at
+//! a time as the socket takes it. Once retention trimmed the start, `offset=-1` answers 410 (the
+//! engine's [`ReadFrom::Start`](crate::ReadFrom::Start)). User-facing documentation with curl
+//! examples: `docs/http.md`.
+//!
 //! Every path answers `OPTIONS` (CORS preflight). Every refusal is an RFC 9457
 //! `application/problem+json` body whose `code` names the error (see `error.rs` for the one
 //! error-to-status mapping). Every response carries the browser security headers of PROTOCOL.md
