@@ -70,6 +70,10 @@ struct Segment {
     count: u64,
     /// Absolute end in bytes.
     end: u64,
+    /// Messages, from the segment's first, whose bytes are known to match their index entry:
+    /// written by this process, or checked against their CRC on first read after an open. Reads
+    /// serve only checked bytes, so a damaged log or index is an error, never wrong data.
+    verified: u64,
     read_map: Option<Arc<Mmap>>,
 }
 
@@ -99,7 +103,7 @@ impl Segment {
         idx_map[4..8].copy_from_slice(&IDX_VERSION.to_le_bytes());
         idx_map[8..16].copy_from_slice(&base.messages.to_le_bytes());
         idx_map[16..24].copy_from_slice(&base.bytes.to_le_bytes());
-        Ok(Segment { base, log, log_cap: MIN_LOG_CAP, idx, idx_map, count: 0, end: base.bytes, read_map: None })
+        Ok(Segment { base, log, log_cap: MIN_LOG_CAP, idx, idx_map, count: 0, end: base.bytes, verified: 0, read_map: None })
     }
 
     fn open(dir: &Path, base_bytes: u64) -> Result<Segment> {
@@ -122,7 +126,7 @@ impl Segment {
         if base.bytes != base_bytes {
             return Err(Error::corrupt(ip, "index header does not match its file name"));
         }
-        Ok(Segment { base, log, log_cap, idx, idx_map, count: 0, end: base_bytes, read_map: None })
+        Ok(Segment { base, log, log_cap, idx, idx_map, count: 0, end: base_bytes, verified: 0, read_map: None })
     }
 
     fn entry_end(&self, i: u64) -> u64 {
@@ -188,8 +192,30 @@ impl Segment {
             entry[12..16].copy_from_slice(&[0; 4]);
             prev = end;
         }
+        if self.verified == self.count {
+            self.verified += n;
+        }
         self.count += n;
         self.end += body.data.len() as u64;
+        Ok(())
+    }
+
+    /// Checks, against their index entries, the messages not yet verified that start before `to`.
+    fn verify_to(&mut self, to: u64, path: &Path) -> Result<()> {
+        while self.verified < self.count && self.entry_start(self.verified) < to {
+            let i = self.verified;
+            let (start, end) = (self.entry_start(i), self.entry_end(i));
+            if start < self.base.bytes || end <= start || end > self.end {
+                return Err(Error::corrupt(idx_path(path, self.base.bytes), format!("index entry {i} is out of order")));
+            }
+            let crc = self.entry_crc(i);
+            let map = self.map_for(end)?;
+            let bytes = map.get((start - self.base.bytes) as usize..(end - self.base.bytes) as usize);
+            if bytes.map(crc32fast::hash) != Some(crc) {
+                return Err(Error::corrupt(log_path(path, self.base.bytes), format!("message {i} fails its checksum")));
+            }
+            self.verified += 1;
+        }
         Ok(())
     }
 }
@@ -262,7 +288,8 @@ impl SegmentSet {
         let (start, end) = (s.entry_start(i), s.end);
         let crc = s.entry_crc(i);
         let map = s.map_for(end)?;
-        let bytes = map.get((start - s.base.bytes) as usize..(end - s.base.bytes) as usize);
+        let range = start.checked_sub(s.base.bytes).zip(end.checked_sub(s.base.bytes));
+        let bytes = range.and_then(|(a, b)| map.get(a as usize..b as usize));
         if bytes.map(crc32fast::hash) != Some(crc) {
             return Err(Error::corrupt(log_path(&self.dir, s.base.bytes), "last message fails its checksum"));
         }
@@ -309,6 +336,7 @@ impl SegmentSet {
                 return Ok(None);
             }
             let end = to.min(s.end);
+            s.verify_to(end, &self.dir)?;
             let map = s.map_for(end)?;
             let (a, b) = ((pos - s.base.bytes) as usize, (end - s.base.bytes) as usize);
             if b > map.len() {
