@@ -1425,6 +1425,11 @@ impl Engine {
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::SnapshotNotFound),
             other => other?,
         };
+        // The blob is served only if it is still the one published (its length and digest).
+        let path = s.dir.join(snapshot_file(info.offset));
+        if data.len() as u64 != info.len || snapshot_digest(&info.content_type, &data) != info.digest {
+            return Err(Error::corrupt(path, "snapshot blob does not match its digest"));
+        }
         Ok(Snapshot { info, data, tail: vis.tail, closed: vis.closed, incarnation: s.incarnation.clone() })
     }
 
@@ -1566,6 +1571,16 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// A snapshot's digest: `sha256:` and the hex SHA-256 of its content type, a NUL, and the blob.
+fn snapshot_digest(content_type: &str, blob: &[u8]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(content_type.as_bytes());
+    h.update([0u8]);
+    h.update(blob);
+    format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
 /// Removes a temporary file when dropped (unless forgotten).
