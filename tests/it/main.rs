@@ -1,5 +1,6 @@
 //! Integration tests through brook's public API, in one binary.
 
+mod concurrency;
 mod corruption;
 mod crash;
 mod engine;
