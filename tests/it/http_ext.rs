@@ -728,6 +728,10 @@ async fn large_bootstraps_and_snapshots_stream_through_bounded_memory() -> R {
     }
     assert!(received > 64 * MIB, "{received} bytes");
     let grew = peak.saturating_sub(baseline);
+    eprintln!(
+        "server anonymous memory grew by {} KiB during the bootstrap of 64 MiB",
+        grew >> 10
+    );
     assert!(
         grew < 32 * MIB as u64,
         "bootstrap of 64 MiB grew the server's anonymous memory by {grew} bytes"
@@ -758,6 +762,10 @@ async fn large_bootstraps_and_snapshots_stream_through_bounded_memory() -> R {
     let res = upload.await??;
     assert_eq!(res.status().as_u16(), 204, "{}", res.text().await?);
     let grew = peak.saturating_sub(before);
+    eprintln!(
+        "server anonymous memory grew by {} KiB during the upload of a 128 MiB snapshot",
+        grew >> 10
+    );
     assert!(
         grew < 32 * MIB as u64,
         "a 128 MiB snapshot upload grew the server's anonymous memory by {grew} bytes"
@@ -778,6 +786,10 @@ async fn large_bootstraps_and_snapshots_stream_through_bounded_memory() -> R {
     }
     assert_eq!(received, 128 * MIB);
     let grew = peak.saturating_sub(after_upload);
+    eprintln!(
+        "server anonymous memory grew by {} KiB during the read of a 128 MiB snapshot",
+        grew >> 10
+    );
     assert!(
         grew < 32 * MIB as u64,
         "reading a 128 MiB snapshot grew anonymous memory by {grew} bytes"
