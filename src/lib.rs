@@ -26,6 +26,9 @@ mod codec; // little-endian encoding helpers for the on-disk formats
 mod engine; // the store's machinery: streams, journal shards, checkpoints, recovery
 mod error; // Error, Result
 mod fs; // file-system helpers and the fsync protocol
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing; // the on-disk decoders, exposed to the fuzz crate (feature "fuzzing")
 #[cfg(feature = "client")]
 pub mod client; // a Rust client for any Durable Streams server, with the conditional-write recipes
 #[cfg(any(feature = "http", feature = "client"))]

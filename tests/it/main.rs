@@ -4,6 +4,8 @@ mod concurrency;
 mod corruption;
 mod crash;
 mod engine;
+#[cfg(feature = "fuzzing")]
+mod fuzz_logic;
 mod model;
 mod util;
 #[cfg(all(feature = "client", feature = "http"))]

@@ -137,3 +137,4 @@ impl Rng {
         (0..n).map(|_| self.next() as u8).collect()
     }
 }
+

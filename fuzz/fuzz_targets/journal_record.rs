@@ -1,0 +1,6 @@
+//! The journal record decoder: never panics; what it accepts re-encodes to a fixed point.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    brook_fuzz::journal_record(data);
+});
