@@ -1676,9 +1676,28 @@ fn store_manifest(root: &Path, shards: usize) -> Result<usize> {
             if !(1..=64).contains(&n) {
                 return Err(Error::corrupt(&path, "bad shard count"));
             }
+            // The journal directories, made before the manifest, say the count again: a damaged
+            // count would hash streams to other shards, whose LSNs their sidecars do not know.
+            let mut dirs: Vec<usize> = Vec::new();
+            for e in std::fs::read_dir(root.join("journal"))? {
+                let name = e?.file_name();
+                if let Some(id) = name.to_str().filter(|s| s.len() == 2).and_then(|s| s.parse().ok()) {
+                    dirs.push(id);
+                }
+            }
+            dirs.sort_unstable();
+            if dirs != (0..n).collect::<Vec<_>>() {
+                return Err(Error::corrupt(&path, "the shard count disagrees with the journal directories"));
+            }
             Ok(n)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Journal directories first: the manifest's rename makes the store's layout durable.
+            std::fs::create_dir_all(root.join("journal"))?;
+            for id in 0..shards {
+                std::fs::create_dir_all(root.join("journal").join(format!("{id:02}")))?;
+            }
+            fs::sync_dir(&root.join("journal"))?;
             let mut b = STORE_MAGIC.to_vec();
             b.extend_from_slice(&(shards as u32).to_le_bytes());
             let tmp = root.join("STORE.tmp");
