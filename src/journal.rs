@@ -257,6 +257,12 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
     }
     d.u32();
     let base_lsn = d.u64().ok_or_else(|| bad("short journal header"))?;
+    // The file is named by its base LSN: a header that disagrees is damaged, and trusting it
+    // would give records LSNs that checkpoints already cover (or skip ones they do not).
+    let named = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok());
+    if named.is_some_and(|n| n != base_lsn) {
+        return Err(bad("journal header's base LSN disagrees with its file name"));
+    }
     let mut pos = HEADER_LEN as usize;
     let mut records = Vec::new();
     let mut torn = false;
