@@ -316,3 +316,26 @@ fn damaged_sidecars() -> R {
 fn damaged_segments_and_blobs() -> R {
     run_damage(&["log", "idx", "blob"], 8)
 }
+
+/// Every bit of the manifest's shard count and of the journal headers' base LSNs, flipped in
+/// turn: each such image is refused or served correctly, and writes after it survive.
+#[test]
+fn damaged_shard_count_and_journal_base_lsn() -> R {
+    let (image, exp) = build()?;
+    let mut cases: Vec<(PathBuf, Damage)> = (0..8).map(|bit| (image.path().join("STORE"), Damage::Flip(8, 1 << bit))).collect();
+    for wal in files_under(image.path())?.into_iter().filter(|p| kind(p) == "wal") {
+        if std::fs::metadata(&wal)?.len() > 24 {
+            for (at, bit) in [(16, 0), (16, 5), (17, 0), (17, 3), (18, 1), (19, 7)] {
+                cases.push((wal.clone(), Damage::Flip(at, 1 << bit)));
+            }
+        }
+    }
+    let mut failures = Vec::new();
+    for (file, d) in &cases {
+        if let Err(e) = try_damage(image.path(), file, d, &exp, true) {
+            failures.push(format!("{}: {e}", file.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    Ok(())
+}
