@@ -484,7 +484,10 @@ fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Rec
         Record::Snapshot { info, .. } => d.state.apply_snapshot(info),
         Record::Retention { to, .. } => {
             d.state.apply_retention(*to);
-            if let Some(segs) = d.segs.as_mut() {
+            // Forks read their inherited range from this stream's segments: while any fork
+            // exists, retention moves the earliest offset but reclaims nothing.
+            let reclaim = d.state.forks.is_empty();
+            if let Some(segs) = d.segs.as_mut().filter(|_| reclaim) {
                 after.extend(segs.retain(to.bytes));
             }
             let keep: Vec<Offset> = d.state.snapshots.iter().map(|s| s.offset).collect();
