@@ -7,6 +7,7 @@ mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 mod model;
+mod regressions;
 mod util;
 #[cfg(all(feature = "client", feature = "http"))]
 mod client_crash;
