@@ -334,7 +334,14 @@ impl Shard {
                 written += buf.len() as u64;
                 end_lsn += buf.len() as u64;
             }
-            let want = checkpoint > 0 || shutdown || written >= self.options.checkpoint_bytes;
+            // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
+            // them too: otherwise touching many streams between checkpoints keeps every one of them
+            // open (two descriptors each) and exhausts `ulimit -n`.
+            let dirty_cap = (self.options.max_open_streams / (2 * self.options.journal_shards)).max(8);
+            let want = checkpoint > 0
+                || shutdown
+                || written >= self.options.checkpoint_bytes
+                || self.dirty.lock().len() >= dirty_cap;
             if want && !self.poisoned.load(Ordering::Acquire) {
                 match self.checkpoint(&mut file, &mut file_base, end_lsn) {
                     Ok(()) => written = 0,
