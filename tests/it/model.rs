@@ -84,7 +84,7 @@ enum Op {
 }
 
 fn body_sel() -> impl Strategy<Value = BodySel> {
-    (0u8..4, prop::bool::weighted(0.08), any::<bool>(), prop::bool::weighted(0.05))
+    (0u8..4, prop::bool::weighted(0.15), any::<bool>(), prop::bool::weighted(0.05))
         .prop_map(|(n, big, array, bad)| BodySel { n: if n == 0 && !big { 0 } else { n.max(1) }, big, array, bad })
 }
 
@@ -526,7 +526,7 @@ struct Harness {
 }
 
 fn options() -> Options {
-    Options::default().durability(Durability::Buffered).checkpoint_bytes(64 << 10)
+    Options::default().durability(Durability::Buffered).checkpoint_bytes(64 << 10).segment_bytes(4096)
 }
 
 impl Harness {
