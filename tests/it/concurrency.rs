@@ -94,7 +94,7 @@ fn check_serial(store: &Store, n: &StreamName, writers: u64, commits: u64) -> R 
 fn prefix_count_commits_form_a_serial_history() -> R {
     let dir = tempfile::tempdir()?;
     let n = name("pc/log");
-    let (writers, commits) = (8u64, 25u64);
+    let (writers, commits) = (8u64, 40u64);
     let conflicts = Arc::new(AtomicU64::new(0));
     {
         let store = Store::open(dir.path(), Options::default())?;
