@@ -37,5 +37,9 @@ pub fn journal_scan(path: &Path, shard: u32) -> Result<(usize, u64, bool)> {
 /// Decodes a sidecar slot image. On success, returns the image the decoded sidecar encodes to.
 pub fn sidecar(image: &[u8]) -> Option<Vec<u8>> {
     let s = crate::sidecar::decode(image)?;
-    Some(crate::sidecar::encode(s.generation, s.applied_lsn, &s.state))
+    Some(crate::sidecar::encode(
+        s.generation,
+        s.applied_lsn,
+        &s.state,
+    ))
 }

@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use brook::{
-    AppendRequest, AppendStatus, CreateOptions, Durability, Error, Offset, Options, Producer, ReadFrom,
-    ReadRequest, Store, StreamName,
+    AppendRequest, AppendStatus, CreateOptions, Durability, Error, Offset, Options, Producer,
+    ReadFrom, ReadRequest, Store, StreamName,
 };
 
 /// The journal record decoder never panics, and what it accepts re-encodes to a fixed point.
@@ -42,20 +42,26 @@ pub fn journal_scan(data: &[u8]) {
                 frames += 1;
             }
             if b & 2 == 2 {
-                let cut = f.len() - (b as usize >> 2) % f.len().min(32).max(1);
+                let cut = f.len() - (b as usize >> 2) % f.len().clamp(1, 32);
                 f.truncate(cut);
             }
             (f, frames)
         }
         _ => (data.to_vec(), usize::MAX),
     };
-    let mut tmp = tempfile::Builder::new().suffix(".wal").tempfile().expect("temporary file");
+    let mut tmp = tempfile::Builder::new()
+        .suffix(".wal")
+        .tempfile()
+        .expect("temporary file");
     tmp.write_all(&file).expect("write");
     tmp.flush().expect("flush");
     if let Ok((records, end_lsn, _torn)) = brook::fuzzing::journal_scan(tmp.path(), 0) {
         assert!(records <= frames, "{records} records from {frames} frames");
         if frames != usize::MAX {
-            assert!(end_lsn >= 4096 && end_lsn - 4096 <= file.len() as u64, "end LSN {end_lsn} past the file");
+            assert!(
+                end_lsn >= 4096 && end_lsn - 4096 <= file.len() as u64,
+                "end LSN {end_lsn} past the file"
+            );
         }
     }
 }
@@ -108,7 +114,10 @@ impl M {
         Offset::new(n, pos)
     }
     fn tail(&self) -> Offset {
-        Offset::new(self.msgs.len() as u64, self.msgs.iter().map(|m| m.len() as u64).sum())
+        Offset::new(
+            self.msgs.len() as u64,
+            self.msgs.iter().map(|m| m.len() as u64).sum(),
+        )
     }
     fn boundaries(&self) -> Vec<u64> {
         let mut b = vec![0];
@@ -128,7 +137,10 @@ pub struct Ops {
 }
 
 fn options() -> Options {
-    Options::default().durability(Durability::Buffered).segment_bytes(4096).checkpoint_bytes(64 << 10)
+    Options::default()
+        .durability(Durability::Buffered)
+        .segment_bytes(4096)
+        .checkpoint_bytes(64 << 10)
 }
 
 fn kind(e: &Error) -> std::mem::Discriminant<Error> {
@@ -138,7 +150,10 @@ fn kind(e: &Error) -> std::mem::Discriminant<Error> {
 impl Ops {
     /// Opens (creating) a store in `dir`.
     pub fn open(dir: &Path) -> brook::Result<Ops> {
-        Ok(Ops { dir: dir.to_path_buf(), store: Some(Store::open(dir, options())?) })
+        Ok(Ops {
+            dir: dir.to_path_buf(),
+            store: Some(Store::open(dir, options())?),
+        })
     }
 
     fn store(&self) -> &Store {
@@ -149,7 +164,9 @@ impl Ops {
     /// exist yet) and checks every outcome against the model.
     pub fn run(&mut self, prefix: &str, data: &[u8]) {
         let mut input = In(data);
-        let names: Vec<StreamName> = (0..3).map(|i| StreamName::new(&format!("{prefix}/{i}")).expect("valid name")).collect();
+        let names: Vec<StreamName> = (0..3)
+            .map(|i| StreamName::new(&format!("{prefix}/{i}")).expect("valid name"))
+            .collect();
         let mut model: Vec<Option<M>> = vec![None; 3];
         let mut ops = 0;
         while let Some(op) = input.byte() {
@@ -179,15 +196,40 @@ impl Ops {
                 0 => {
                     let b = input.u8();
                     let (json, closed) = (b & 1 == 1, b & 2 == 2);
-                    let ct = if json { "application/json" } else { "application/octet-stream" };
-                    let r = self.store().create(n, CreateOptions { content_type: Some(ct.into()), closed, ..Default::default() });
+                    let ct = if json {
+                        "application/json"
+                    } else {
+                        "application/octet-stream"
+                    };
+                    let r = self.store().create(
+                        n,
+                        CreateOptions {
+                            content_type: Some(ct.into()),
+                            closed,
+                            ..Default::default()
+                        },
+                    );
                     match (&model[s], r) {
                         (None, Ok(c)) => {
-                            assert!(c.created && c.info.tail == Offset::ZERO && c.info.closed == closed, "{c:?}");
-                            model[s] = Some(M { json, msgs: Vec::new(), closed, seq: None, producers: HashMap::new() });
+                            assert!(
+                                c.created && c.info.tail == Offset::ZERO && c.info.closed == closed,
+                                "{c:?}"
+                            );
+                            model[s] = Some(M {
+                                json,
+                                msgs: Vec::new(),
+                                closed,
+                                seq: None,
+                                producers: HashMap::new(),
+                            });
                         }
-                        (Some(m), Ok(c)) => assert!(!c.created && m.json == json && m.closed == closed, "{c:?} for {m:?}"),
-                        (Some(m), Err(Error::ConfigMismatch(_))) => assert!(m.json != json || m.closed != closed),
+                        (Some(m), Ok(c)) => assert!(
+                            !c.created && m.json == json && m.closed == closed,
+                            "{c:?} for {m:?}"
+                        ),
+                        (Some(m), Err(Error::ConfigMismatch(_))) => {
+                            assert!(m.json != json || m.closed != closed)
+                        }
                         (m, r) => panic!("create of {n} ({m:?}) answered {r:?}"),
                     }
                 }
@@ -199,53 +241,100 @@ impl Ops {
                     } else if json {
                         let k = 1 + input.u8() % 3;
                         let vals: Vec<String> = (0..k).map(|_| input.u8().to_string()).collect();
-                        let text = if k == 1 { vals[0].clone() } else { format!("[{}]", vals.join(",")) };
-                        (text.into_bytes(), vals.into_iter().map(|v| format!("{v},").into_bytes()).collect())
+                        let text = if k == 1 {
+                            vals[0].clone()
+                        } else {
+                            format!("[{}]", vals.join(","))
+                        };
+                        (
+                            text.into_bytes(),
+                            vals.into_iter()
+                                .map(|v| format!("{v},").into_bytes())
+                                .collect(),
+                        )
                     } else {
                         let len = (input.u8() % 40) as usize;
                         let d = input.bytes(len);
-                        let msgs = if d.is_empty() { Vec::new() } else { vec![d.clone()] };
+                        let msgs = if d.is_empty() {
+                            Vec::new()
+                        } else {
+                            vec![d.clone()]
+                        };
                         (d, msgs)
                     };
                     let producer = (op % 7 == 2).then(|| {
                         let b = input.u8();
-                        Producer { id: format!("p{}", b & 1), epoch: ((b >> 1) % 3) as u64, seq: ((b >> 3) % 6) as u64 }
+                        Producer {
+                            id: format!("p{}", b & 1),
+                            epoch: ((b >> 1) % 3) as u64,
+                            seq: ((b >> 3) % 6) as u64,
+                        }
                     });
                     let seq = (op % 7 == 3).then(|| format!("{:02}", input.u8() % 100));
                     let close = op % 7 == 4 || input.u8() % 16 == 0;
-                    let req = AppendRequest { data: data.clone().into(), close, stream_seq: seq.clone(), producer: producer.clone(), ..Default::default() };
+                    let req = AppendRequest {
+                        data: data.clone().into(),
+                        close,
+                        stream_seq: seq.clone(),
+                        producer: producer.clone(),
+                        ..Default::default()
+                    };
                     let r = self.store().append(n, req);
                     let Some(m) = model[s].as_mut() else {
-                        assert!(matches!(r, Err(Error::NotFound)), "append to a missing stream answered {r:?}");
+                        assert!(
+                            matches!(r, Err(Error::NotFound)),
+                            "append to a missing stream answered {r:?}"
+                        );
                         continue;
                     };
                     // The documented order: producer duplicate, closed, producer, Stream-Seq, body.
                     let want: Result<AppendStatus, Error> = (|| {
-                        if let Some(p) = &producer {
-                            if let Some(&(e, q, t)) = m.producers.get(&p.id) {
-                                if p.epoch == e && p.seq <= q {
-                                    return Ok(AppendStatus::Duplicate { original_tail: (p.seq == q).then_some(t) });
-                                }
-                            }
+                        if let Some(p) = &producer
+                            && let Some(&(e, q, t)) = m.producers.get(&p.id)
+                            && p.epoch == e
+                            && p.seq <= q
+                        {
+                            return Ok(AppendStatus::Duplicate {
+                                original_tail: (p.seq == q).then_some(t),
+                            });
                         }
                         if m.closed {
-                            return if data.is_empty() && close { Ok(AppendStatus::AlreadyClosed) } else { Err(Error::StreamClosed { tail: m.tail() }) };
+                            return if data.is_empty() && close {
+                                Ok(AppendStatus::AlreadyClosed)
+                            } else {
+                                Err(Error::StreamClosed { tail: m.tail() })
+                            };
                         }
                         if let Some(p) = &producer {
                             match m.producers.get(&p.id) {
-                                None if p.seq != 0 => return Err(Error::ProducerSeqGap { expected: 0, received: p.seq }),
-                                Some(&(e, _, _)) if p.epoch < e => return Err(Error::ProducerEpochStale { current: e }),
-                                Some(&(e, _, _)) if p.epoch > e && p.seq != 0 => return Err(Error::ProducerEpochSeqNotZero),
+                                None if p.seq != 0 => {
+                                    return Err(Error::ProducerSeqGap {
+                                        expected: 0,
+                                        received: p.seq,
+                                    });
+                                }
+                                Some(&(e, _, _)) if p.epoch < e => {
+                                    return Err(Error::ProducerEpochStale { current: e });
+                                }
+                                Some(&(e, _, _)) if p.epoch > e && p.seq != 0 => {
+                                    return Err(Error::ProducerEpochSeqNotZero);
+                                }
                                 Some(&(e, q, _)) if p.epoch == e && p.seq != q + 1 => {
-                                    return Err(Error::ProducerSeqGap { expected: q + 1, received: p.seq });
+                                    return Err(Error::ProducerSeqGap {
+                                        expected: q + 1,
+                                        received: p.seq,
+                                    });
                                 }
                                 _ => {}
                             }
                         }
-                        if let (Some(new), Some(last)) = (&seq, &m.seq) {
-                            if new <= last {
-                                return Err(Error::StreamSeqConflict { tail: m.tail(), last_seq: last.clone() });
-                            }
+                        if let (Some(new), Some(last)) = (&seq, &m.seq)
+                            && new <= last
+                        {
+                            return Err(Error::StreamSeqConflict {
+                                tail: m.tail(),
+                                last_seq: last.clone(),
+                            });
                         }
                         if data.is_empty() && !close {
                             return Err(Error::EmptyAppend);
@@ -262,9 +351,16 @@ impl Ops {
                             if let Some(p) = &producer {
                                 m.producers.insert(p.id.clone(), (p.epoch, p.seq, m.tail()));
                             }
-                            assert!(o.status == AppendStatus::Appended && o.tail == m.tail() && o.closed == m.closed, "{o:?}");
+                            assert!(
+                                o.status == AppendStatus::Appended
+                                    && o.tail == m.tail()
+                                    && o.closed == m.closed,
+                                "{o:?}"
+                            );
                         }
-                        (Ok(w), Ok(o)) => assert!(*w == o.status && o.tail == m.tail(), "{w:?} but {o:?}"),
+                        (Ok(w), Ok(o)) => {
+                            assert!(*w == o.status && o.tail == m.tail(), "{w:?} but {o:?}")
+                        }
                         (Err(w), Err(e)) => assert!(kind(w) == kind(e), "{w:?} but {e:?}"),
                         _ => panic!("append to {n}: model {want:?}, store {r:?}"),
                     }
@@ -277,26 +373,60 @@ impl Ops {
                         m.offset_at(b[k as usize % b.len()])
                     });
                     let max_bytes = (maxb != 0).then_some(maxb as u64 * 3);
-                    let r = self.store().read(n, &ReadRequest { from: ReadFrom::At(from), max_bytes, expect: None });
+                    let r = self.store().read(
+                        n,
+                        &ReadRequest {
+                            from: ReadFrom::At(from),
+                            max_bytes,
+                            expect: None,
+                        },
+                    );
                     let Some(m) = m else {
-                        assert!(matches!(r, Err(Error::NotFound)), "read of a missing stream answered {r:?}");
+                        assert!(
+                            matches!(r, Err(Error::NotFound)),
+                            "read of a missing stream answered {r:?}"
+                        );
                         continue;
                     };
                     let c = r.unwrap_or_else(|e| panic!("read of {n} at {from}: {e}"));
                     let data = m.data();
                     let tail = m.tail();
-                    let mut to = max_bytes.map_or(tail.bytes, |x| tail.bytes.min(from.bytes + x.max(1)));
+                    let mut to =
+                        max_bytes.map_or(tail.bytes, |x| tail.bytes.min(from.bytes + x.max(1)));
                     if m.json && to < tail.bytes {
                         let b = m.boundaries();
-                        to = b.iter().copied().filter(|&x| x > from.bytes && x <= to).max().unwrap_or_else(|| {
-                            b.iter().copied().find(|&x| x > from.bytes).unwrap_or(tail.bytes)
-                        });
+                        to = b
+                            .iter()
+                            .copied()
+                            .filter(|&x| x > from.bytes && x <= to)
+                            .max()
+                            .unwrap_or_else(|| {
+                                b.iter()
+                                    .copied()
+                                    .find(|&x| x > from.bytes)
+                                    .unwrap_or(tail.bytes)
+                            });
                     }
                     let slice = &data[from.bytes as usize..to as usize];
-                    let body = if m.json { [b"[", slice.strip_suffix(b",").unwrap_or(slice), b"]"].concat() } else { slice.to_vec() };
-                    assert_eq!(c.to_vec(), body, "read of {n} at {from} (max {max_bytes:?})");
+                    let body = if m.json {
+                        [b"[", slice.strip_suffix(b",").unwrap_or(slice), b"]"].concat()
+                    } else {
+                        slice.to_vec()
+                    };
+                    assert_eq!(
+                        c.to_vec(),
+                        body,
+                        "read of {n} at {from} (max {max_bytes:?})"
+                    );
                     assert_eq!(c.up_to_date, to == tail.bytes);
-                    assert_eq!(c.next, if to == tail.bytes { tail } else { m.offset_at(to) });
+                    assert_eq!(
+                        c.next,
+                        if to == tail.bytes {
+                            tail
+                        } else {
+                            m.offset_at(to)
+                        }
+                    );
                     assert_eq!(c.closed, c.up_to_date && m.closed);
                 }
                 _ => {
@@ -319,15 +449,24 @@ impl Ops {
 fn check_all(store: &Store, n: &StreamName, m: Option<&M>) {
     let r = store.read(n, &ReadRequest::from(ReadFrom::Start));
     match m {
-        None => assert!(matches!(r, Err(Error::NotFound)), "{n} should not exist: {r:?}"),
+        None => assert!(
+            matches!(r, Err(Error::NotFound)),
+            "{n} should not exist: {r:?}"
+        ),
         Some(m) => {
             let c = r.unwrap_or_else(|e| panic!("read of {n}: {e}"));
             let data = m.data();
-            let body = if m.json { [b"[", data.strip_suffix(b",").unwrap_or(&data), b"]"].concat() } else { data };
+            let body = if m.json {
+                [b"[", data.strip_suffix(b",").unwrap_or(&data), b"]"].concat()
+            } else {
+                data
+            };
             assert_eq!(c.to_vec(), body, "{n}");
             assert_eq!(c.next, m.tail(), "{n}");
             assert_eq!(c.closed, m.closed, "{n}");
-            let h = store.head(n, None).unwrap_or_else(|e| panic!("head of {n}: {e}"));
+            let h = store
+                .head(n, None)
+                .unwrap_or_else(|e| panic!("head of {n}: {e}"));
             assert_eq!(h.stream_seq, m.seq, "{n}");
         }
     }

@@ -17,7 +17,14 @@ fn messages(chunk: &ReadChunk) -> std::result::Result<Vec<Value>, serde_json::Er
 
 /// One writer of the prefix-count recipe: read to the tail counting messages, append a commit
 /// with Stream-Seq = the count, and on a Stream-Seq conflict read on and retry.
-fn committer(store: Store, n: StreamName, w: u64, commits: u64, seed: u64, conflicts: Arc<AtomicU64>) -> brook::Result<()> {
+fn committer(
+    store: Store,
+    n: StreamName,
+    w: u64,
+    commits: u64,
+    seed: u64,
+    conflicts: Arc<AtomicU64>,
+) -> brook::Result<()> {
     let mut rng = Rng::new(seed);
     let mut next = Offset::ZERO;
     let mut count = 0u64;
@@ -26,16 +33,29 @@ fn committer(store: Store, n: StreamName, w: u64, commits: u64, seed: u64, confl
         loop {
             // Read to the tail (small chunks, so reads stop inside commits too).
             loop {
-                let chunk = store.read(&n, &ReadRequest { from: ReadFrom::At(next), max_bytes: Some(200), expect: None })?;
-                count += messages(&chunk).map_err(|e| Error::InvalidArgument(e.to_string()))?.len() as u64;
+                let chunk = store.read(
+                    &n,
+                    &ReadRequest {
+                        from: ReadFrom::At(next),
+                        max_bytes: Some(200),
+                        expect: None,
+                    },
+                )?;
+                count += messages(&chunk)
+                    .map_err(|e| Error::InvalidArgument(e.to_string()))?
+                    .len() as u64;
                 next = chunk.next;
                 if chunk.up_to_date {
                     break;
                 }
             }
-            let body: Vec<Value> = (0..size).map(|j| json!({"w": w, "c": c, "j": j, "size": size, "seq": count})).collect();
+            let body: Vec<Value> = (0..size)
+                .map(|j| json!({"w": w, "c": c, "j": j, "size": size, "seq": count}))
+                .collect();
             let req = AppendRequest {
-                data: serde_json::to_vec(&body).map_err(|e| Error::InvalidArgument(e.to_string()))?.into(),
+                data: serde_json::to_vec(&body)
+                    .map_err(|e| Error::InvalidArgument(e.to_string()))?
+                    .into(),
                 stream_seq: Some(format!("{count:020}")),
                 ..Default::default()
             };
@@ -43,7 +63,10 @@ fn committer(store: Store, n: StreamName, w: u64, commits: u64, seed: u64, confl
                 Ok(_) => break,
                 Err(Error::StreamSeqConflict { last_seq, .. }) => {
                     // Another writer committed first; its count is at least ours.
-                    assert!(last_seq.as_str() >= format!("{count:020}").as_str(), "conflict with a smaller Stream-Seq {last_seq}");
+                    assert!(
+                        last_seq.as_str() >= format!("{count:020}").as_str(),
+                        "conflict with a smaller Stream-Seq {last_seq}"
+                    );
                     conflicts.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => return Err(e),
@@ -63,15 +86,29 @@ fn check_serial(store: &Store, n: &StreamName, writers: u64, commits: u64) -> R 
     let mut last_seq = None;
     while i < all.len() {
         let m = &all[i];
-        let (w, c, size, seq) = (m["w"].as_u64(), m["c"].as_u64(), m["size"].as_u64(), m["seq"].as_u64());
-        let (Some(w), Some(c), Some(size), Some(seq)) = (w, c, size, seq) else { return Err(format!("bad message {m}").into()) };
+        let (w, c, size, seq) = (
+            m["w"].as_u64(),
+            m["c"].as_u64(),
+            m["size"].as_u64(),
+            m["seq"].as_u64(),
+        );
+        let (Some(w), Some(c), Some(size), Some(seq)) = (w, c, size, seq) else {
+            return Err(format!("bad message {m}").into());
+        };
         if seq != i as u64 {
-            return Err(format!("commit ({w},{c}) carries Stream-Seq {seq} but {i} messages precede it").into());
+            return Err(format!(
+                "commit ({w},{c}) carries Stream-Seq {seq} but {i} messages precede it"
+            )
+            .into());
         }
         for j in 0..size {
             let x = all.get(i + j as usize).ok_or("commit cut short")?;
             if x["w"] != w || x["c"] != c || x["j"] != j {
-                return Err(format!("commit ({w},{c}) is not contiguous at message {}", i + j as usize).into());
+                return Err(format!(
+                    "commit ({w},{c}) is not contiguous at message {}",
+                    i + j as usize
+                )
+                .into());
             }
         }
         if seen.insert((w, c), ()).is_some() {
@@ -81,11 +118,18 @@ fn check_serial(store: &Store, n: &StreamName, writers: u64, commits: u64) -> R 
         i += size as usize;
     }
     if seen.len() as u64 != writers * commits {
-        return Err(format!("{} commits in the log, {} made", seen.len(), writers * commits).into());
+        return Err(format!(
+            "{} commits in the log, {} made",
+            seen.len(),
+            writers * commits
+        )
+        .into());
     }
     let stored = store.head(n, None)?.stream_seq;
     if stored != last_seq.map(|s| format!("{s:020}")) {
-        return Err(format!("stored Stream-Seq {stored:?} is not the last commit's {last_seq:?}").into());
+        return Err(
+            format!("stored Stream-Seq {stored:?} is not the last commit's {last_seq:?}").into(),
+        );
     }
     Ok(())
 }
@@ -98,7 +142,13 @@ fn prefix_count_commits_form_a_serial_history() -> R {
     let conflicts = Arc::new(AtomicU64::new(0));
     {
         let store = Store::open(dir.path(), Options::default())?;
-        store.create(&n, CreateOptions { content_type: Some("application/json".into()), ..Default::default() })?;
+        store.create(
+            &n,
+            CreateOptions {
+                content_type: Some("application/json".into()),
+                ..Default::default()
+            },
+        )?;
         let seed = Rng::from_env("prefix_count").next();
         let threads: Vec<_> = (0..writers)
             .map(|w| {
@@ -111,7 +161,10 @@ fn prefix_count_commits_form_a_serial_history() -> R {
         }
         check_serial(&store, &n, writers, commits)?;
     }
-    eprintln!("prefix_count: {} Stream-Seq conflicts retried", conflicts.load(Ordering::Relaxed));
+    eprintln!(
+        "prefix_count: {} Stream-Seq conflicts retried",
+        conflicts.load(Ordering::Relaxed)
+    );
     let store = Store::open(dir.path(), Options::default())?;
     check_serial(&store, &n, writers, commits)?;
     Ok(())
@@ -122,12 +175,25 @@ fn many_threads_many_streams_then_reopen() -> R {
     let dir = tempfile::tempdir()?;
     let (threads, streams, appends) = (8u64, 48u64, 150u64);
     // A small cache and small checkpoints, so evictions and checkpoints run under the writers.
-    let opts = Options::default().max_open_streams(16).checkpoint_bytes(64 << 10).segment_bytes(4096);
+    let opts = Options::default()
+        .max_open_streams(16)
+        .checkpoint_bytes(64 << 10)
+        .segment_bytes(4096);
     let stream = |s: u64| name(&format!("many/{s:02}"));
     let store = Store::open(dir.path(), opts.clone())?;
     for s in 0..streams {
-        let ct = if s % 3 == 0 { "text/plain" } else { "application/json" };
-        store.create(&stream(s), CreateOptions { content_type: Some(ct.into()), ..Default::default() })?;
+        let ct = if s % 3 == 0 {
+            "text/plain"
+        } else {
+            "application/json"
+        };
+        store.create(
+            &stream(s),
+            CreateOptions {
+                content_type: Some(ct.into()),
+                ..Default::default()
+            },
+        )?;
     }
     let seed = Rng::from_env("many_streams").next();
     let stop = Arc::new(AtomicBool::new(false));
@@ -140,7 +206,8 @@ fn many_threads_many_streams_then_reopen() -> R {
                 let mut reads = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let s = rng.below(streams);
-                    let (data, _) = read_to_tail(&store, &stream(s), Some(512)).map_err(|e| e.to_string())?;
+                    let (data, _) =
+                        read_to_tail(&store, &stream(s), Some(512)).map_err(|e| e.to_string())?;
                     check_stream(s, &data, None)?;
                     reads += 1;
                 }
@@ -157,9 +224,23 @@ fn many_threads_many_streams_then_reopen() -> R {
                 for _ in 0..appends {
                     let s = rng.below(streams);
                     let i = counts.entry(s).or_default();
-                    let data = if s % 3 == 0 { format!("t{t}i{i:06};") } else { format!("{{\"t\":{t},\"i\":{i}}}") };
-                    let req = AppendRequest { data: data.into(), producer: Some(Producer { id: format!("t{t}"), epoch: 0, seq: *i }), ..Default::default() };
-                    let o = store.append(&stream(s), req).map_err(|e| format!("append: {e}"))?;
+                    let data = if s.is_multiple_of(3) {
+                        format!("t{t}i{i:06};")
+                    } else {
+                        format!("{{\"t\":{t},\"i\":{i}}}")
+                    };
+                    let req = AppendRequest {
+                        data: data.into(),
+                        producer: Some(Producer {
+                            id: format!("t{t}"),
+                            epoch: 0,
+                            seq: *i,
+                        }),
+                        ..Default::default()
+                    };
+                    let o = store
+                        .append(&stream(s), req)
+                        .map_err(|e| format!("append: {e}"))?;
                     if o.status != AppendStatus::Appended {
                         return Err(format!("append answered {:?}", o.status));
                     }
@@ -195,32 +276,51 @@ fn many_threads_many_streams_then_reopen() -> R {
 }
 
 /// Each writer's messages in stream `s` are 0, 1, 2, ... in order; with `want`, exactly that many.
-fn check_stream(s: u64, data: &[u8], want: Option<&HashMap<u64, u64>>) -> std::result::Result<(), String> {
+fn check_stream(
+    s: u64,
+    data: &[u8],
+    want: Option<&HashMap<u64, u64>>,
+) -> std::result::Result<(), String> {
     let mut next: HashMap<u64, u64> = HashMap::new();
     let mut see = |t: u64, i: u64| -> std::result::Result<(), String> {
         let n = next.entry(t).or_default();
         if i != *n {
-            return Err(format!("stream {s}: writer {t}'s message {i} where {n} was due"));
+            return Err(format!(
+                "stream {s}: writer {t}'s message {i} where {n} was due"
+            ));
         }
         *n += 1;
         Ok(())
     };
-    if s % 3 == 0 {
+    if s.is_multiple_of(3) {
         for part in data.split(|&b| b == b';').filter(|p| !p.is_empty()) {
             let p = std::str::from_utf8(part).map_err(|e| e.to_string())?;
-            let (t, i) = p.strip_prefix('t').and_then(|x| x.split_once('i')).ok_or(format!("bad message {p:?}"))?;
-            see(t.parse().map_err(|_| "bad t")?, i.parse().map_err(|_| "bad i")?)?;
+            let (t, i) = p
+                .strip_prefix('t')
+                .and_then(|x| x.split_once('i'))
+                .ok_or(format!("bad message {p:?}"))?;
+            see(
+                t.parse().map_err(|_| "bad t")?,
+                i.parse().map_err(|_| "bad i")?,
+            )?;
         }
     } else {
-        let v: Vec<Value> = serde_json::from_slice(&[b"[", data, b"]"].concat()).map_err(|e| format!("stream {s}: {e}"))?;
+        let v: Vec<Value> = serde_json::from_slice(&[b"[", data, b"]"].concat())
+            .map_err(|e| format!("stream {s}: {e}"))?;
         for m in v {
-            see(m["t"].as_u64().ok_or("bad t")?, m["i"].as_u64().ok_or("bad i")?)?;
+            see(
+                m["t"].as_u64().ok_or("bad t")?,
+                m["i"].as_u64().ok_or("bad i")?,
+            )?;
         }
     }
     if let Some(want) = want {
         for (t, c) in want {
             if next.get(t).copied().unwrap_or(0) != *c {
-                return Err(format!("stream {s}: writer {t} appended {c}, {} present", next.get(t).copied().unwrap_or(0)));
+                return Err(format!(
+                    "stream {s}: writer {t} appended {c}, {} present",
+                    next.get(t).copied().unwrap_or(0)
+                ));
             }
         }
         if next.values().sum::<u64>() != want.values().sum::<u64>() {
@@ -237,7 +337,13 @@ fn waiters_see_only_acknowledged_data_under_concurrent_appends() -> R {
     let n = name("wait/log");
     let total = 200u64;
     for s in ["wait/log", "wait/noise-1", "wait/noise-2"] {
-        store.create(&name(s), CreateOptions { content_type: Some("application/json".into()), ..Default::default() })?;
+        store.create(
+            &name(s),
+            CreateOptions {
+                content_type: Some("application/json".into()),
+                ..Default::default()
+            },
+        )?;
     }
     let acked = Arc::new(AtomicU64::new(0));
     let waiter = {
@@ -246,11 +352,17 @@ fn waiters_see_only_acknowledged_data_under_concurrent_appends() -> R {
             let mut at = Offset::ZERO;
             let mut seen = 0u64;
             while seen < total {
-                if !store.wait_blocking(&n, at, Duration::from_secs(10)).map_err(|e| e.to_string())? {
+                if !store
+                    .wait_blocking(&n, at, Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?
+                {
                     return Err("a waiter was not woken".into());
                 }
-                let c = store.read(&n, &ReadRequest::from(ReadFrom::At(at))).map_err(|e| e.to_string())?;
-                let v: Vec<Value> = serde_json::from_slice(&c.to_vec()).map_err(|e| e.to_string())?;
+                let c = store
+                    .read(&n, &ReadRequest::from(ReadFrom::At(at)))
+                    .map_err(|e| e.to_string())?;
+                let v: Vec<Value> =
+                    serde_json::from_slice(&c.to_vec()).map_err(|e| e.to_string())?;
                 for m in v {
                     if m["i"] != seen {
                         return Err(format!("message {m} where {seen} was due"));
@@ -275,14 +387,26 @@ fn waiters_see_only_acknowledged_data_under_concurrent_appends() -> R {
             let store = store.clone();
             std::thread::spawn(move || -> brook::Result<()> {
                 for i in 0..total {
-                    store.append(&name(s), AppendRequest { data: format!("{{\"i\":{i}}}").into(), ..Default::default() })?;
+                    store.append(
+                        &name(s),
+                        AppendRequest {
+                            data: format!("{{\"i\":{i}}}").into(),
+                            ..Default::default()
+                        },
+                    )?;
                 }
                 Ok(())
             })
         })
         .collect();
     for i in 0..total {
-        store.append(&n, AppendRequest { data: format!("{{\"i\":{i}}}").into(), ..Default::default() })?;
+        store.append(
+            &n,
+            AppendRequest {
+                data: format!("{{\"i\":{i}}}").into(),
+                ..Default::default()
+            },
+        )?;
         acked.store(i + 1, Ordering::Release);
     }
     for t in noise {

@@ -15,7 +15,9 @@ use brook::*;
 use crate::util::{R, Rng, copy_dir, crash_image, files_under, name, read_to_tail};
 
 fn options() -> Options {
-    Options::default().segment_bytes(4096).durability(Durability::Buffered)
+    Options::default()
+        .segment_bytes(4096)
+        .durability(Durability::Buffered)
 }
 
 /// What was acknowledged: per stream, its messages (JSON texts or byte appends) in order.
@@ -26,7 +28,10 @@ struct Expected {
 }
 
 fn json_msg(s: &str, i: u64) -> String {
-    format!("{{\"s\":\"{s}\",\"i\":{i},\"pad\":\"{}\"}}", "p".repeat((i % 13) as usize))
+    format!(
+        "{{\"s\":\"{s}\",\"i\":{i},\"pad\":\"{}\"}}",
+        "p".repeat((i % 13) as usize)
+    )
 }
 
 /// Builds a store with streams checkpointed and not, rolled segments, a fork, a closed stream,
@@ -34,7 +39,10 @@ fn json_msg(s: &str, i: u64) -> String {
 fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path(), options())?;
-    let json = CreateOptions { content_type: Some("application/json".into()), ..Default::default() };
+    let json = CreateOptions {
+        content_type: Some("application/json".into()),
+        ..Default::default()
+    };
     let mut streams = Vec::new();
 
     let a = name("c/json");
@@ -42,8 +50,20 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut msgs = Vec::new();
     for i in 0..160u64 {
         let m = json_msg("a", i);
-        let p = Producer { id: "pa".into(), epoch: 1, seq: i };
-        store.append(&a, AppendRequest { data: m.clone().into(), producer: Some(p), stream_seq: Some(format!("{i:020}")), ..Default::default() })?;
+        let p = Producer {
+            id: "pa".into(),
+            epoch: 1,
+            seq: i,
+        };
+        store.append(
+            &a,
+            AppendRequest {
+                data: m.clone().into(),
+                producer: Some(p),
+                stream_seq: Some(format!("{i:020}")),
+                ..Default::default()
+            },
+        )?;
         msgs.push(m.into_bytes());
         if i == 90 {
             store.checkpoint()?;
@@ -52,22 +72,65 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     streams.push((a.clone(), true, msgs.clone()));
 
     let f = name("c/fork");
-    let at = store.read(&a, &ReadRequest { from: ReadFrom::Start, max_bytes: Some(1500), expect: None })?.next;
-    store.create(&f, CreateOptions { fork: Some(ForkFrom { source: a.clone(), offset: Some(at), sub_offset: 0 }), ..Default::default() })?;
+    let at = store
+        .read(
+            &a,
+            &ReadRequest {
+                from: ReadFrom::Start,
+                max_bytes: Some(1500),
+                expect: None,
+            },
+        )?
+        .next;
+    store.create(
+        &f,
+        CreateOptions {
+            fork: Some(ForkFrom {
+                source: a.clone(),
+                offset: Some(at),
+                sub_offset: 0,
+            }),
+            ..Default::default()
+        },
+    )?;
     let mut fmsgs: Vec<Vec<u8>> = msgs[..at.messages as usize].to_vec();
     for i in 0..30u64 {
         let m = json_msg("f", i);
-        store.append(&f, AppendRequest { data: m.clone().into(), ..Default::default() })?;
+        store.append(
+            &f,
+            AppendRequest {
+                data: m.clone().into(),
+                ..Default::default()
+            },
+        )?;
         fmsgs.push(m.into_bytes());
     }
     streams.push((f, true, fmsgs));
 
     let b = name("c/bytes");
-    store.create(&b, CreateOptions { content_type: Some("text/plain".into()), data: "first;".into(), ..Default::default() })?;
+    store.create(
+        &b,
+        CreateOptions {
+            content_type: Some("text/plain".into()),
+            data: "first;".into(),
+            ..Default::default()
+        },
+    )?;
     let mut bm = vec![b"first;".to_vec()];
     for i in 0..120u64 {
         let m = format!("bytes-{i:05}-{};", "z".repeat((i % 40) as usize));
-        store.append(&b, AppendRequest { data: m.clone().into(), producer: Some(Producer { id: "pb".into(), epoch: 0, seq: i }), ..Default::default() })?;
+        store.append(
+            &b,
+            AppendRequest {
+                data: m.clone().into(),
+                producer: Some(Producer {
+                    id: "pb".into(),
+                    epoch: 0,
+                    seq: i,
+                }),
+                ..Default::default()
+            },
+        )?;
         bm.push(m.into_bytes());
     }
     store.close(&b, None)?;
@@ -79,13 +142,26 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut snap_at = Offset::ZERO;
     for i in 0..200u64 {
         let m = json_msg("s", i);
-        let o = store.append(&s, AppendRequest { data: m.clone().into(), ..Default::default() })?;
+        let o = store.append(
+            &s,
+            AppendRequest {
+                data: m.clone().into(),
+                ..Default::default()
+            },
+        )?;
         sm.push(m.into_bytes());
         if i == 149 {
             snap_at = o.tail;
         }
     }
-    store.publish_snapshot(&s, snap_at, Some("application/json"), &mut &b"{\"count\":150}"[..], None, None)?;
+    store.publish_snapshot(
+        &s,
+        snap_at,
+        Some("application/json"),
+        &mut &b"{\"count\":150}"[..],
+        None,
+        None,
+    )?;
     store.set_retention(&s, snap_at, None)?;
     store.checkpoint()?;
     streams.push((s.clone(), true, sm));
@@ -95,13 +171,25 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut lm = Vec::new();
     for i in 0..20u64 {
         let m = json_msg("l", i);
-        store.append(&l, AppendRequest { data: format!("[{m}]").into(), ..Default::default() })?;
+        store.append(
+            &l,
+            AppendRequest {
+                data: format!("[{m}]").into(),
+                ..Default::default()
+            },
+        )?;
         lm.push(m.into_bytes());
     }
     streams.push((l, true, lm));
 
     let image = crash_image(store, dir.path())?;
-    Ok((image, Expected { streams, snapshot: (s, snap_at, b"{\"count\":150}".to_vec()) }))
+    Ok((
+        image,
+        Expected {
+            streams,
+            snapshot: (s, snap_at, b"{\"count\":150}".to_vec()),
+        },
+    ))
 }
 
 /// What a store opened on a damaged image serves must be a prefix of what was acknowledged.
@@ -124,11 +212,14 @@ fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String>
             first += 1;
         }
         if pos != start.bytes || first as u64 != start.messages {
-            return Err(format!("{n}: earliest {start} is not a message boundary of what was written"));
+            return Err(format!(
+                "{n}: earliest {start} is not a message boundary of what was written"
+            ));
         }
         let got: Vec<Vec<u8>> = if *json {
-            let v: Vec<Box<serde_json::value::RawValue>> = serde_json::from_slice(&[b"[", &data[..], b"]"].concat())
-                .map_err(|e| format!("{n}: served invalid JSON: {e}"))?;
+            let v: Vec<Box<serde_json::value::RawValue>> =
+                serde_json::from_slice(&[b"[", &data[..], b"]"].concat())
+                    .map_err(|e| format!("{n}: served invalid JSON: {e}"))?;
             v.into_iter().map(|r| r.get().as_bytes().to_vec()).collect()
         } else {
             let mut out = Vec::new();
@@ -144,44 +235,75 @@ fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String>
                 rest = &rest[m.len()..];
             }
             if !rest.is_empty() {
-                return Err(format!("{n}: served bytes past or between acknowledged appends"));
+                return Err(format!(
+                    "{n}: served bytes past or between acknowledged appends"
+                ));
             }
             out
         };
         let want = &msgs[first..];
         if got.len() > want.len() || got[..] != want[..got.len()] {
-            return Err(format!("{n}: served {} messages that are not a prefix of the {} written", got.len(), want.len()));
+            return Err(format!(
+                "{n}: served {} messages that are not a prefix of the {} written",
+                got.len(),
+                want.len()
+            ));
         }
-        let bytes: u64 = pos + got.iter().map(|m| m.len() as u64 + *json as u64).sum::<u64>();
+        let bytes: u64 = pos
+            + got
+                .iter()
+                .map(|m| m.len() as u64 + *json as u64)
+                .sum::<u64>();
         let tail = Offset::new((first + got.len()) as u64, bytes);
         if info.tail != tail {
-            return Err(format!("{n}: tail {} but the data served ends at {tail}", info.tail));
+            return Err(format!(
+                "{n}: tail {} but the data served ends at {tail}",
+                info.tail
+            ));
         }
     }
     let (n, at, blob) = &exp.snapshot;
-    if let Ok(snap) = store.snapshot(n, None, None) {
-        if snap.info.offset != *at || snap.data.as_ref() != &blob[..] {
-            return Err(format!("{n}: snapshot {:?} is not the one published", snap.info));
-        }
+    if let Ok(snap) = store.snapshot(n, None, None)
+        && (snap.info.offset != *at || snap.data.as_ref() != &blob[..])
+    {
+        return Err(format!(
+            "{n}: snapshot {:?} is not the one published",
+            snap.info
+        ));
     }
     Ok(())
 }
 
 /// After recovery from damage, new acknowledged writes must survive the next crash.
-fn check_writes_after_recovery(store: Store, dir: &Path, exp: &Expected) -> std::result::Result<(), String> {
+fn check_writes_after_recovery(
+    store: Store,
+    dir: &Path,
+    exp: &Expected,
+) -> std::result::Result<(), String> {
     let mut written = Vec::new();
     for (n, json, _) in &exp.streams {
         let data = if *json { "{\"after\":true}" } else { "after;" };
-        if let Ok(o) = store.append(n, AppendRequest { data: data.into(), ..Default::default() }) {
+        if let Ok(o) = store.append(
+            n,
+            AppendRequest {
+                data: data.into(),
+                ..Default::default()
+            },
+        ) {
             written.push((n.clone(), o.tail));
         }
     }
     let image = crash_image(store, dir).map_err(|e| e.to_string())?;
-    let store = Store::open(image.path(), options()).map_err(|e| format!("reopen after writing on a recovered store: {e}"))?;
+    let store = Store::open(image.path(), options())
+        .map_err(|e| format!("reopen after writing on a recovered store: {e}"))?;
     for (n, tail) in written {
         match store.head(&n, None) {
             Ok(i) if i.tail == tail => {}
-            other => return Err(format!("{n}: an append acknowledged at {tail} after recovery is lost: {other:?}")),
+            other => {
+                return Err(format!(
+                    "{n}: an append acknowledged at {tail} after recovery is lost: {other:?}"
+                ));
+            }
         }
     }
     Ok(())
@@ -193,10 +315,18 @@ enum Damage {
 }
 
 /// Opens a damaged copy of `image` and checks it, on a thread, so a hang fails the test.
-fn try_damage(image: &Path, file: &Path, damage: &Damage, exp: &Expected, write_after: bool) -> std::result::Result<String, String> {
+fn try_damage(
+    image: &Path,
+    file: &Path,
+    damage: &Damage,
+    exp: &Expected,
+    write_after: bool,
+) -> std::result::Result<String, String> {
     let copy = tempfile::tempdir().map_err(|e| e.to_string())?;
     copy_dir(image, copy.path()).map_err(|e| e.to_string())?;
-    let target = copy.path().join(file.strip_prefix(image).map_err(|e| e.to_string())?);
+    let target = copy
+        .path()
+        .join(file.strip_prefix(image).map_err(|e| e.to_string())?);
     let mut bytes = std::fs::read(&target).map_err(|e| e.to_string())?;
     match damage {
         Damage::Flip(at, mask) => {
@@ -213,19 +343,23 @@ fn try_damage(image: &Path, file: &Path, damage: &Damage, exp: &Expected, write_
     let exp = exp.clone();
     let path = copy.path().to_path_buf();
     std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match Store::open(&path, options()) {
-            Err(e) => Ok(format!("refused: {}", e.code())),
-            Ok(store) => {
-                check_store(&store, &exp)?;
-                if write_after {
-                    check_writes_after_recovery(store, &path, &exp)?;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            match Store::open(&path, options()) {
+                Err(e) => Ok(format!("refused: {}", e.code())),
+                Ok(store) => {
+                    check_store(&store, &exp)?;
+                    if write_after {
+                        check_writes_after_recovery(store, &path, &exp)?;
+                    }
+                    Ok("opened".to_owned())
                 }
-                Ok("opened".to_owned())
             }
         }));
         let _ = tx.send(r.unwrap_or_else(|_| Err("panicked".into())));
     });
-    let r = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| Err("hung for 30 s".into()));
+    let r = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| Err("hung for 30 s".into()));
     drop(copy);
     r
 }
@@ -252,7 +386,10 @@ fn used_len(p: &Path) -> std::io::Result<u64> {
 
 /// `BROOK_CORRUPTION_SCALE` multiplies the flips per file (default 1).
 fn run_damage(kinds: &[&str], per_file: usize) -> R {
-    let scale: usize = std::env::var("BROOK_CORRUPTION_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let scale: usize = std::env::var("BROOK_CORRUPTION_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let per_file = per_file * scale;
     let mut rng = Rng::from_env("corruption");
     let (image, exp) = build()?;
@@ -266,7 +403,10 @@ fn run_damage(kinds: &[&str], per_file: usize) -> R {
             assert_eq!(store.head(n, None)?.tail.messages, msgs.len() as u64, "{n}");
         }
     }
-    let files: Vec<PathBuf> = files_under(image.path())?.into_iter().filter(|p| kinds.contains(&kind(p))).collect();
+    let files: Vec<PathBuf> = files_under(image.path())?
+        .into_iter()
+        .filter(|p| kinds.contains(&kind(p)))
+        .collect();
     assert!(!files.is_empty(), "no files of kinds {kinds:?}");
     let mut tally: std::collections::BTreeMap<String, usize> = Default::default();
     let mut failures = Vec::new();
@@ -276,28 +416,51 @@ fn run_damage(kinds: &[&str], per_file: usize) -> R {
         let mut damages = Vec::new();
         for j in 0..per_file {
             // Headers first, then anywhere in the used bytes.
-            let at = if j < 3 { rng.below(used.min(32)) } else { rng.below(used) };
+            let at = if j < 3 {
+                rng.below(used.min(32))
+            } else {
+                rng.below(used)
+            };
             damages.push(Damage::Flip(at as usize, 1 << rng.below(8)));
         }
-        for cut in [0, used / 2, used.saturating_sub(1), rng.below(used), used.saturating_sub(rng.below(40))] {
+        for cut in [
+            0,
+            used / 2,
+            used.saturating_sub(1),
+            rng.below(used),
+            used.saturating_sub(rng.below(40)),
+        ] {
             if cut < len {
                 damages.push(Damage::Truncate(cut));
             }
         }
         for (j, d) in damages.iter().enumerate() {
             let what = match d {
-                Damage::Flip(at, m) => format!("flip {m:#04x} at {} of {}", at % len.max(1) as usize, file.display()),
+                Damage::Flip(at, m) => format!(
+                    "flip {m:#04x} at {} of {}",
+                    at % len.max(1) as usize,
+                    file.display()
+                ),
                 Damage::Truncate(l) => format!("truncate {} to {l}", file.display()),
             };
             match try_damage(image.path(), file, d, &exp, j % 3 == 0) {
-                Ok(outcome) => *tally.entry(format!("{} {outcome}", kind(file))).or_default() += 1,
+                Ok(outcome) => {
+                    *tally
+                        .entry(format!("{} {outcome}", kind(file)))
+                        .or_default() += 1
+                }
                 Err(e) => failures.push(format!("{what}: {e}")),
             }
         }
     }
     eprintln!("corruption {kinds:?}: {tally:?}");
     if !failures.is_empty() {
-        return Err(format!("{} of the damaged images were mishandled:\n{}", failures.len(), failures.join("\n")).into());
+        return Err(format!(
+            "{} of the damaged images were mishandled:\n{}",
+            failures.len(),
+            failures.join("\n")
+        )
+        .into());
     }
     Ok(())
 }
@@ -322,8 +485,13 @@ fn damaged_segments_and_blobs() -> R {
 #[test]
 fn damaged_shard_count_and_journal_base_lsn() -> R {
     let (image, exp) = build()?;
-    let mut cases: Vec<(PathBuf, Damage)> = (0..8).map(|bit| (image.path().join("STORE"), Damage::Flip(8, 1 << bit))).collect();
-    for wal in files_under(image.path())?.into_iter().filter(|p| kind(p) == "wal") {
+    let mut cases: Vec<(PathBuf, Damage)> = (0..8)
+        .map(|bit| (image.path().join("STORE"), Damage::Flip(8, 1 << bit)))
+        .collect();
+    for wal in files_under(image.path())?
+        .into_iter()
+        .filter(|p| kind(p) == "wal")
+    {
         if std::fs::metadata(&wal)?.len() > 24 {
             for (at, bit) in [(16, 0), (16, 5), (17, 0), (17, 3), (18, 1), (19, 7)] {
                 cases.push((wal.clone(), Damage::Flip(at, 1 << bit)));

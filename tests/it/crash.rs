@@ -24,9 +24,16 @@ const NEXT: &str = "BROOK_CRASH_NEXT";
 const WRITERS: usize = 3;
 
 fn options(sync: bool) -> Options {
-    let d = if sync { Durability::Sync } else { Durability::Buffered };
+    let d = if sync {
+        Durability::Sync
+    } else {
+        Durability::Buffered
+    };
     // Small segments and checkpoints, so kills land in rolls and checkpoints too.
-    Options::default().durability(d).segment_bytes(4096).checkpoint_bytes(64 << 10)
+    Options::default()
+        .durability(d)
+        .segment_bytes(4096)
+        .checkpoint_bytes(64 << 10)
 }
 
 fn stream(t: usize) -> StreamName {
@@ -39,14 +46,22 @@ fn is_json(t: usize) -> bool {
 }
 
 fn message(t: usize, k: u64) -> String {
-    if is_json(t) { format!("{{\"t\":{t},\"k\":{k}}}") } else { format!("t{t}k{k:010};") }
+    if is_json(t) {
+        format!("{{\"t\":{t},\"k\":{k}}}")
+    } else {
+        format!("t{t}k{k:010};")
+    }
 }
 
 fn request(t: usize, k: u64, epoch: u64, pseq: u64) -> AppendRequest {
     AppendRequest {
         data: message(t, k).into(),
         stream_seq: Some(format!("{k:020}")),
-        producer: Some(Producer { id: format!("w{t}"), epoch, seq: pseq }),
+        producer: Some(Producer {
+            id: format!("w{t}"),
+            epoch,
+            seq: pseq,
+        }),
         ..Default::default()
     }
 }
@@ -66,7 +81,9 @@ fn ks(store: &Store, t: usize) -> std::result::Result<Vec<u64>, Box<dyn std::err
     } else {
         for part in data.split(|&b| b == b';').filter(|p| !p.is_empty()) {
             let s = std::str::from_utf8(part)?;
-            let k = s.strip_prefix(&format!("t{t}k")).ok_or_else(|| format!("bad message {s:?}"))?;
+            let k = s
+                .strip_prefix(&format!("t{t}k"))
+                .ok_or_else(|| format!("bad message {s:?}"))?;
             out.push(k.parse()?);
         }
     }
@@ -76,10 +93,15 @@ fn ks(store: &Store, t: usize) -> std::result::Result<Vec<u64>, Box<dyn std::err
 /// The writer, run only in a child process started by `sigkill_at_random_moments`.
 #[test]
 fn crash_writer_child() -> R {
-    let Ok(dir) = std::env::var(DIR) else { return Ok(()) };
+    let Ok(dir) = std::env::var(DIR) else {
+        return Ok(());
+    };
     let sync = std::env::var(MODE)? == "sync";
     let epoch: u64 = std::env::var(EPOCH)?.parse()?;
-    let next: Vec<u64> = std::env::var(NEXT)?.split(',').map(str::parse).collect::<std::result::Result<_, _>>()?;
+    let next: Vec<u64> = std::env::var(NEXT)?
+        .split(',')
+        .map(str::parse)
+        .collect::<std::result::Result<_, _>>()?;
     let store = Store::open(&dir, options(sync))?;
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let say = |out: &Mutex<std::io::Stdout>, line: String| {
@@ -102,7 +124,9 @@ fn crash_writer_child() -> R {
                     let pseq = k - start;
                     say(&out, format!("TRY {t} {k} {epoch} {pseq}\n"));
                     match store.append(&stream(t), request(t, k, epoch, pseq)) {
-                        Ok(o) if o.status == AppendStatus::Appended => say(&out, format!("ACK {t} {k} {}\n", o.tail)),
+                        Ok(o) if o.status == AppendStatus::Appended => {
+                            say(&out, format!("ACK {t} {k} {}\n", o.tail))
+                        }
                         other => {
                             say(&out, format!("ERR {t} {k} {other:?}\n"));
                             return;
@@ -130,11 +154,21 @@ fn parse(lines: &[String]) -> HashMap<usize, Seen> {
     let mut seen: HashMap<usize, Seen> = HashMap::new();
     for l in lines {
         let f: Vec<&str> = l.split_whitespace().collect();
-        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(u64::MAX);
+        let num = |i: usize| {
+            f.get(i)
+                .and_then(|x| x.parse::<u64>().ok())
+                .unwrap_or(u64::MAX)
+        };
         match f.first() {
-            Some(&"TRY") => seen.entry(num(1) as usize).or_default().last_try = Some((num(2), num(3), num(4))),
+            Some(&"TRY") => {
+                seen.entry(num(1) as usize).or_default().last_try = Some((num(2), num(3), num(4)))
+            }
             Some(&"ACK") => seen.entry(num(1) as usize).or_default().acked.push(num(2)),
-            Some(&"ERR") => seen.entry(num(1) as usize).or_default().errors.push(l.clone()),
+            Some(&"ERR") => seen
+                .entry(num(1) as usize)
+                .or_default()
+                .errors
+                .push(l.clone()),
             _ => {}
         }
     }
@@ -148,8 +182,18 @@ fn sigkill_at_random_moments() -> R {
     {
         let store = Store::open(dir.path(), options(true))?;
         for t in 0..WRITERS {
-            let ct = if is_json(t) { "application/json" } else { "application/octet-stream" };
-            store.create(&stream(t), CreateOptions { content_type: Some(ct.into()), ..Default::default() })?;
+            let ct = if is_json(t) {
+                "application/json"
+            } else {
+                "application/octet-stream"
+            };
+            store.create(
+                &stream(t),
+                CreateOptions {
+                    content_type: Some(ct.into()),
+                    ..Default::default()
+                },
+            )?;
         }
     }
     let mut next = vec![0u64; WRITERS];
@@ -160,7 +204,12 @@ fn sigkill_at_random_moments() -> R {
         let epoch = round as u64;
         let next_s: Vec<String> = next.iter().map(u64::to_string).collect();
         let mut child = Command::new(std::env::current_exe()?)
-            .args(["--exact", "crash::crash_writer_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash::crash_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(DIR, dir.path())
             .env(MODE, if sync { "sync" } else { "buffered" })
             .env(EPOCH, epoch.to_string())
@@ -200,6 +249,10 @@ fn sigkill_at_random_moments() -> R {
         let seen = parse(&lines.lock().expect("lock"));
 
         let store = Store::open(dir.path(), options(sync))?;
+        #[expect(
+            clippy::needless_range_loop,
+            reason = "t names the writer, its stream and its slot in next"
+        )]
         for t in 0..WRITERS {
             let s = seen.get(&t);
             if let Some(e) = s.and_then(|s| s.errors.first()) {
@@ -209,45 +262,75 @@ fn sigkill_at_random_moments() -> R {
             let m = got.len() as u64;
             // Exactly once and in order: the stream holds 0..m.
             if got.iter().enumerate().any(|(i, &k)| k != i as u64) {
-                return Err(format!("round {round} stream {t}: not the messages 0..{m} in order: {got:?}").into());
+                return Err(format!(
+                    "round {round} stream {t}: not the messages 0..{m} in order: {got:?}"
+                )
+                .into());
             }
             // Every acknowledged append survived.
-            if let Some(&max) = s.and_then(|s| s.acked.iter().max()) {
-                if max >= m {
-                    return Err(format!("round {round} stream {t}: acked {max} but only {m} messages ({})", if sync { "sync" } else { "buffered" }).into());
-                }
+            if let Some(&max) = s.and_then(|s| s.acked.iter().max())
+                && max >= m
+            {
+                let mode = if sync { "sync" } else { "buffered" };
+                return Err(format!(
+                    "round {round} stream {t}: acked {max} but only {m} messages ({mode})"
+                )
+                .into());
             }
             total_acked += s.map_or(0, |s| s.acked.len());
             let Some((k, e, pseq)) = s.and_then(|s| s.last_try) else {
                 if m != next[t] {
-                    return Err(format!("round {round} stream {t}: {m} messages, none attempted past {}", next[t]).into());
+                    return Err(format!(
+                        "round {round} stream {t}: {m} messages, none attempted past {}",
+                        next[t]
+                    )
+                    .into());
                 }
                 continue;
             };
             // Nothing that was never attempted.
             if m > k + 1 || m < k {
-                return Err(format!("round {round} stream {t}: {m} messages, last attempt {k}").into());
+                return Err(
+                    format!("round {round} stream {t}: {m} messages, last attempt {k}").into(),
+                );
             }
             // The producer retries its last attempt after the crash.
             let tail = store.head(&stream(t), None)?.tail;
             let retry = store.append(&stream(t), request(t, k, e, pseq));
             match (m == k + 1, &retry) {
-                (true, Ok(o)) if o.status == AppendStatus::Duplicate { original_tail: Some(tail) } && o.tail == tail => {}
+                (true, Ok(o))
+                    if o.status
+                        == AppendStatus::Duplicate {
+                            original_tail: Some(tail),
+                        }
+                        && o.tail == tail => {}
                 (false, Ok(o)) if o.status == AppendStatus::Appended => {}
-                _ => return Err(format!("round {round} stream {t}: retry of {k} (present: {}) answered {retry:?}", m == k + 1).into()),
+                _ => {
+                    return Err(format!(
+                        "round {round} stream {t}: retry of {k} (present: {}) answered {retry:?}",
+                        m == k + 1
+                    )
+                    .into());
+                }
             }
             let after = ks(&store, t)?;
-            if after.len() as u64 != k + 1 || after.iter().enumerate().any(|(i, &x)| x != i as u64) {
+            if after.len() as u64 != k + 1 || after.iter().enumerate().any(|(i, &x)| x != i as u64)
+            {
                 return Err(format!("round {round} stream {t}: after the retry {after:?}").into());
             }
             if store.head(&stream(t), None)?.stream_seq != Some(format!("{k:020}")) {
-                return Err(format!("round {round} stream {t}: Stream-Seq is not the last attempt's").into());
+                return Err(format!(
+                    "round {round} stream {t}: Stream-Seq is not the last attempt's"
+                )
+                .into());
             }
             next[t] = k + 1;
         }
         drop(store);
     }
-    eprintln!("sigkill_at_random_moments: {total_acked} acknowledged appends over {rounds} kills; final lengths {next:?}");
+    eprintln!(
+        "sigkill_at_random_moments: {total_acked} acknowledged appends over {rounds} kills; final lengths {next:?}"
+    );
     if next.iter().sum::<u64>() == 0 {
         return Err("no writer made progress in any round".into());
     }
@@ -260,8 +343,16 @@ fn snapshot_blob_survives_replay_of_its_create() -> R {
     let d = tempfile::tempdir()?;
     let store = Store::open(d.path(), Options::default())?;
     let n = name("crash/snap");
-    store.create(&n, CreateOptions { content_type: Some("application/json".into()), data: "[1,2]".into(), ..Default::default() })?;
-    let (info, _) = store.publish_snapshot(&n, Offset::new(2, 4), None, &mut &b"blob"[..], None, None)?;
+    store.create(
+        &n,
+        CreateOptions {
+            content_type: Some("application/json".into()),
+            data: "[1,2]".into(),
+            ..Default::default()
+        },
+    )?;
+    let (info, _) =
+        store.publish_snapshot(&n, Offset::new(2, 4), None, &mut &b"blob"[..], None, None)?;
     let copy = crash_image(store, d.path())?;
     let store = Store::open(copy.path(), Options::default())?;
     let snap = store.snapshot(&n, None, None)?;
@@ -279,7 +370,13 @@ fn crash_after_checkpoints_and_rolls() -> R {
         let d = tempfile::tempdir()?;
         let store = Store::open(d.path(), options(sync))?;
         let n = name("crash/rolls");
-        store.create(&n, CreateOptions { content_type: Some("application/json".into()), ..Default::default() })?;
+        store.create(
+            &n,
+            CreateOptions {
+                content_type: Some("application/json".into()),
+                ..Default::default()
+            },
+        )?;
         for k in 0..400u64 {
             store.append(&n, request(0, k, 0, k))?;
             if k == 150 {
@@ -298,13 +395,31 @@ fn check_prefix(dir: &Path, sync: bool, n: u64) -> R {
     assert_eq!(got, (0..n).collect::<Vec<_>>());
     let last = n - 1;
     let o = store.append(&name("crash/rolls"), request(0, last, 0, last))?;
-    assert!(matches!(o.status, AppendStatus::Duplicate { original_tail: Some(_) }), "{o:?}");
-    let e = store.append(&name("crash/rolls"), AppendRequest { data: "1".into(), stream_seq: Some(format!("{last:020}")), ..Default::default() });
+    assert!(
+        matches!(
+            o.status,
+            AppendStatus::Duplicate {
+                original_tail: Some(_)
+            }
+        ),
+        "{o:?}"
+    );
+    let e = store.append(
+        &name("crash/rolls"),
+        AppendRequest {
+            data: "1".into(),
+            stream_seq: Some(format!("{last:020}")),
+            ..Default::default()
+        },
+    );
     assert!(matches!(e, Err(Error::StreamSeqConflict { .. })), "{e:?}");
     Ok(())
 }
 
-fn ks_named(store: &Store, n: &StreamName) -> std::result::Result<Vec<u64>, Box<dyn std::error::Error>> {
+fn ks_named(
+    store: &Store,
+    n: &StreamName,
+) -> std::result::Result<Vec<u64>, Box<dyn std::error::Error>> {
     let (data, _) = read_to_tail(store, n, None)?;
     let v: Vec<serde_json::Value> = serde_json::from_slice(&[b"[", &data[..], b"]"].concat())?;
     Ok(v.iter().filter_map(|m| m["k"].as_u64()).collect())

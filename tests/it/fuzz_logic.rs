@@ -11,24 +11,87 @@ use crate::util::{R, Rng, crash_image, files_under, name};
 mod targets;
 
 /// Real journal files and sidecars, from a store that did a bit of everything.
-fn seed_files() -> std::result::Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), Box<dyn std::error::Error>> {
+type Files = Vec<Vec<u8>>;
+
+fn seed_files() -> std::result::Result<(Files, Files), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path(), Options::default().durability(Durability::Buffered))?;
+    let store = Store::open(
+        dir.path(),
+        Options::default().durability(Durability::Buffered),
+    )?;
     let j = name("seed/json");
-    store.create(&j, CreateOptions { content_type: Some("application/json".into()), data: "[1,{\"a\":2}]".into(), stream_seq: Some("s".into()), ..Default::default() })?;
+    store.create(
+        &j,
+        CreateOptions {
+            content_type: Some("application/json".into()),
+            data: "[1,{\"a\":2}]".into(),
+            stream_seq: Some("s".into()),
+            ..Default::default()
+        },
+    )?;
     for i in 0..5u64 {
-        store.append(&j, AppendRequest { data: format!("{{\"i\":{i}}}").into(), stream_seq: Some(format!("t{i}")), producer: Some(Producer { id: "p".into(), epoch: 2, seq: i }), ..Default::default() })?;
+        store.append(
+            &j,
+            AppendRequest {
+                data: format!("{{\"i\":{i}}}").into(),
+                stream_seq: Some(format!("t{i}")),
+                producer: Some(Producer {
+                    id: "p".into(),
+                    epoch: 2,
+                    seq: i,
+                }),
+                ..Default::default()
+            },
+        )?;
     }
     let f = name("seed/fork");
-    store.create(&f, CreateOptions { fork: Some(ForkFrom { source: j.clone(), offset: None, sub_offset: 0 }), expiry: Expiry::Ttl(3600), ..Default::default() })?;
-    store.append(&f, AppendRequest { data: "7".into(), close: true, ..Default::default() })?;
+    store.create(
+        &f,
+        CreateOptions {
+            fork: Some(ForkFrom {
+                source: j.clone(),
+                offset: None,
+                sub_offset: 0,
+            }),
+            expiry: Expiry::Ttl(3600),
+            ..Default::default()
+        },
+    )?;
+    store.append(
+        &f,
+        AppendRequest {
+            data: "7".into(),
+            close: true,
+            ..Default::default()
+        },
+    )?;
     let tail = store.head(&j, None)?.tail;
-    store.publish_snapshot(&j, tail, Some("application/json"), &mut &b"{}"[..], None, None)?;
+    store.publish_snapshot(
+        &j,
+        tail,
+        Some("application/json"),
+        &mut &b"{}"[..],
+        None,
+        None,
+    )?;
     store.set_retention(&j, tail, None)?;
     let b = name("seed/bytes");
-    store.create(&b, CreateOptions { data: "raw".into(), closed: true, ..Default::default() })?;
+    store.create(
+        &b,
+        CreateOptions {
+            data: "raw".into(),
+            closed: true,
+            ..Default::default()
+        },
+    )?;
     store.delete(&b, None)?;
-    store.append(&f, AppendRequest { close: true, ..Default::default() })?;
+    store.append(
+        &f,
+        AppendRequest {
+            close: true,
+            ..Default::default()
+        },
+    )?;
     // The journal as a crash leaves it; then the sidecars the recovery checkpoint writes.
     let image = crash_image(store, dir.path())?;
     let mut wal = Vec::new();
@@ -40,7 +103,10 @@ fn seed_files() -> std::result::Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), Box<dyn std
     }
     drop(Store::open(image.path(), Options::default())?);
     for p in files_under(image.path())? {
-        if p.file_name().and_then(|s| s.to_str()).is_some_and(|n| n.starts_with("meta.")) {
+        if p.file_name()
+            .and_then(|s| s.to_str())
+            .is_some_and(|n| n.starts_with("meta."))
+        {
             meta.push(std::fs::read(&p)?);
         }
     }
@@ -53,7 +119,9 @@ fn payloads(wal: &[u8]) -> Vec<Vec<u8>> {
     let mut pos = 24;
     while let Some(h) = wal.get(pos..pos + 8) {
         let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-        let Some(p) = wal.get(pos + 8..pos + 8 + len) else { break };
+        let Some(p) = wal.get(pos + 8..pos + 8 + len) else {
+            break;
+        };
         out.push(p.to_vec());
         pos += 8 + len;
     }
@@ -82,7 +150,11 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
             _ if v.len() >= 4 => {
                 // Lengths are little-endian u32s: make one huge or zero.
                 let i = rng.below(v.len() as u64 - 3) as usize;
-                let val: u32 = if rng.one_in(2) { u32::MAX - rng.below(16) as u32 } else { rng.below(4) as u32 };
+                let val: u32 = if rng.one_in(2) {
+                    u32::MAX - rng.below(16) as u32
+                } else {
+                    rng.below(4) as u32
+                };
                 v[i..i + 4].copy_from_slice(&val.to_le_bytes());
             }
             _ => {}
@@ -96,13 +168,30 @@ fn fuzz_journal_record_decoder() -> R {
     let mut rng = Rng::from_env("fuzz_journal_record");
     let (wal, _) = seed_files()?;
     let seeds: Vec<Vec<u8>> = wal.iter().flat_map(|w| payloads(w)).collect();
-    assert!(seeds.len() >= 5, "the seed store wrote {} records", seeds.len());
+    assert!(
+        seeds.len() >= 5,
+        "the seed store wrote {} records",
+        seeds.len()
+    );
     for s in &seeds {
-        assert!(brook::fuzzing::journal_record(s).is_some(), "a record the store wrote does not decode");
+        assert!(
+            brook::fuzzing::journal_record(s).is_some(),
+            "a record the store wrote does not decode"
+        );
         targets::journal_record(s);
     }
     for i in 0..4000 {
-        let input = if i % 4 == 0 { { let k = rng.below(80) as usize; rng.bytes(k) } } else { { let k = rng.below(seeds.len() as u64) as usize; mutate(&mut rng, &seeds[k]) } };
+        let input = if i % 4 == 0 {
+            {
+                let k = rng.below(80) as usize;
+                rng.bytes(k)
+            }
+        } else {
+            {
+                let k = rng.below(seeds.len() as u64) as usize;
+                mutate(&mut rng, &seeds[k])
+            }
+        };
         targets::journal_record(&input);
     }
     Ok(())
@@ -112,10 +201,27 @@ fn fuzz_journal_record_decoder() -> R {
 fn fuzz_sidecar_decoder() -> R {
     let mut rng = Rng::from_env("fuzz_sidecar");
     let (_, meta) = seed_files()?;
-    let seeds: Vec<Vec<u8>> = meta.into_iter().filter(|m| brook::fuzzing::sidecar(m).is_some()).collect();
-    assert!(seeds.len() >= 2, "the seed store left {} valid sidecars", seeds.len());
+    let seeds: Vec<Vec<u8>> = meta
+        .into_iter()
+        .filter(|m| brook::fuzzing::sidecar(m).is_some())
+        .collect();
+    assert!(
+        seeds.len() >= 2,
+        "the seed store left {} valid sidecars",
+        seeds.len()
+    );
     for i in 0..4000 {
-        let mut input = if i % 4 == 0 { { let k = rng.below(120) as usize; rng.bytes(k) } } else { { let k = rng.below(seeds.len() as u64) as usize; mutate(&mut rng, &seeds[k]) } };
+        let mut input = if i % 4 == 0 {
+            {
+                let k = rng.below(120) as usize;
+                rng.bytes(k)
+            }
+        } else {
+            {
+                let k = rng.below(seeds.len() as u64) as usize;
+                mutate(&mut rng, &seeds[k])
+            }
+        };
         // A CRC-correct header most of the time, so the payload decoder is reached.
         if i % 3 != 0 && input.len() >= 32 {
             let len = (input.len() - 32) as u32;
@@ -145,7 +251,11 @@ impl Crc {
         for &b in data {
             self.0 ^= b as u32;
             for _ in 0..8 {
-                self.0 = if self.0 & 1 == 1 { (self.0 >> 1) ^ 0xEDB8_8320 } else { self.0 >> 1 };
+                self.0 = if self.0 & 1 == 1 {
+                    (self.0 >> 1) ^ 0xEDB8_8320
+                } else {
+                    self.0 >> 1
+                };
             }
         }
     }
@@ -165,20 +275,29 @@ fn fuzz_journal_scan() -> R {
             0 => {
                 let mut v = vec![1 | (rng.next() as u8 & 0xfe)];
                 for _ in 0..1 + rng.below(4) {
-                    let p = { let k = rng.below(payload_seeds.len() as u64) as usize; mutate(&mut rng, &payload_seeds[k]) };
+                    let p = {
+                        let k = rng.below(payload_seeds.len() as u64) as usize;
+                        mutate(&mut rng, &payload_seeds[k])
+                    };
                     v.extend(p.into_iter().map(|b| if b == 0xff { 0xfe } else { b }));
                     v.push(0xff);
                 }
                 v
             }
             1 => {
-                let mut v = { let k = rng.below(wal.len() as u64) as usize; mutate(&mut rng, &wal[k]) };
+                let mut v = {
+                    let k = rng.below(wal.len() as u64) as usize;
+                    mutate(&mut rng, &wal[k])
+                };
                 if let Some(b) = v.first_mut() {
                     *b &= 0xfe;
                 }
                 v
             }
-            _ => { let k = rng.below(100) as usize; rng.bytes(k) },
+            _ => {
+                let k = rng.below(100) as usize;
+                rng.bytes(k)
+            }
         };
         targets::journal_scan(&input);
     }

@@ -68,24 +68,82 @@ enum PosSel {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Create { s: usize, kind: u8, body: BodySel, closed: bool, seq: Option<SeqSel>, expect: ExpectSel },
-    Append { s: usize, body: BodySel, ct: u8, close: bool, seq: Option<SeqSel>, producer: Option<ProdSel>, expect: ExpectSel },
-    Close { s: usize, expect: ExpectSel },
-    Read { s: usize, from: Option<PosSel>, tail: bool, max: Option<u64>, messages: bool, expect: ExpectSel },
-    Head { s: usize, expect: ExpectSel },
-    Delete { s: usize, expect: ExpectSel },
-    Fork { s: usize, src: usize, at: Option<PosSel>, sub: u8 },
-    Publish { s: usize, at: PosSel, blob: u8, json_ct: bool, matching: Option<bool> },
-    ReadSnapshot { s: usize, at: Option<PosSel> },
-    Retention { s: usize, at: PosSel },
+    Create {
+        s: usize,
+        kind: u8,
+        body: BodySel,
+        closed: bool,
+        seq: Option<SeqSel>,
+        expect: ExpectSel,
+    },
+    Append {
+        s: usize,
+        body: BodySel,
+        ct: u8,
+        close: bool,
+        seq: Option<SeqSel>,
+        producer: Option<ProdSel>,
+        expect: ExpectSel,
+    },
+    Close {
+        s: usize,
+        expect: ExpectSel,
+    },
+    Read {
+        s: usize,
+        from: Option<PosSel>,
+        tail: bool,
+        max: Option<u64>,
+        messages: bool,
+        expect: ExpectSel,
+    },
+    Head {
+        s: usize,
+        expect: ExpectSel,
+    },
+    Delete {
+        s: usize,
+        expect: ExpectSel,
+    },
+    Fork {
+        s: usize,
+        src: usize,
+        at: Option<PosSel>,
+        sub: u8,
+    },
+    Publish {
+        s: usize,
+        at: PosSel,
+        blob: u8,
+        json_ct: bool,
+        matching: Option<bool>,
+    },
+    ReadSnapshot {
+        s: usize,
+        at: Option<PosSel>,
+    },
+    Retention {
+        s: usize,
+        at: PosSel,
+    },
     Checkpoint,
     Reopen,
     Crash,
 }
 
 fn body_sel() -> impl Strategy<Value = BodySel> {
-    (0u8..4, prop::bool::weighted(0.15), any::<bool>(), prop::bool::weighted(0.05))
-        .prop_map(|(n, big, array, bad)| BodySel { n: if n == 0 && !big { 0 } else { n.max(1) }, big, array, bad })
+    (
+        0u8..4,
+        prop::bool::weighted(0.15),
+        any::<bool>(),
+        prop::bool::weighted(0.05),
+    )
+        .prop_map(|(n, big, array, bad)| BodySel {
+            n: if n == 0 && !big { 0 } else { n.max(1) },
+            big,
+            array,
+            bad,
+        })
 }
 
 fn nonempty_body() -> impl Strategy<Value = BodySel> {
@@ -204,7 +262,10 @@ impl MStream {
     }
 
     fn data(&self) -> Vec<u8> {
-        self.pieces.iter().flat_map(|p| p.data.iter().copied()).collect()
+        self.pieces
+            .iter()
+            .flat_map(|p| p.data.iter().copied())
+            .collect()
     }
 
     /// (start, end, counted) of every piece.
@@ -221,7 +282,11 @@ impl MStream {
     }
 
     fn offset_at(&self, pos: u64) -> Offset {
-        let n = self.spans().iter().filter(|(_, e, c)| *c && *e <= pos).count() as u64;
+        let n = self
+            .spans()
+            .iter()
+            .filter(|(_, e, c)| *c && *e <= pos)
+            .count() as u64;
         Offset::new(n, pos)
     }
 
@@ -261,7 +326,11 @@ impl MStream {
             PosSel::BeyondTail => Offset::new(self.tail().messages + 1, tail + 1),
             PosSel::BeforeEarliest(k) => {
                 let b: Vec<u64> = self.boundaries().into_iter().filter(|&b| b < e).collect();
-                if b.is_empty() { Offset::ZERO } else { self.offset_at(b[k as usize % b.len()]) }
+                if b.is_empty() {
+                    Offset::ZERO
+                } else {
+                    self.offset_at(b[k as usize % b.len()])
+                }
             }
         }
     }
@@ -291,25 +360,42 @@ impl Model {
         let wrong = || Incarnation::new("wrong-token").expect("valid token");
         match sel {
             ExpectSel::None => None,
-            ExpectSel::Right => Some(self.streams[s].as_ref().map(|m| m.incarnation.clone()).unwrap_or_else(wrong)),
+            ExpectSel::Right => Some(
+                self.streams[s]
+                    .as_ref()
+                    .map(|m| m.incarnation.clone())
+                    .unwrap_or_else(wrong),
+            ),
             ExpectSel::Wrong => Some(wrong()),
             ExpectSel::Stale => {
                 let cur = self.streams[s].as_ref().map(|m| m.incarnation.clone());
-                Some(self.history[s].iter().rev().find(|i| Some(*i) != cur.as_ref()).cloned().unwrap_or_else(wrong))
+                Some(
+                    self.history[s]
+                        .iter()
+                        .rev()
+                        .find(|i| Some(*i) != cur.as_ref())
+                        .cloned()
+                        .unwrap_or_else(wrong),
+                )
             }
         }
     }
 
     fn check_expect(m: &MStream, e: &Option<Incarnation>) -> Result<(), Error> {
         match e {
-            Some(e) if *e != m.incarnation => Err(Error::IncarnationMismatch { current: m.incarnation.clone() }),
+            Some(e) if *e != m.incarnation => Err(Error::IncarnationMismatch {
+                current: m.incarnation.clone(),
+            }),
             _ => Ok(()),
         }
     }
 
     /// Live forks of stream `s`: present streams (even soft-deleted ones) that read from it.
     fn has_forks(&self, s: usize) -> bool {
-        self.streams.iter().flatten().any(|f| f.fork.is_some_and(|(src, _)| src == s))
+        self.streams
+            .iter()
+            .flatten()
+            .any(|f| f.fork.is_some_and(|(src, _)| src == s))
     }
 
     fn info(&self, s: usize) -> Option<ModelInfo> {
@@ -320,7 +406,14 @@ impl Model {
             closed: m.closed,
             incarnation: m.incarnation.clone(),
             earliest: m.earliest,
-            snapshot: m.latest().map(|x| (x.offset, x.digest.clone(), x.ct.clone(), x.blob.len() as u64)),
+            snapshot: m.latest().map(|x| {
+                (
+                    x.offset,
+                    x.digest.clone(),
+                    x.ct.clone(),
+                    x.blob.len() as u64,
+                )
+            }),
             fork: m.fork.map(|(src, at)| (NAMES[src].to_owned(), at)),
             seq: m.seq.clone(),
         })
@@ -368,7 +461,9 @@ impl Model {
             if !soft || self.has_forks(src) {
                 return;
             }
-            fork_of = self.streams[src].as_ref().and_then(|m| m.fork.map(|(s, _)| s));
+            fork_of = self.streams[src]
+                .as_ref()
+                .and_then(|m| m.fork.map(|(s, _)| s));
             self.streams[src] = None;
         }
     }
@@ -393,7 +488,10 @@ fn real_info(i: &StreamInfo) -> ModelInfo {
         closed: i.closed,
         incarnation: i.incarnation.clone(),
         earliest: i.earliest,
-        snapshot: i.snapshot.as_ref().map(|x| (x.offset, x.digest.clone(), x.content_type.clone(), x.len)),
+        snapshot: i
+            .snapshot
+            .as_ref()
+            .map(|x| (x.offset, x.digest.clone(), x.content_type.clone(), x.len)),
         fork: i.fork.as_ref().map(|(n, o)| (n.as_str().to_owned(), *o)),
         seq: i.stream_seq.clone(),
     }
@@ -406,8 +504,26 @@ fn same_error(a: &Error, b: &Error) -> bool {
         (IncarnationMismatch { current: x }, IncarnationMismatch { current: y }) => x == y,
         (StreamClosed { tail: x }, StreamClosed { tail: y }) => x == y,
         (ContentTypeMismatch { expected: x }, ContentTypeMismatch { expected: y }) => x == y,
-        (StreamSeqConflict { tail: t1, last_seq: s1 }, StreamSeqConflict { tail: t2, last_seq: s2 }) => t1 == t2 && s1 == s2,
-        (ProducerSeqGap { expected: e1, received: r1 }, ProducerSeqGap { expected: e2, received: r2 }) => e1 == e2 && r1 == r2,
+        (
+            StreamSeqConflict {
+                tail: t1,
+                last_seq: s1,
+            },
+            StreamSeqConflict {
+                tail: t2,
+                last_seq: s2,
+            },
+        ) => t1 == t2 && s1 == s2,
+        (
+            ProducerSeqGap {
+                expected: e1,
+                received: r1,
+            },
+            ProducerSeqGap {
+                expected: e2,
+                received: r2,
+            },
+        ) => e1 == e2 && r1 == r2,
         (ProducerEpochStale { current: x }, ProducerEpochStale { current: y }) => x == y,
         (OffsetGone { earliest: x }, OffsetGone { earliest: y }) => x == y,
         (OffsetBeyondTail { tail: x }, OffsetBeyondTail { tail: y }) => x == y,
@@ -429,7 +545,11 @@ fn compare<T: std::fmt::Debug, U: std::fmt::Debug>(
         (Err(m), Err(r)) => same_error(m, r),
         _ => false,
     };
-    if ok { Ok(()) } else { Err(format!("{what}: model {model:?}, store {real:?}")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what}: model {model:?}, store {real:?}"))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,28 +565,60 @@ fn make_body(model: &mut Model, json: bool, b: &BodySel) -> Bodies {
     model.counter += 1;
     let c = model.counter;
     if b.bad {
-        return Bodies { data: if json { b"{nope".to_vec() } else { b"raw".to_vec() }, pieces: vec![b"raw".to_vec()] };
+        return Bodies {
+            data: if json {
+                b"{nope".to_vec()
+            } else {
+                b"raw".to_vec()
+            },
+            pieces: vec![b"raw".to_vec()],
+        };
     }
-    let pad = if b.big { "x".repeat(1500) } else { "y".repeat((c % 7) as usize) };
+    let pad = if b.big {
+        "x".repeat(1500)
+    } else {
+        "y".repeat((c % 7) as usize)
+    };
     if !json {
         if b.n == 0 {
-            return Bodies { data: Vec::new(), pieces: Vec::new() };
+            return Bodies {
+                data: Vec::new(),
+                pieces: Vec::new(),
+            };
         }
         let d = format!("<{c}{pad}>").into_bytes();
-        return Bodies { data: d.clone(), pieces: vec![d] };
+        return Bodies {
+            data: d.clone(),
+            pieces: vec![d],
+        };
     }
     if b.n == 0 {
-        return Bodies { data: b"[]".to_vec(), pieces: Vec::new() };
+        return Bodies {
+            data: b"[]".to_vec(),
+            pieces: Vec::new(),
+        };
     }
     let msgs: Vec<String> = (0..b.n)
-        .map(|i| if (c + i as u64) % 5 == 0 { format!("[{c},{i},\"{pad}\"]") } else { format!("{{\"c\":{c},\"i\":{i},\"p\":\"{pad}\"}}") })
+        .map(|i| {
+            if (c + i as u64).is_multiple_of(5) {
+                format!("[{c},{i},\"{pad}\"]")
+            } else {
+                format!("{{\"c\":{c},\"i\":{i},\"p\":\"{pad}\"}}")
+            }
+        })
         .collect();
     let data = if b.n == 1 && !b.array && !msgs[0].starts_with('[') {
         msgs[0].clone()
     } else {
         format!(" [ {} ]", msgs.join(" , "))
     };
-    Bodies { data: data.into_bytes(), pieces: msgs.into_iter().map(|m| format!("{m},").into_bytes()).collect() }
+    Bodies {
+        data: data.into_bytes(),
+        pieces: msgs
+            .into_iter()
+            .map(|m| format!("{m},").into_bytes())
+            .collect(),
+    }
 }
 
 fn make_seq(m: Option<&MStream>, s: &Option<SeqSel>) -> Option<String> {
@@ -492,7 +644,9 @@ fn filter_seq(s: Option<String>) -> Result<Option<String>, Error> {
 
 fn make_producer(m: Option<&MStream>, p: &ProdSel) -> Producer {
     let id = producer_id(p.id);
-    let known = m.and_then(|m| m.producers.get(&id)).map(|&(e, s, _)| (e, s));
+    let known = m
+        .and_then(|m| m.producers.get(&id))
+        .map(|&(e, s, _)| (e, s));
     let (epoch, seq) = match (p.mode, known) {
         (0..=2, Some((e, s))) => (e, s + 1),
         (0..=2, None) => (0, 0),
@@ -507,7 +661,13 @@ fn make_producer(m: Option<&MStream>, p: &ProdSel) -> Producer {
         (7, Some((e, _))) if e > 0 => (e - 1, 0),
         (7, Some((e, _))) => (e + 1, 1),
         (7, None) => (0, 0),
-        (8, _) => return Producer { id, epoch: 0, seq: 1 << 53 },
+        (8, _) => {
+            return Producer {
+                id,
+                epoch: 0,
+                seq: 1 << 53,
+            };
+        }
         (_, Some((e, s))) => (e, s + 1),
         (_, None) => (0, 0),
     };
@@ -526,7 +686,10 @@ struct Harness {
 }
 
 fn options() -> Options {
-    Options::default().durability(Durability::Buffered).checkpoint_bytes(64 << 10).segment_bytes(4096)
+    Options::default()
+        .durability(Durability::Buffered)
+        .checkpoint_bytes(64 << 10)
+        .segment_bytes(4096)
 }
 
 impl Harness {
@@ -535,7 +698,11 @@ impl Harness {
         let dir = d.path().to_path_buf();
         let store = Store::open(&dir, options()).map_err(|e| e.to_string())?;
         Ok(Harness {
-            model: Model { streams: vec![None; NAMES.len()], history: vec![Vec::new(); NAMES.len()], counter: 0 },
+            model: Model {
+                streams: vec![None; NAMES.len()],
+                history: vec![Vec::new(); NAMES.len()],
+                counter: 0,
+            },
             store: Some(store),
             dir,
             _dirs: vec![d],
@@ -549,29 +716,65 @@ impl Harness {
 
     fn run(&mut self, op: &Op) -> Result<(), String> {
         match op {
-            Op::Create { s, kind, body, closed, seq, expect } => self.create(*s, *kind, body, *closed, seq, *expect),
-            Op::Append { s, body, ct, close, seq, producer, expect } => {
-                self.append(*s, Some(body), *ct, *close, seq, producer.as_ref(), *expect)
-            }
+            Op::Create {
+                s,
+                kind,
+                body,
+                closed,
+                seq,
+                expect,
+            } => self.create(*s, *kind, body, *closed, seq, *expect),
+            Op::Append {
+                s,
+                body,
+                ct,
+                close,
+                seq,
+                producer,
+                expect,
+            } => self.append(*s, Some(body), *ct, *close, seq, producer.as_ref(), *expect),
             Op::Close { s, expect } => self.append(*s, None, 0, true, &None, None, *expect),
-            Op::Read { s, from, tail, max, messages, expect } => self.read(*s, *from, *tail, *max, *messages, *expect),
+            Op::Read {
+                s,
+                from,
+                tail,
+                max,
+                messages,
+                expect,
+            } => self.read(*s, *from, *tail, *max, *messages, *expect),
             Op::Head { s, expect } => {
                 let e = self.model.expect_token(*s, *expect);
-                let want = self.model.get(*s).and_then(|m| Model::check_expect(m, &e)).map(|_| self.model.info(*s));
+                let want = self
+                    .model
+                    .get(*s)
+                    .and_then(|m| Model::check_expect(m, &e))
+                    .map(|_| self.model.info(*s));
                 let got = self.store().head(&name(NAMES[*s]), e.as_ref());
-                compare("head", &want, &got, |m, r| m.as_ref() == Some(&real_info(r)))
+                compare("head", &want, &got, |m, r| {
+                    m.as_ref() == Some(&real_info(r))
+                })
             }
             Op::Delete { s, expect } => self.delete(*s, *expect),
             Op::Fork { s, src, at, sub } => self.fork(*s, *src, *at, *sub),
-            Op::Publish { s, at, blob, json_ct, matching } => self.publish(*s, *at, *blob, *json_ct, *matching),
+            Op::Publish {
+                s,
+                at,
+                blob,
+                json_ct,
+                matching,
+            } => self.publish(*s, *at, *blob, *json_ct, *matching),
             Op::ReadSnapshot { s, at } => self.read_snapshot(*s, *at),
             Op::Retention { s, at } => self.retention(*s, *at),
-            Op::Checkpoint => self.store().checkpoint().map_err(|e| format!("checkpoint: {e}")),
+            Op::Checkpoint => self
+                .store()
+                .checkpoint()
+                .map_err(|e| format!("checkpoint: {e}")),
             Op::Reopen => {
                 let store = self.store.take().expect("store is open");
                 store.shutdown().map_err(|e| format!("shutdown: {e}"))?;
                 drop(store);
-                self.store = Some(Store::open(&self.dir, options()).map_err(|e| format!("reopen: {e}"))?);
+                self.store =
+                    Some(Store::open(&self.dir, options()).map_err(|e| format!("reopen: {e}"))?);
                 self.verify_all()
             }
             Op::Crash => {
@@ -579,19 +782,33 @@ impl Harness {
                 let copy = crash_image(store, &self.dir).map_err(|e| e.to_string())?;
                 self.dir = copy.path().to_path_buf();
                 self._dirs.push(copy);
-                self.store = Some(Store::open(&self.dir, options()).map_err(|e| format!("open after crash: {e}"))?);
+                self.store = Some(
+                    Store::open(&self.dir, options())
+                        .map_err(|e| format!("open after crash: {e}"))?,
+                );
                 self.verify_all()
             }
         }
     }
 
-    fn create(&mut self, s: usize, kind: u8, body: &BodySel, closed: bool, seq: &Option<SeqSel>, expect: ExpectSel) -> Result<(), String> {
+    fn create(
+        &mut self,
+        s: usize,
+        kind: u8,
+        body: &BodySel,
+        closed: bool,
+        seq: &Option<SeqSel>,
+        expect: ExpectSel,
+    ) -> Result<(), String> {
         let (ct, norm) = match kind {
             0 => (Some("application/json"), "application/json"),
             1 => (Some("Application/JSON"), "application/json"),
             2 => (Some("text/plain"), "text/plain"),
             3 => (None, "application/octet-stream"),
-            _ => (Some("application/json; charset=utf-8"), "application/json;charset=utf-8"),
+            _ => (
+                Some("application/json; charset=utf-8"),
+                "application/json;charset=utf-8",
+            ),
         };
         let json = is_json(norm);
         let b = make_body(&mut self.model, json, body);
@@ -627,14 +844,31 @@ impl Harness {
             Ok(Some(true))
         })();
         let got = self.store().create(&name(NAMES[s]), req);
-        self.log.push(format!("  -> {:?}", got.as_ref().map(|c| c.created)));
+        self.log
+            .push(format!("  -> {:?}", got.as_ref().map(|c| c.created)));
         compare("create", &want, &got, |m, r| *m == Some(r.created))?;
         if let (Ok(Some(true)), Ok(c)) = (&want, &got) {
-            if self.model.history.iter().flatten().any(|i| *i == c.info.incarnation) {
-                return Err(format!("create reused an incarnation token {}", c.info.incarnation));
+            if self
+                .model
+                .history
+                .iter()
+                .flatten()
+                .any(|i| *i == c.info.incarnation)
+            {
+                return Err(format!(
+                    "create reused an incarnation token {}",
+                    c.info.incarnation
+                ));
             }
             self.model.history[s].push(c.info.incarnation.clone());
-            let pieces = b.pieces.into_iter().map(|data| Piece { data, counted: true }).collect();
+            let pieces = b
+                .pieces
+                .into_iter()
+                .map(|data| Piece {
+                    data,
+                    counted: true,
+                })
+                .collect();
             self.model.streams[s] = Some(MStream {
                 json,
                 ct: norm.to_owned(),
@@ -652,7 +886,10 @@ impl Harness {
         if let Ok(c) = &got {
             let want = self.model.info(s);
             if want.as_ref() != Some(&real_info(&c.info)) {
-                return Err(format!("create info: model {want:?}, store {:?}", real_info(&c.info)));
+                return Err(format!(
+                    "create info: model {want:?}, store {:?}",
+                    real_info(&c.info)
+                ));
             }
         }
         Ok(())
@@ -672,7 +909,10 @@ impl Harness {
         let json = self.model.streams[s].as_ref().is_some_and(|m| m.json);
         let b = match body {
             Some(sel) => make_body(&mut self.model, json, sel),
-            None => Bodies { data: Vec::new(), pieces: Vec::new() },
+            None => Bodies {
+                data: Vec::new(),
+                pieces: Vec::new(),
+            },
         };
         let m = self.model.streams[s].as_ref();
         let stream_ct = m.map_or("application/octet-stream".to_owned(), |m| m.ct.clone());
@@ -700,51 +940,74 @@ impl Harness {
         // What the engine must answer, in the documented order of checks.
         let want: Result<(AppendStatus, Option<(u64, u64)>), Error> = (|| {
             let seq = filter_seq(seq_raw.clone())?;
-            if let Some(p) = &prod {
-                if p.id.is_empty() || p.epoch >= 1 << 53 || p.seq >= 1 << 53 {
-                    return Err(Error::InvalidArgument(String::new()));
-                }
+            if let Some(p) = &prod
+                && (p.id.is_empty() || p.epoch >= 1 << 53 || p.seq >= 1 << 53)
+            {
+                return Err(Error::InvalidArgument(String::new()));
             }
             let m = self.model.get(s)?;
             Model::check_expect(m, &e)?;
-            let known = prod.as_ref().and_then(|p| m.producers.get(&p.id).map(|st| (p, *st)));
-            if let Some((p, (pe, ps, ptail))) = known {
-                if p.epoch == pe && p.seq <= ps {
-                    let original_tail = (p.seq == ps).then_some(ptail);
-                    return Ok((AppendStatus::Duplicate { original_tail }, Some((pe, ps))));
-                }
+            let known = prod
+                .as_ref()
+                .and_then(|p| m.producers.get(&p.id).map(|st| (p, *st)));
+            if let Some((p, (pe, ps, ptail))) = known
+                && p.epoch == pe
+                && p.seq <= ps
+            {
+                let original_tail = (p.seq == ps).then_some(ptail);
+                return Ok((AppendStatus::Duplicate { original_tail }, Some((pe, ps))));
             }
             if m.closed {
                 if !has_data && close {
-                    let echo = prod.as_ref().and_then(|p| m.producers.get(&p.id)).map(|&(e, s, _)| (e, s));
+                    let echo = prod
+                        .as_ref()
+                        .and_then(|p| m.producers.get(&p.id))
+                        .map(|&(e, s, _)| (e, s));
                     return Ok((AppendStatus::AlreadyClosed, echo));
                 }
                 return Err(Error::StreamClosed { tail: m.tail() });
             }
-            if has_data && req_ct.as_deref().is_some_and(|c| c.to_lowercase().replace("; ", ";") != m.ct.to_lowercase()) {
-                return Err(Error::ContentTypeMismatch { expected: m.ct.clone() });
+            if has_data
+                && req_ct
+                    .as_deref()
+                    .is_some_and(|c| c.to_lowercase().replace("; ", ";") != m.ct.to_lowercase())
+            {
+                return Err(Error::ContentTypeMismatch {
+                    expected: m.ct.clone(),
+                });
             }
             if let Some(p) = &prod {
                 match m.producers.get(&p.id) {
-                    None if p.seq != 0 => return Err(Error::ProducerSeqGap { expected: 0, received: p.seq }),
+                    None if p.seq != 0 => {
+                        return Err(Error::ProducerSeqGap {
+                            expected: 0,
+                            received: p.seq,
+                        });
+                    }
                     None => {}
-                    Some(&(pe, _, _)) if p.epoch < pe => return Err(Error::ProducerEpochStale { current: pe }),
-                    Some(&(pe, _, _)) if p.epoch > pe => {
-                        if p.seq != 0 {
-                            return Err(Error::ProducerEpochSeqNotZero);
-                        }
+                    Some(&(pe, _, _)) if p.epoch < pe => {
+                        return Err(Error::ProducerEpochStale { current: pe });
                     }
-                    Some(&(_, ps, _)) => {
-                        if p.seq != ps + 1 {
-                            return Err(Error::ProducerSeqGap { expected: ps + 1, received: p.seq });
-                        }
+                    Some(&(pe, _, _)) if p.epoch > pe && p.seq != 0 => {
+                        return Err(Error::ProducerEpochSeqNotZero);
                     }
+                    Some(&(pe, _, _)) if p.epoch > pe => {}
+                    Some(&(_, ps, _)) if p.seq != ps + 1 => {
+                        return Err(Error::ProducerSeqGap {
+                            expected: ps + 1,
+                            received: p.seq,
+                        });
+                    }
+                    Some(_) => {}
                 }
             }
-            if let (Some(new), Some(last)) = (&seq, &m.seq) {
-                if new.as_bytes() <= last.as_bytes() {
-                    return Err(Error::StreamSeqConflict { tail: m.tail(), last_seq: last.clone() });
-                }
+            if let (Some(new), Some(last)) = (&seq, &m.seq)
+                && new.as_bytes() <= last.as_bytes()
+            {
+                return Err(Error::StreamSeqConflict {
+                    tail: m.tail(),
+                    last_seq: last.clone(),
+                });
             }
             if json && has_data && body.is_some_and(|b| b.bad) {
                 return Err(Error::InvalidJson(String::new()));
@@ -752,14 +1015,21 @@ impl Harness {
             if !has_data && !close {
                 return Err(Error::EmptyAppend);
             }
-            Ok((AppendStatus::Appended, prod.as_ref().map(|p| (p.epoch, p.seq))))
+            Ok((
+                AppendStatus::Appended,
+                prod.as_ref().map(|p| (p.epoch, p.seq)),
+            ))
         })();
         let got = self.store().append(&name(NAMES[s]), req);
-        self.log.push(format!("  -> {:?}", got.as_ref().map(|o| o.status)));
+        self.log
+            .push(format!("  -> {:?}", got.as_ref().map(|o| o.status)));
         // Apply an accepted append to the model.
         if let Ok((AppendStatus::Appended, _)) = &want {
             let m = self.model.streams[s].as_mut().expect("stream exists");
-            m.pieces.extend(b.pieces.into_iter().map(|data| Piece { data, counted: true }));
+            m.pieces.extend(b.pieces.into_iter().map(|data| Piece {
+                data,
+                counted: true,
+            }));
             m.closed |= close;
             if let Ok(Some(v)) = &seq_f {
                 m.seq = Some(v.clone());
@@ -771,14 +1041,30 @@ impl Harness {
         }
         let (tail, closed, inc) = match self.model.streams[s].as_ref() {
             Some(m) => (m.tail(), m.closed, m.incarnation.clone()),
-            None => (Offset::ZERO, false, Incarnation::new("none").expect("token")),
+            None => (
+                Offset::ZERO,
+                false,
+                Incarnation::new("none").expect("token"),
+            ),
         };
         compare("append", &want, &got, |(status, echo), r| {
-            *status == r.status && *echo == r.producer && r.tail == tail && r.closed == closed && r.incarnation == inc
+            *status == r.status
+                && *echo == r.producer
+                && r.tail == tail
+                && r.closed == closed
+                && r.incarnation == inc
         })
     }
 
-    fn read(&mut self, s: usize, from: Option<PosSel>, tail_sel: bool, max: Option<u64>, messages: bool, expect: ExpectSel) -> Result<(), String> {
+    fn read(
+        &mut self,
+        s: usize,
+        from: Option<PosSel>,
+        tail_sel: bool,
+        max: Option<u64>,
+        messages: bool,
+        expect: ExpectSel,
+    ) -> Result<(), String> {
         let e = self.model.expect_token(s, expect);
         let m = self.model.streams[s].as_ref();
         let from = match (tail_sel, from, m) {
@@ -787,7 +1073,11 @@ impl Harness {
             (_, Some(p), Some(m)) => ReadFrom::At(m.pos(p)),
             (_, Some(_), None) => ReadFrom::At(Offset::ZERO),
         };
-        let req = ReadRequest { from, max_bytes: max, expect: e.clone() };
+        let req = ReadRequest {
+            from,
+            max_bytes: max,
+            expect: e.clone(),
+        };
         // (start, next, body, up_to_date, closed, messages)
         type Want = (Offset, Offset, Vec<u8>, bool, bool, Vec<(Offset, Vec<u8>)>);
         let want: Result<Want, Error> = (|| {
@@ -795,7 +1085,11 @@ impl Harness {
             let tail = m.tail();
             let start = match from {
                 // The seed: once retention trimmed the start, a read from the start answers 410.
-                ReadFrom::Start if m.earliest.bytes > 0 => return Err(Error::OffsetGone { earliest: m.earliest }),
+                ReadFrom::Start if m.earliest.bytes > 0 => {
+                    return Err(Error::OffsetGone {
+                        earliest: m.earliest,
+                    });
+                }
                 ReadFrom::Start => m.earliest,
                 ReadFrom::Tail => tail,
                 ReadFrom::At(o) => o,
@@ -804,7 +1098,9 @@ impl Harness {
                 return Err(Error::OffsetBeyondTail { tail });
             }
             if start.bytes < m.earliest.bytes {
-                return Err(Error::OffsetGone { earliest: m.earliest });
+                return Err(Error::OffsetGone {
+                    earliest: m.earliest,
+                });
             }
             // A read that would answer 404, 410 or 416 still does with Stream-Incarnation.
             Model::check_expect(m, &e)?;
@@ -813,10 +1109,23 @@ impl Harness {
             }
             let maxb = max.unwrap_or(MAX_READ).clamp(1, MAX_READ);
             let from_b = start.bytes;
-            let mut to = if from == ReadFrom::Tail { from_b } else { tail.bytes.min(from_b + maxb) };
+            let mut to = if from == ReadFrom::Tail {
+                from_b
+            } else {
+                tail.bytes.min(from_b + maxb)
+            };
             if m.json && to < tail.bytes && to > from_b {
                 let bs = m.boundaries();
-                to = bs.iter().copied().filter(|&b| b > from_b && b <= to).max().unwrap_or_else(|| m.next_boundary(from_b).unwrap_or(tail.bytes).min(tail.bytes));
+                to = bs
+                    .iter()
+                    .copied()
+                    .filter(|&b| b > from_b && b <= to)
+                    .max()
+                    .unwrap_or_else(|| {
+                        m.next_boundary(from_b)
+                            .unwrap_or(tail.bytes)
+                            .min(tail.bytes)
+                    });
             }
             let data = m.data();
             let slice = &data[from_b as usize..to as usize];
@@ -836,7 +1145,11 @@ impl Harness {
                 .zip(&m.pieces)
                 .filter(|((a, b, c), _)| *c && *a >= from_b && *b <= to)
                 .map(|((a, _, _), p)| {
-                    let d = if m.json { p.data[..p.data.len() - 1].to_vec() } else { p.data.clone() };
+                    let d = if m.json {
+                        p.data[..p.data.len() - 1].to_vec()
+                    } else {
+                        p.data.clone()
+                    };
                     (m.offset_at(*a), d)
                 })
                 .collect();
@@ -846,13 +1159,22 @@ impl Harness {
         if messages {
             let got = self.store().read_messages(&n, &req);
             compare("read_messages", &want, &got, |w, (msgs, c)| {
-                let gm: Vec<(Offset, Vec<u8>)> = msgs.iter().map(|x| (x.start, x.data.to_vec())).collect();
-                w.0 == c.start && w.1 == c.next && w.3 == c.up_to_date && w.4 == c.closed && w.5 == gm
+                let gm: Vec<(Offset, Vec<u8>)> =
+                    msgs.iter().map(|x| (x.start, x.data.to_vec())).collect();
+                w.0 == c.start
+                    && w.1 == c.next
+                    && w.3 == c.up_to_date
+                    && w.4 == c.closed
+                    && w.5 == gm
             })
         } else {
             let got = self.store().read(&n, &req);
             compare("read", &want, &got, |w, c| {
-                w.0 == c.start && w.1 == c.next && w.2 == c.to_vec() && w.3 == c.up_to_date && w.4 == c.closed
+                w.0 == c.start
+                    && w.1 == c.next
+                    && w.2 == c.to_vec()
+                    && w.3 == c.up_to_date
+                    && w.4 == c.closed
             })
         }
     }
@@ -866,7 +1188,9 @@ impl Harness {
             if self.model.has_forks(s) {
                 self.model.streams[s].as_mut().expect("exists").soft_deleted = true;
             } else {
-                let src = self.model.streams[s].take().and_then(|m| m.fork.map(|(x, _)| x));
+                let src = self.model.streams[s]
+                    .take()
+                    .and_then(|m| m.fork.map(|(x, _)| x));
                 self.model.release(src);
             }
         }
@@ -880,27 +1204,42 @@ impl Harness {
             (Some(_), None) => Some(Offset::ZERO),
             (None, _) => None,
         };
-        let req = CreateOptions { fork: Some(ForkFrom { source: name(NAMES[src]), offset: at_off, sub_offset: sub }), ..Default::default() };
+        let req = CreateOptions {
+            fork: Some(ForkFrom {
+                source: name(NAMES[src]),
+                offset: at_off,
+                sub_offset: sub,
+            }),
+            ..Default::default()
+        };
         let want: Result<(bool, u64), Error> = (|| {
             if let Some(t) = &self.model.streams[s] {
                 if t.soft_deleted || t.closed {
                     return Err(Error::ConfigMismatch(""));
                 }
-                let Some((tsrc, base)) = t.fork else { return Err(Error::ConfigMismatch("")) };
+                let Some((tsrc, base)) = t.fork else {
+                    return Err(Error::ConfigMismatch(""));
+                };
                 if tsrc != src {
                     return Err(Error::ConfigMismatch(""));
                 }
                 let differs = match at_off {
                     None => sub != 0,
                     Some(o) => {
-                        let srcm = self.model.streams[src].as_ref().expect("a fork's source exists");
+                        let srcm = self.model.streams[src]
+                            .as_ref()
+                            .expect("a fork's source exists");
                         match self.model.fork_position(srcm, Some(o), sub) {
                             Ok(pos) => pos != base.bytes,
                             Err(_) => o.bytes != base.bytes || sub != 0,
                         }
                     }
                 };
-                return if differs { Err(Error::ConfigMismatch("")) } else { Ok((false, base.bytes)) };
+                return if differs {
+                    Err(Error::ConfigMismatch(""))
+                } else {
+                    Ok((false, base.bytes))
+                };
             }
             let srcm = match &self.model.streams[src] {
                 None => return Err(Error::ForkSourceNotFound),
@@ -910,7 +1249,10 @@ impl Harness {
             Ok((true, self.model.fork_position(srcm, at_off, sub)?))
         })();
         let got = self.store().create(&name(NAMES[s]), req);
-        self.log.push(format!("  -> {:?}", got.as_ref().map(|c| (c.created, c.info.tail))));
+        self.log.push(format!(
+            "  -> {:?}",
+            got.as_ref().map(|c| (c.created, c.info.tail))
+        ));
         compare("fork", &want, &got, |w, r| w.0 == r.created)?;
         if let (Ok((true, pos)), Ok(c)) = (&want, &got) {
             let srcm = self.model.streams[src].as_ref().expect("source exists");
@@ -921,12 +1263,21 @@ impl Harness {
                 if at + len <= *pos {
                     pieces.push(p.clone());
                 } else if at < *pos {
-                    pieces.push(Piece { data: p.data[..(*pos - at) as usize].to_vec(), counted: false });
+                    pieces.push(Piece {
+                        data: p.data[..(*pos - at) as usize].to_vec(),
+                        counted: false,
+                    });
                 }
                 at += len;
             }
             let base = srcm.offset_at(*pos);
-            if self.model.history.iter().flatten().any(|i| *i == c.info.incarnation) {
+            if self
+                .model
+                .history
+                .iter()
+                .flatten()
+                .any(|i| *i == c.info.incarnation)
+            {
                 return Err("fork reused an incarnation token".into());
             }
             self.model.history[s].push(c.info.incarnation.clone());
@@ -947,20 +1298,37 @@ impl Harness {
         if let Ok(c) = &got {
             let want = self.model.info(s);
             if want.as_ref() != Some(&real_info(&c.info)) {
-                return Err(format!("fork info: model {want:?}, store {:?}", real_info(&c.info)));
+                return Err(format!(
+                    "fork info: model {want:?}, store {:?}",
+                    real_info(&c.info)
+                ));
             }
         }
         Ok(())
     }
 
-    fn publish(&mut self, s: usize, at: PosSel, blob: u8, json_ct: bool, matching: Option<bool>) -> Result<(), String> {
+    fn publish(
+        &mut self,
+        s: usize,
+        at: PosSel,
+        blob: u8,
+        json_ct: bool,
+        matching: Option<bool>,
+    ) -> Result<(), String> {
         let m = self.model.streams[s].as_ref();
         let offset = m.map_or(Offset::ZERO, |m| m.pos(at));
         let data = format!("{{\"blob\":{blob}}}").into_bytes();
-        let ct = if json_ct { "application/json" } else { "application/octet-stream" };
+        let ct = if json_ct {
+            "application/json"
+        } else {
+            "application/octet-stream"
+        };
         let digest_req = match matching {
             None => None,
-            Some(true) => Some(m.and_then(|m| m.latest()).map_or("sha256:none".to_owned(), |x| x.digest.clone())),
+            Some(true) => Some(
+                m.and_then(|m| m.latest())
+                    .map_or("sha256:none".to_owned(), |x| x.digest.clone()),
+            ),
             Some(false) => Some("sha256:wrong".to_owned()),
         };
         let want: Result<Option<MSnap>, Error> = (|| {
@@ -970,27 +1338,42 @@ impl Harness {
                 return Err(Error::OffsetBeyondTail { tail });
             }
             if offset.bytes < m.earliest.bytes {
-                return Err(Error::OffsetGone { earliest: m.earliest });
+                return Err(Error::OffsetGone {
+                    earliest: m.earliest,
+                });
             }
-            if let Some(d) = &digest_req {
-                if m.latest().map(|l| &l.digest) != Some(d) {
-                    return Err(Error::SnapshotMatchFailed { current: m.latest().map(|l| l.digest.clone()) });
-                }
+            if let Some(d) = &digest_req
+                && m.latest().map(|l| &l.digest) != Some(d)
+            {
+                return Err(Error::SnapshotMatchFailed {
+                    current: m.latest().map(|l| l.digest.clone()),
+                });
             }
             if let Some(x) = m.snapshots.iter().find(|x| x.offset.bytes == offset.bytes) {
-                return if x.blob == data && x.ct == ct { Ok(Some(x.clone())) } else { Err(Error::SnapshotConflict) };
+                return if x.blob == data && x.ct == ct {
+                    Ok(Some(x.clone()))
+                } else {
+                    Err(Error::SnapshotConflict)
+                };
             }
-            if let Some(l) = m.latest() {
-                if l.offset.bytes > offset.bytes {
-                    return Err(Error::SnapshotStale { latest: l.offset });
-                }
+            if let Some(l) = m.latest()
+                && l.offset.bytes > offset.bytes
+            {
+                return Err(Error::SnapshotStale { latest: l.offset });
             }
             if !m.is_boundary(offset.bytes) && offset.bytes != tail.bytes {
                 return Err(Error::NotOnBoundary(offset));
             }
             Ok(None)
         })();
-        let got = self.store().publish_snapshot(&name(NAMES[s]), offset, Some(ct), &mut &data[..], digest_req.as_deref(), None);
+        let got = self.store().publish_snapshot(
+            &name(NAMES[s]),
+            offset,
+            Some(ct),
+            &mut &data[..],
+            digest_req.as_deref(),
+            None,
+        );
         compare("publish", &want, &got, |w, (info, _)| match w {
             Some(x) => x.digest == info.digest && x.offset == info.offset,
             None => info.content_type == ct && info.len == data.len() as u64,
@@ -1004,12 +1387,20 @@ impl Harness {
             if info.offset != canonical {
                 return Err(format!("snapshot offset {} != {}", info.offset, canonical));
             }
-            m.snapshots.push(MSnap { offset: canonical, ct: ct.to_owned(), blob: data, digest: info.digest.clone() });
+            m.snapshots.push(MSnap {
+                offset: canonical,
+                ct: ct.to_owned(),
+                blob: data,
+                digest: info.digest.clone(),
+            });
         }
         if let Ok((_, sinfo)) = &got {
             let want = self.model.info(s);
             if want.as_ref() != Some(&real_info(sinfo)) {
-                return Err(format!("publish info: model {want:?}, store {:?}", real_info(sinfo)));
+                return Err(format!(
+                    "publish info: model {want:?}, store {:?}",
+                    real_info(sinfo)
+                ));
             }
         }
         Ok(())
@@ -1029,12 +1420,19 @@ impl Harness {
         })();
         let got = self.store().snapshot(&name(NAMES[s]), offset, None);
         compare("snapshot", &want, &got, |(x, tail, closed), r| {
-            x.offset == r.info.offset && x.digest == r.info.digest && x.ct == r.info.content_type && x.blob == r.data.as_ref() && *tail == r.tail && *closed == r.closed
+            x.offset == r.info.offset
+                && x.digest == r.info.digest
+                && x.ct == r.info.content_type
+                && x.blob == r.data.as_ref()
+                && *tail == r.tail
+                && *closed == r.closed
         })
     }
 
     fn retention(&mut self, s: usize, at: PosSel) -> Result<(), String> {
-        let offset = self.model.streams[s].as_ref().map_or(Offset::ZERO, |m| m.pos(at));
+        let offset = self.model.streams[s]
+            .as_ref()
+            .map_or(Offset::ZERO, |m| m.pos(at));
         let want: Result<(), Error> = (|| {
             let m = self.model.get(s)?;
             if !m.is_boundary(offset.bytes) {
@@ -1053,13 +1451,17 @@ impl Harness {
             if canonical.bytes > m.earliest.bytes {
                 m.earliest = canonical;
                 let latest = m.latest().map(|l| l.offset);
-                m.snapshots.retain(|x| x.offset >= canonical || Some(x.offset) == latest);
+                m.snapshots
+                    .retain(|x| x.offset >= canonical || Some(x.offset) == latest);
             }
         }
         if let Ok(info) = &got {
             let want = self.model.info(s);
             if want.as_ref() != Some(&real_info(info)) {
-                return Err(format!("retention info: model {want:?}, store {:?}", real_info(info)));
+                return Err(format!(
+                    "retention info: model {want:?}, store {:?}",
+                    real_info(info)
+                ));
             }
         }
         Ok(())
@@ -1067,27 +1469,48 @@ impl Harness {
 
     /// Every stream, read whole and in small chunks, its metadata, and the listing.
     fn verify_all(&mut self) -> Result<(), String> {
-        for s in 0..NAMES.len() {
-            let n = name(NAMES[s]);
-            let want = self.model.get(s).map(|m| (m.data()[m.earliest.bytes as usize..].to_vec(), self.model.info(s)));
+        for (s, &nm) in NAMES.iter().enumerate() {
+            let n = name(nm);
+            let want = self.model.get(s).map(|m| {
+                (
+                    m.data()[m.earliest.bytes as usize..].to_vec(),
+                    self.model.info(s),
+                )
+            });
             for max in [None, Some(50)] {
                 let got = crate::util::read_to_tail(self.store(), &n, max).map(|(d, _)| d);
                 let json = self.model.streams[s].as_ref().is_some_and(|m| m.json);
-                compare(&format!("full read of {} (max {max:?})", NAMES[s]), &want, &got, |(d, _), r| {
-                    if json {
-                        let mut d = d.clone();
-                        d.pop();
-                        d == *r
-                    } else {
-                        d == r
-                    }
-                })?;
+                compare(
+                    &format!("full read of {} (max {max:?})", nm),
+                    &want,
+                    &got,
+                    |(d, _), r| {
+                        if json {
+                            let mut d = d.clone();
+                            d.pop();
+                            d == *r
+                        } else {
+                            d == r
+                        }
+                    },
+                )?;
             }
             let got = self.store().head(&n, None);
-            compare(&format!("head of {}", NAMES[s]), &want, &got, |(_, i), r| i.as_ref() == Some(&real_info(r)))?;
+            compare(&format!("head of {}", nm), &want, &got, |(_, i), r| {
+                i.as_ref() == Some(&real_info(r))
+            })?;
         }
-        let listed: Vec<String> = self.store().list("m/").map_err(|e| e.to_string())?.iter().map(|n| n.as_str().to_owned()).collect();
-        let expected: Vec<String> = (0..NAMES.len()).filter(|&s| self.model.get(s).is_ok()).map(|s| NAMES[s].to_owned()).collect();
+        let listed: Vec<String> = self
+            .store()
+            .list("m/")
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        let expected: Vec<String> = (0..NAMES.len())
+            .filter(|&s| self.model.get(s).is_ok())
+            .map(|s| NAMES[s].to_owned())
+            .collect();
         if listed != expected {
             return Err(format!("list: model {expected:?}, store {listed:?}"));
         }
@@ -1099,21 +1522,34 @@ fn run(ops: &[Op]) -> Result<(), String> {
     let mut h = Harness::new()?;
     for (i, op) in ops.iter().enumerate() {
         h.log.push(format!("#{i} {op:?}"));
-        let r = h.run(op).and_then(|_| if i % 8 == 7 { h.verify_all() } else { Ok(()) });
+        let r = h
+            .run(op)
+            .and_then(|_| if i % 8 == 7 { h.verify_all() } else { Ok(()) });
         if let Err(e) = r {
             let tail: Vec<&String> = h.log.iter().rev().take(12).rev().collect();
-            return Err(format!("op #{i} {op:?}: {e}\nrecent:\n{}", tail.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")));
+            return Err(format!(
+                "op #{i} {op:?}: {e}\nrecent:\n{}",
+                tail.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
         }
     }
     h.verify_all()?;
     if let Some(store) = h.store.take() {
-        store.shutdown().map_err(|e| format!("final shutdown: {e}"))?;
+        store
+            .shutdown()
+            .map_err(|e| format!("final shutdown: {e}"))?;
     }
     Ok(())
 }
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
 }
 
 proptest! {
@@ -1124,4 +1560,3 @@ proptest! {
         run(&ops).map_err(TestCaseError::fail)?;
     }
 }
-

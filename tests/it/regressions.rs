@@ -6,7 +6,10 @@ use brook::*;
 use crate::util::{R, crash_image, name, read_to_tail};
 
 fn json() -> CreateOptions {
-    CreateOptions { content_type: Some("application/json".into()), ..Default::default() }
+    CreateOptions {
+        content_type: Some("application/json".into()),
+        ..Default::default()
+    }
 }
 
 /// A source's retention must not reclaim segments that a live fork still reads.
@@ -20,17 +23,38 @@ fn source_retention_keeps_what_live_forks_read() -> R {
     let mut at = Offset::ZERO;
     let mut last = Offset::ZERO;
     for i in 0..400u64 {
-        last = store.append(&src, AppendRequest { data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(), ..Default::default() })?.tail;
+        last = store
+            .append(
+                &src,
+                AppendRequest {
+                    data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(),
+                    ..Default::default()
+                },
+            )?
+            .tail;
         if i == 99 {
             at = last;
         }
     }
-    store.create(&fork, CreateOptions { fork: Some(ForkFrom { source: src.clone(), offset: Some(at), sub_offset: 0 }), ..Default::default() })?;
+    store.create(
+        &fork,
+        CreateOptions {
+            fork: Some(ForkFrom {
+                source: src.clone(),
+                offset: Some(at),
+                sub_offset: 0,
+            }),
+            ..Default::default()
+        },
+    )?;
     let before = read_to_tail(&store, &fork, None)?.0;
     assert!(before.starts_with(b"{\"i\":0,"));
     store.publish_snapshot(&src, last, None, &mut &b"s"[..], None, None)?;
     store.set_retention(&src, last, None)?;
-    assert!(matches!(store.read(&src, &ReadRequest::from(ReadFrom::At(Offset::ZERO))), Err(Error::OffsetGone { .. })));
+    assert!(matches!(
+        store.read(&src, &ReadRequest::from(ReadFrom::At(Offset::ZERO))),
+        Err(Error::OffsetGone { .. })
+    ));
     // The fork still serves everything it inherited, now and after a reopen and a crash.
     assert_eq!(read_to_tail(&store, &fork, Some(1000))?.0, before);
     drop(store);

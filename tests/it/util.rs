@@ -24,7 +24,11 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
             Err(err) => return Err(err),
         };
-        let r = if ft.is_dir() { copy_dir(&e.path(), &t) } else { std::fs::copy(e.path(), &t).map(|_| ()) };
+        let r = if ft.is_dir() {
+            copy_dir(&e.path(), &t)
+        } else {
+            std::fs::copy(e.path(), &t).map(|_| ())
+        };
         match r {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             other => other?,
@@ -66,11 +70,22 @@ pub fn files_under(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
 
 /// Reads a stream from its earliest retained offset to its tail in chunks of at most `max_bytes`, checking that the
 /// chunks join up. Returns the stored data (JSON bodies unwrapped to their messages).
-pub fn read_to_tail(store: &Store, n: &StreamName, max_bytes: Option<u64>) -> brook::Result<(Vec<u8>, ReadChunk)> {
+pub fn read_to_tail(
+    store: &Store,
+    n: &StreamName,
+    max_bytes: Option<u64>,
+) -> brook::Result<(Vec<u8>, ReadChunk)> {
     let mut from = ReadFrom::At(store.head(n, None)?.earliest);
     let mut out = Vec::new();
     loop {
-        let c = store.read(n, &ReadRequest { from, max_bytes, expect: None })?;
+        let c = store.read(
+            n,
+            &ReadRequest {
+                from,
+                max_bytes,
+                expect: None,
+            },
+        )?;
         let body = c.to_vec();
         if c.content_type.starts_with("application/json") {
             let inner = body.get(1..body.len().saturating_sub(1)).unwrap_or(&[]);
@@ -87,7 +102,10 @@ pub fn read_to_tail(store: &Store, n: &StreamName, max_bytes: Option<u64>) -> br
             return Ok((out, c));
         }
         if c.next <= c.start {
-            return Err(Error::InvalidArgument(format!("read made no progress at {}", c.start)));
+            return Err(Error::InvalidArgument(format!(
+                "read made no progress at {}",
+                c.start
+            )));
         }
         from = ReadFrom::At(c.next);
     }
@@ -100,9 +118,15 @@ pub struct Rng(u64);
 impl Rng {
     /// A generator seeded from `BROOK_TEST_SEED`, or from the clock.
     pub fn from_env(what: &str) -> Rng {
-        let seed = std::env::var("BROOK_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
-        });
+        let seed = std::env::var("BROOK_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
         eprintln!("{what}: BROOK_TEST_SEED={seed}");
         Rng::new(seed)
     }
@@ -137,4 +161,3 @@ impl Rng {
         (0..n).map(|_| self.next() as u8).collect()
     }
 }
-
