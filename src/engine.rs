@@ -764,7 +764,12 @@ impl Engine {
         let json = is_json(&content_type);
         let body = prepare_body(json, req.data.clone(), true)?;
         let config = Config { name: name.as_str().to_owned(), incarnation: self.new_incarnation(name.as_str()), content_type, expiry, fork };
-        let state = StreamState::new(config, base);
+        let mut state = StreamState::new(config, base);
+        // A fork's data starts where its source's readable data starts: what retention retired
+        // there is not served through the fork either (it may already be reclaimed).
+        if let Some(src) = &source {
+            state.earliest = src.visible().earliest;
+        }
 
         let mut reg = self.registry.lock();
         if reg.get(name.as_str()).is_some_and(|s| !s.core.lock().gone) {
