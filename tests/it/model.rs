@@ -1289,7 +1289,7 @@ impl Harness {
                 closed: false,
                 seq: None,
                 producers: BTreeMap::new(),
-                earliest: Offset::ZERO,
+                earliest: srcm.earliest,
                 snapshots: Vec::new(),
                 fork: Some((src, base)),
                 soft_deleted: false,

@@ -68,3 +68,39 @@ fn source_retention_keeps_what_live_forks_read() -> R {
     store.set_retention(&src, last, None)?;
     Ok(())
 }
+
+/// A fork of a stream whose start was trimmed by retention starts where its source's readable
+/// data starts: its earliest offset says so, and it never serves what the source retired.
+#[test]
+fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
+    for segment_bytes in [4096, 64 << 20] {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path(), Options::default().segment_bytes(segment_bytes))?;
+        let (src, fork) = (name("t/src"), name("t/fork"));
+        store.create(&src, json())?;
+        let mut cut = Offset::ZERO;
+        for i in 0..300u64 {
+            let o = store.append(&src, AppendRequest { data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(), ..Default::default() })?;
+            if i == 199 {
+                cut = o.tail;
+            }
+        }
+        store.publish_snapshot(&src, cut, None, &mut &b"s"[..], None, None)?;
+        store.set_retention(&src, cut, None)?;
+        store.create(&fork, CreateOptions { fork: Some(ForkFrom { source: src.clone(), offset: None, sub_offset: 0 }), ..Default::default() })?;
+        let info = store.head(&fork, None)?;
+        assert_eq!(info.earliest, cut, "segment_bytes {segment_bytes}");
+        // From the start: gone, as on the source (the seed: offset=-1 after retention is 410).
+        let e = store.read(&fork, &ReadRequest::from(ReadFrom::Start));
+        assert!(matches!(e, Err(Error::OffsetGone { earliest }) if earliest == cut), "{e:?}");
+        let e = store.read(&fork, &ReadRequest::from(ReadFrom::At(Offset::ZERO)));
+        assert!(matches!(e, Err(Error::OffsetGone { earliest }) if earliest == cut), "{e:?}");
+        // From the earliest offset: exactly what the source still serves.
+        let at = ReadRequest::from(ReadFrom::At(cut));
+        assert_eq!(store.read(&fork, &at)?.to_vec(), store.read(&src, &at)?.to_vec());
+        drop(store);
+        let store = Store::open(dir.path(), Options::default().segment_bytes(segment_bytes))?;
+        assert_eq!(store.head(&fork, None)?.earliest, cut);
+    }
+    Ok(())
+}
