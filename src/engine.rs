@@ -389,7 +389,7 @@ impl Shard {
         }
         self.durable.notify(usize::MAX);
         for p in after {
-            let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            discard(&p);
         }
         Ok(())
     }
@@ -1727,12 +1727,36 @@ fn store_manifest(root: &Path, shards: usize) -> Result<usize> {
     }
 }
 
+/// Removes a file or trash directory that a durable record made obsolete. A directory is first
+/// renamed to `*.gone` and the rename synced, so a crash while it is being emptied leaves a
+/// directory that recovery finishes removing, never a partial one that it would restore.
+fn discard(p: &Path) {
+    if !p.is_dir() {
+        let _ = std::fs::remove_file(p);
+        return;
+    }
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else { return };
+    let gone = p.with_file_name(format!("{name}.gone"));
+    if std::fs::rename(p, &gone).is_err() {
+        return;
+    }
+    if let Some(parent) = gone.parent() {
+        let _ = fs::sync_dir(parent);
+    }
+    let _ = std::fs::remove_dir_all(&gone);
+}
+
 /// Puts back stream directories moved to the trash by deletes that never became durable; the
 /// journal replay that follows deletes them again if their delete record is durable.
 fn restore_trash(root: &Path) -> Result<()> {
     for e in std::fs::read_dir(root.join("trash"))?.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".gone") {
+            // Its delete was durable and it was being emptied (see `discard`): finish.
+            std::fs::remove_dir_all(e.path())?;
+            continue;
+        }
         let Some((key, _inc)) = name.split_once('-') else {
             std::fs::remove_dir_all(e.path())?;
             continue;
@@ -1820,7 +1844,7 @@ fn replay_shard(root: &Path, options: &Options, id: usize, dir: &Path, registry:
             let mut after = Vec::new();
             apply(root, options, &stream, lsn, &record, &mut after)?;
             for p in after {
-                let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+                discard(&p);
             }
             let d = stream.data.lock();
             let deleted = d.deleted;
