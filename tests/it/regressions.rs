@@ -104,3 +104,45 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
     }
     Ok(())
 }
+
+/// A crash while a deleted stream's directory is being emptied from the trash, or just before,
+/// leaves a store that opens with the stream deleted (a partly emptied directory was restored
+/// and then failed recovery with "stream has no segment").
+#[test]
+fn a_crash_while_emptying_the_trash_recovers() -> R {
+    for marked in [true, false] {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path(), Options::default())?;
+        let n = name("trash/x");
+        let c = store.create(&n, json())?;
+        store.append(&n, AppendRequest { data: "[1,2,3]".into(), ..Default::default() })?;
+        store.checkpoint()?;
+        let sdir = crate::util::files_under(&dir.path().join("streams"))?
+            .first()
+            .and_then(|f| f.parent().map(|p| p.to_path_buf()))
+            .ok_or("no stream directory")?;
+        let aside = tempfile::tempdir()?;
+        crate::util::copy_dir(&sdir, aside.path())?;
+        store.delete(&n, None)?;
+        let image = crash_image(store, dir.path())?;
+        // The trash entry as a crash would leave it: renamed `.gone` and partly emptied, or
+        // whole and unmarked (its removal not begun).
+        let key = sdir.file_name().and_then(|k| k.to_str()).ok_or("key")?;
+        let entry = format!("{key}-{}", c.info.incarnation);
+        let trash = image.path().join("trash").join(if marked { format!("{entry}.gone") } else { entry });
+        std::fs::create_dir_all(&trash)?;
+        for f in std::fs::read_dir(aside.path())? {
+            let f = f?;
+            let keep = !marked || f.file_name().to_str().is_some_and(|s| s.starts_with("meta."));
+            if keep {
+                std::fs::copy(f.path(), trash.join(f.file_name()))?;
+            }
+        }
+        let store = Store::open(image.path(), Options::default())?;
+        assert!(matches!(store.head(&n, None), Err(Error::NotFound)), "marked {marked}");
+        assert_eq!(std::fs::read_dir(image.path().join("trash"))?.count(), 0, "marked {marked}");
+        store.create(&n, json())?;
+        assert_eq!(read_to_tail(&store, &n, None)?.0, b"");
+    }
+    Ok(())
+}
