@@ -40,14 +40,44 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 /// Simulates a process crash of `store` (no shutdown, no checkpoint, threads left running on the
 /// old directory) and returns a copy of its directory as the files stood, without `LOCK`.
 ///
-/// Every call made on the store must have returned: a copy taken while a write is in flight
-/// would not be a state any crash can produce.
+/// Every call made on the store must have returned. Its threads may still be finishing work
+/// (emptying the trash, a checkpoint), so the copy is retried until nothing changed while it
+/// ran: a copy torn across such work would be a state no crash can produce.
 pub fn crash_image(store: Store, dir: &Path) -> std::io::Result<tempfile::TempDir> {
     std::mem::forget(store);
-    let copy = tempfile::tempdir()?;
-    copy_dir(dir, copy.path())?;
-    let _ = std::fs::remove_file(copy.path().join("LOCK"));
-    Ok(copy)
+    loop {
+        let before = fingerprint(dir)?;
+        let copy = tempfile::tempdir()?;
+        copy_dir(dir, copy.path())?;
+        if fingerprint(dir)? == before {
+            let _ = std::fs::remove_file(copy.path().join("LOCK"));
+            return Ok(copy);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Every path under `dir` with its length and modification time.
+fn fingerprint(dir: &Path) -> std::io::Result<Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for e in rd {
+            let e = e?;
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+            out.push((e.path(), m.len(), m.modified().ok()));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// Every file under `dir`, recursively, sorted.
