@@ -198,18 +198,42 @@ impl Stream {
 // ---------------------------------------------------------------------------------------------
 // Journal shards
 
-/// A durability ticket: the LSN a caller must see durable before acknowledging.
+/// The completion of one journal batch: every record in it becomes durable (or fails) at once,
+/// so only the writers waiting on this batch are woken when it is synced.
+struct Batch {
+    /// 0 pending, 1 durable, 2 failed (the shard is poisoned).
+    state: std::sync::atomic::AtomicU8,
+    event: Event,
+}
+
+impl Batch {
+    fn new() -> Arc<Batch> {
+        Arc::new(Batch { state: std::sync::atomic::AtomicU8::new(0), event: Event::new() })
+    }
+
+    fn finish(&self, ok: bool) {
+        self.state.store(if ok { 1 } else { 2 }, Ordering::Release);
+        self.event.notify(usize::MAX);
+    }
+}
+
+/// A durability ticket: what a caller must see durable before acknowledging. A writer's ticket
+/// names its batch; a ticket for state read from the stream names an LSN.
 pub(crate) struct Ticket {
     shard: Option<Arc<Shard>>,
     lsn: u64,
+    batch: Option<Arc<Batch>>,
 }
 
 impl Ticket {
-    fn done() -> Ticket {
-        Ticket { shard: None, lsn: 0 }
-    }
-
     fn poll(&self) -> Option<Result<()>> {
+        if let Some(b) = &self.batch {
+            return match b.state.load(Ordering::Acquire) {
+                0 => None,
+                1 => Some(Ok(())),
+                _ => Some(Err(Error::Poisoned)),
+            };
+        }
         let shard = self.shard.as_ref()?;
         if shard.durable_lsn.load(Ordering::Acquire) >= self.lsn {
             return Some(Ok(()));
@@ -220,13 +244,20 @@ impl Ticket {
         None
     }
 
+    fn listen(&self) -> Option<event_listener::EventListener> {
+        match (&self.batch, &self.shard) {
+            (Some(b), _) => Some(b.event.listen()),
+            (None, Some(shard)) => Some(shard.durable.listen()),
+            (None, None) => None,
+        }
+    }
+
     pub(crate) fn wait(&self) -> Result<()> {
-        let Some(shard) = &self.shard else { return Ok(()) };
         loop {
             if let Some(r) = self.poll() {
                 return r;
             }
-            let l = shard.durable.listen();
+            let Some(l) = self.listen() else { return Ok(()) };
             if let Some(r) = self.poll() {
                 return r;
             }
@@ -235,12 +266,11 @@ impl Ticket {
     }
 
     pub(crate) async fn wait_async(&self) -> Result<()> {
-        let Some(shard) = &self.shard else { return Ok(()) };
         loop {
             if let Some(r) = self.poll() {
                 return r;
             }
-            let l = shard.durable.listen();
+            let Some(l) = self.listen() else { return Ok(()) };
             if let Some(r) = self.poll() {
                 return r;
             }
@@ -258,6 +288,8 @@ struct Queued {
 struct Queue {
     buf: Vec<u8>,
     items: Vec<Queued>,
+    /// The completion signal of the batch now forming.
+    batch: Arc<Batch>,
     next_lsn: u64,
     shutdown: bool,
     checkpoint: u64,
@@ -293,13 +325,14 @@ impl Shard {
         q.next_lsn += len;
         let lsn = q.next_lsn;
         q.items.push(Queued { stream: stream.clone(), record, lsn });
+        let batch = q.batch.clone();
         drop(q);
         self.wake.notify_one();
-        Ok(Ticket { shard: Some(self.clone()), lsn })
+        Ok(Ticket { shard: Some(self.clone()), lsn, batch: Some(batch) })
     }
 
     fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
-        Ticket { shard: Some(self.clone()), lsn }
+        Ticket { shard: Some(self.clone()), lsn, batch: None }
     }
 
     fn poison(&self) {
@@ -315,22 +348,26 @@ impl Shard {
         let mut end_lsn = self.queue.lock().next_lsn;
         let mut written = end_lsn - file_base;
         loop {
-            let (buf, items, checkpoint, shutdown) = {
+            let (buf, items, batch, checkpoint, shutdown) = {
                 let mut q = self.queue.lock();
                 while q.items.is_empty() && !q.shutdown && q.checkpoint == 0 {
                     self.wake.wait(&mut q);
                 }
                 let buf = std::mem::replace(&mut q.buf, Vec::with_capacity(64 << 10));
-                (buf, std::mem::take(&mut q.items), std::mem::take(&mut q.checkpoint), q.shutdown)
+                let batch = std::mem::replace(&mut q.batch, Batch::new());
+                (buf, std::mem::take(&mut q.items), batch, std::mem::take(&mut q.checkpoint), q.shutdown)
             };
             if !items.is_empty() {
                 if self.poisoned.load(Ordering::Acquire) {
+                    batch.finish(false);
                     continue;
                 }
                 if let Err(_e) = self.commit(&mut file, &buf, &items) {
                     self.poison();
+                    batch.finish(false);
                     continue;
                 }
+                batch.finish(true);
                 written += buf.len() as u64;
                 end_lsn += buf.len() as u64;
             }
@@ -578,7 +615,7 @@ impl Engine {
                 dir: jdir.clone(),
                 root: root.clone(),
                 options: options.clone(),
-                queue: Mutex::new(Queue { buf: Vec::with_capacity(64 << 10), items: Vec::new(), next_lsn: end, shutdown: false, checkpoint: 0 }),
+                queue: Mutex::new(Queue { buf: Vec::with_capacity(64 << 10), items: Vec::new(), batch: Batch::new(), next_lsn: end, shutdown: false, checkpoint: 0 }),
                 wake: Condvar::new(),
                 durable_lsn: AtomicU64::new(end),
                 durable: Event::new(),
