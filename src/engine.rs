@@ -570,6 +570,29 @@ fn parse_snapshot_file(name: &str) -> Option<Offset> {
     name.strip_prefix("snap-")?.strip_suffix(".blob")?.parse().ok()
 }
 
+/// A refused append, with the durability ticket of the state the refusal rested on (the caller
+/// waits for it before answering, so a refusal never rests on state a crash could roll back).
+pub(crate) struct Refusal {
+    error: Error,
+    ticket: Option<Ticket>,
+}
+
+impl Refusal {
+    fn now(error: Error) -> Refusal {
+        Refusal { error, ticket: None }
+    }
+}
+
+/// What [`Engine::try_append`] did.
+pub(crate) enum Attempt {
+    /// Accepted (or answered without writing): wait on the pending outcome.
+    Accepted(Pending<AppendOutcome>),
+    /// Refused: wait on the ticket, if any, then answer with the error.
+    Refused(Error, Option<Ticket>),
+    /// Needs a blocking thread: call [`Engine::append`] there with the request.
+    Blocking(AppendRequest),
+}
+
 // ---------------------------------------------------------------------------------------------
 // The engine
 
@@ -1035,26 +1058,83 @@ impl Engine {
     // --- append -----------------------------------------------------------------------------
 
     pub(crate) fn append(&self, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>> {
-        if req.data.len() > self.options.max_append_bytes {
-            return Err(Error::TooLarge(format!("body is larger than {} bytes", self.options.max_append_bytes)));
+        Self::validate_append(&self.options, &req)?;
+        let s = self.live(name)?;
+        match self.append_to(&s, name, req) {
+            Ok(p) => Ok(p),
+            Err(Refusal { error, ticket }) => {
+                // A refusal may rest on state that is not durable yet: wait for it first.
+                if let Some(t) = ticket {
+                    t.wait()?;
+                }
+                Err(error)
+            }
         }
-        let stream_seq = filter_stream_seq(req.stream_seq)?;
+    }
+
+    /// The append path without any blocking step, for async callers: `Blocking` hands the
+    /// request back when the stream is not open (opening reads its files), has expired, or the
+    /// body is large enough that validating it belongs on a blocking thread.
+    pub(crate) fn try_append(&self, name: &StreamName, req: AppendRequest) -> Attempt {
+        const INLINE_BODY: usize = 64 << 10;
+        if let Err(e) = Self::validate_append(&self.options, &req) {
+            return Attempt::Refused(e, None);
+        }
+        if req.data.len() > INLINE_BODY {
+            return Attempt::Blocking(req);
+        }
+        let s = {
+            let reg = self.registry.lock();
+            match reg.get(name.as_str()) {
+                Some(s) => s.clone(),
+                None => return Attempt::Blocking(req),
+            }
+        };
+        {
+            let core = s.core.lock();
+            if core.gone {
+                return Attempt::Refused(Error::NotFound, None);
+            }
+            if core.state.soft_deleted {
+                return Attempt::Refused(Error::Gone, None);
+            }
+        }
+        if s.expired_at(now_ms()) {
+            return Attempt::Blocking(req);
+        }
+        s.last_used.store(now_ms(), Ordering::Relaxed);
+        match self.append_to(&s, name, req) {
+            Ok(p) => Attempt::Accepted(p),
+            Err(Refusal { error, ticket }) => Attempt::Refused(error, ticket),
+        }
+    }
+
+    fn validate_append(options: &Options, req: &AppendRequest) -> Result<()> {
+        if req.data.len() > options.max_append_bytes {
+            return Err(Error::TooLarge(format!("body is larger than {} bytes", options.max_append_bytes)));
+        }
+        filter_stream_seq(req.stream_seq.clone())?;
         if let Some(p) = &req.producer {
             validate_producer(p)?;
         }
-        let ct = req.content_type.as_deref().map(normalize_content_type).transpose()?;
-        let s = self.live(name)?;
-        s.check_expect(req.expect.as_ref())?;
+        Ok(())
+    }
+
+    /// Steps 1 and 2 of the write path for an append to an open, live stream.
+    fn append_to(&self, s: &Arc<Stream>, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>, Refusal> {
+        let stream_seq = filter_stream_seq(req.stream_seq).map_err(Refusal::now)?;
+        let ct = req.content_type.as_deref().map(normalize_content_type).transpose().map_err(Refusal::now)?;
+        s.check_expect(req.expect.as_ref()).map_err(Refusal::now)?;
         let has_data = !req.data.is_empty();
         // Step 1: validate and convert the body outside any lock.
         let body = prepare_body(s.json, req.data, false);
         let shard = &self.shards[s.shard];
         let mut core = s.core.lock();
         if core.gone {
-            return Err(Error::NotFound);
+            return Err(Refusal::now(Error::NotFound));
         }
         if core.state.soft_deleted {
-            return Err(Error::Gone);
+            return Err(Refusal::now(Error::Gone));
         }
         let check = AppendCheck {
             body: &body,
@@ -1066,25 +1146,19 @@ impl Engine {
         };
         let decision = match core.state.check_append(&check) {
             Ok(d) => d,
-            Err(e) => {
-                // A refusal may rest on state that is not durable yet: wait for it first.
-                let t = shard.ticket(core.last_lsn);
-                drop(core);
-                t.wait()?;
-                return Err(e);
-            }
+            Err(error) => return Err(Refusal { error, ticket: Some(shard.ticket(core.last_lsn)) }),
         };
         s.touch();
-        let producer_echo = |st: &StreamState| {
-            req.producer.as_ref().and_then(|p| st.producers.get(&p.id).map(|x| (x.epoch, x.seq)))
-        };
         match decision {
             Decision::Answer(status) => {
-                let closed = core.state.closed;
-                let echo = match (&req.producer, status) {
-                    _ => producer_echo(&core.state),
+                let echo = req.producer.as_ref().and_then(|p| core.state.producers.get(&p.id).map(|x| (x.epoch, x.seq)));
+                let outcome = AppendOutcome {
+                    status,
+                    tail: core.state.tail,
+                    closed: core.state.closed,
+                    producer: echo,
+                    incarnation: s.incarnation.clone(),
                 };
-                let outcome = AppendOutcome { status, tail: core.state.tail, closed, producer: echo, incarnation: s.incarnation.clone() };
                 let ticket = shard.ticket(core.last_lsn);
                 Ok(Pending { value: outcome, ticket })
             }
@@ -1100,7 +1174,7 @@ impl Engine {
                     incarnation: s.incarnation.clone(),
                 };
                 let record = Record::Append { name: name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), rec };
-                let ticket = shard.push(&s, record)?;
+                let ticket = shard.push(s, record).map_err(Refusal::now)?;
                 core.last_lsn = ticket.lsn;
                 Ok(Pending { value: outcome, ticket })
             }

@@ -52,6 +52,12 @@ impl Store {
         Ok(Store { inner: crate::engine::Engine::open(dir.as_ref(), options)? })
     }
 
+    /// The engine, for in-crate adapters (the HTTP server's non-blocking append path).
+    #[cfg(feature = "http")]
+    pub(crate) fn engine(&self) -> &crate::engine::Engine {
+        &self.inner
+    }
+
     /// The options the store runs with.
     pub fn options(&self) -> &Options {
         self.inner.options()

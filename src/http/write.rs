@@ -17,6 +17,7 @@ use crate::{
 };
 
 use super::body::read_body;
+use crate::engine::Attempt;
 use super::error::{ApiError, Op};
 use super::{AppState, Reply, absolute_url, blocking, expected_incarnation, raw};
 
@@ -204,8 +205,22 @@ pub(crate) async fn append(
         producer,
         expect,
     };
-    let store = app.store.clone();
-    let pending = blocking(Op::Append, move || store.submit_append(&name, req)).await?;
+    // An append to an open stream needs no disk work before its durability wait, so it runs on
+    // this worker; the engine hands the request back when it would block (opening the stream,
+    // expiry, a large body), and then it goes to a blocking thread.
+    let pending = match app.store.engine().try_append(&name, req) {
+        Attempt::Accepted(p) => p,
+        Attempt::Refused(e, ticket) => {
+            if let Some(t) = ticket {
+                t.wait_async().await.map_err(|e| ApiError::Store(e, Op::Append))?;
+            }
+            return Err(ApiError::Store(e, Op::Append));
+        }
+        Attempt::Blocking(req) => {
+            let store = app.store.clone();
+            blocking(Op::Append, move || store.submit_append(&name, req)).await?
+        }
+    };
     let outcome = pending
         .wait_async()
         .await
