@@ -43,9 +43,6 @@ impl Enc {
         self.u64(o.messages);
         self.u64(o.bytes);
     }
-    pub(crate) fn key(&mut self, k: &[u8; 16]) {
-        self.buf.extend_from_slice(k);
-    }
 }
 
 /// Reads little-endian values from a slice; `None` when the slice is too short or malformed.
@@ -90,9 +87,6 @@ impl<'a> Dec<'a> {
     }
     pub(crate) fn offset(&mut self) -> Option<Offset> {
         Some(Offset::new(self.u64()?, self.u64()?))
-    }
-    pub(crate) fn key(&mut self) -> Option<[u8; 16]> {
-        self.take(16)?.try_into().ok()
     }
 }
 

@@ -1344,7 +1344,7 @@ impl Engine {
     fn delete_stream(&self, s: &Arc<Stream>, expect: Option<&Incarnation>, expiring: bool) -> Result<Pending<()>> {
         let forks: Vec<String> = s.core.lock().state.forks.iter().cloned().collect();
         let live = self.live_forks(s, &forks);
-        let mut reg = self.registry.lock();
+        let reg = self.registry.lock();
         let mut core = s.core.lock();
         if core.gone {
             return Err(Error::NotFound);
@@ -1400,7 +1400,7 @@ impl Engine {
             core.state.forks.iter().cloned().collect()
         };
         if self.live_forks(&src, &remaining).is_empty() {
-            let mut reg = self.registry.lock();
+            let reg = self.registry.lock();
             let mut core = src.core.lock();
             if core.gone {
                 return Ok(());
@@ -1477,7 +1477,7 @@ impl Engine {
         f.sync_all()?;
         drop(f);
         let digest = format!("sha256:{}", hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>());
-        let mut core = s.core.lock();
+        let core = s.core.lock();
         if core.gone {
             return Err(Error::NotFound);
         }
@@ -1602,13 +1602,6 @@ impl Engine {
         drop(core);
         t.wait()?;
         Ok(info)
-    }
-
-    /// Disk space a stream's segments take (for tests and tools).
-    pub(crate) fn disk_usage(&self, name: &StreamName) -> Result<u64> {
-        let s = self.live(name)?;
-        let d = s.data.lock();
-        Ok(d.segs.as_ref().map_or(0, |g| g.disk_usage()))
     }
 
     // --- listing, checkpoints, shutdown ---------------------------------------------------------

@@ -258,15 +258,6 @@ impl StreamState {
         self.snapshots.retain(|s| s.offset >= earliest || Some(s.offset) == latest);
     }
 
-    /// The instant the stream expires, given its last access in ms since the epoch.
-    pub(crate) fn expires_at(&self, last_access_ms: u64) -> Option<SystemTime> {
-        match self.config.expiry {
-            Expiry::Never => None,
-            Expiry::Ttl(s) => Some(UNIX_EPOCH + Duration::from_millis(last_access_ms.saturating_add(s.saturating_mul(1000)))),
-            Expiry::At(t) => Some(t),
-        }
-    }
-
     // Sidecar payload codec (layout in DESIGN.md, "Sidecar").
     pub(crate) fn encode(&self, e: &mut Enc) {
         let c = &self.config;

@@ -430,17 +430,6 @@ impl SegmentSet {
         }
         gone
     }
-
-    /// Bytes the segment files take on disk (allocated blocks).
-    pub(crate) fn disk_usage(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        self.segs
-            .iter()
-            .map(|s| {
-                s.log.metadata().map(|m| m.blocks() * 512).unwrap_or(0) + s.idx.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
-            })
-            .sum()
-    }
 }
 
 #[cfg(test)]
