@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use brook::{AppendRequest, Durability, Store, StreamName};
 use bytes::Bytes;
-use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
 
 const BODIES: [(usize, &str); 3] = [(100, "100B"), (4096, "4KiB"), (1 << 20, "1MiB")];
 const WRITERS: [usize; 2] = [1, 64];
@@ -24,10 +26,23 @@ const STREAMS: [usize; 2] = [1, 1000];
 
 /// Runs `iters` appends on each of `writers` threads (closed loop: submit, wait, repeat) and
 /// returns the wall time from the moment all threads are ready until the last ack.
-fn run(store: &Store, names: &Arc<Vec<StreamName>>, body: &Bytes, writers: usize, iters: u64) -> Duration {
+fn run(
+    store: &Store,
+    names: &Arc<Vec<StreamName>>,
+    body: &Bytes,
+    writers: usize,
+    iters: u64,
+) -> Duration {
     let append = |store: &Store, n: &StreamName| {
-        let req = AppendRequest { data: body.clone(), ..Default::default() };
-        store.submit_append(n, req).expect("submit").wait().expect("durable");
+        let req = AppendRequest {
+            data: body.clone(),
+            ..Default::default()
+        };
+        store
+            .submit_append(n, req)
+            .expect("submit")
+            .wait()
+            .expect("durable");
     };
     if writers == 1 {
         let start = Instant::now();
@@ -62,10 +77,17 @@ fn bench_append(c: &mut Criterion) {
         for streams in STREAMS {
             let dir = common::tempdir();
             let store = Store::open(dir.path(), common::options(durability)).expect("open");
-            let names: Arc<Vec<StreamName>> =
-                Arc::new((0..streams).map(|i| common::name(&format!("bench/s{i:04}"))).collect());
+            let names: Arc<Vec<StreamName>> = Arc::new(
+                (0..streams)
+                    .map(|i| common::name(&format!("bench/s{i:04}")))
+                    .collect(),
+            );
             common::create_many(&store, &names, "application/octet-stream", 8);
-            let mut group = c.benchmark_group(format!("append/{}/{}stream", common::mode_name(durability), streams));
+            let mut group = c.benchmark_group(format!(
+                "append/{}/{}stream",
+                common::mode_name(durability),
+                streams
+            ));
             group.sampling_mode(SamplingMode::Flat);
             for (size, label) in BODIES {
                 let body = Bytes::from(vec![b'x'; size]);

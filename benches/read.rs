@@ -16,8 +16,20 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 const SIZES: [(usize, &str); 2] = [(1 << 20, "1MiB"), (64 << 20, "64MiB")];
 
 fn fill(store: &Store, n: &StreamName, json: bool, size: usize) {
-    let ct = if json { "application/json" } else { "application/octet-stream" };
-    store.create(n, CreateOptions { content_type: Some(ct.into()), ..Default::default() }).expect("create");
+    let ct = if json {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    };
+    store
+        .create(
+            n,
+            CreateOptions {
+                content_type: Some(ct.into()),
+                ..Default::default()
+            },
+        )
+        .expect("create");
     let mut written = 0;
     let mut i = 0u64;
     let mut pending = Vec::new();
@@ -29,7 +41,10 @@ fn fill(store: &Store, n: &StreamName, json: bool, size: usize) {
                     s.push(',');
                 }
                 // About 100 bytes per message.
-                s.push_str(&format!("{{\"id\":{i:>12},\"kind\":\"event\",\"payload\":\"{:0>56}\"}}", i % 1000));
+                s.push_str(&format!(
+                    "{{\"id\":{i:>12},\"kind\":\"event\",\"payload\":\"{:0>56}\"}}",
+                    i % 1000
+                ));
                 i += 1;
             }
             s.push(']');
@@ -39,7 +54,17 @@ fn fill(store: &Store, n: &StreamName, json: bool, size: usize) {
         };
         i += 1;
         written += data.len();
-        pending.push(store.submit_append(n, AppendRequest { data, ..Default::default() }).expect("append"));
+        pending.push(
+            store
+                .submit_append(
+                    n,
+                    AppendRequest {
+                        data,
+                        ..Default::default()
+                    },
+                )
+                .expect("append"),
+        );
         if pending.len() >= 256 {
             for p in pending.drain(..) {
                 p.wait().expect("durable");
@@ -76,13 +101,19 @@ fn bench_read(c: &mut Criterion) {
     let mut buf = Vec::with_capacity(9 << 20);
     for json in [false, true] {
         for (size, label) in SIZES {
-            let n = common::name(&format!("read/{}/{label}", if json { "json" } else { "bytes" }));
+            let n = common::name(&format!(
+                "read/{}/{label}",
+                if json { "json" } else { "bytes" }
+            ));
             fill(&store, &n, json, size);
             let len = read_all(&store, &n, &mut buf); // warm the page cache and the maps
             group.throughput(Throughput::Bytes(len));
-            group.bench_function(BenchmarkId::new(if json { "json" } else { "bytes" }, label), |b| {
-                b.iter(|| read_all(&store, &n, &mut buf));
-            });
+            group.bench_function(
+                BenchmarkId::new(if json { "json" } else { "bytes" }, label),
+                |b| {
+                    b.iter(|| read_all(&store, &n, &mut buf));
+                },
+            );
         }
     }
     group.finish();

@@ -30,7 +30,9 @@ use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group};
 
 fn no_checkpoints() -> Options {
-    Options::default().durability(Durability::Buffered).checkpoint_bytes(16 << 30)
+    Options::default()
+        .durability(Durability::Buffered)
+        .checkpoint_bytes(16 << 30)
 }
 
 /// Times `Store::open` on fresh crash copies of `image`, `iters` times.
@@ -49,23 +51,39 @@ fn time_crash_opens(image: &Path, iters: u64) -> Duration {
 }
 
 fn names(n: usize) -> Vec<StreamName> {
-    (0..n).map(|i| common::name(&format!("tenant-{}/stream-{i:06}", i % 97))).collect()
+    (0..n)
+        .map(|i| common::name(&format!("tenant-{}/stream-{i:06}", i % 97)))
+        .collect()
 }
 
 /// Makes a crash image in `dir` in a child process; returns what the child reports (bytes).
 fn crash_image(kind: &str, dir: &Path, arg: u64) -> u64 {
     let out = std::process::Command::new(std::env::current_exe().expect("current exe"))
-        .env("BROOK_RECOVER_CHILD", format!("{kind}:{arg}:{}", dir.display()))
+        .env(
+            "BROOK_RECOVER_CHILD",
+            format!("{kind}:{arg}:{}", dir.display()),
+        )
         .output()
         .expect("run the image child");
-    assert!(out.status.success(), "image child failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    assert!(
+        out.status.success(),
+        "image child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 /// The child: writes an image, prints a number, and exits without shutting the store down.
 fn child(spec: &str) -> ! {
     let mut it = spec.splitn(3, ':');
-    let (kind, arg, dir) = (it.next().unwrap_or(""), it.next().unwrap_or("0"), it.next().unwrap_or(""));
+    let (kind, arg, dir) = (
+        it.next().unwrap_or(""),
+        it.next().unwrap_or("0"),
+        it.next().unwrap_or(""),
+    );
     let arg: u64 = arg.parse().expect("child arg");
     let dir = Path::new(dir);
     let buffered = Options::default().durability(Durability::Buffered);
@@ -79,7 +97,10 @@ fn child(spec: &str) -> ! {
             let mut pending = Vec::new();
             let mut i = 0;
             while written < arg {
-                let req = AppendRequest { data: body.clone(), ..Default::default() };
+                let req = AppendRequest {
+                    data: body.clone(),
+                    ..Default::default()
+                };
                 pending.push(store.submit_append(&ns[i % ns.len()], req).expect("append"));
                 i += 1;
                 written += body.len() as u64;
@@ -109,7 +130,17 @@ fn child(spec: &str) -> ! {
             let pending: Vec<_> = ns
                 .iter()
                 .step_by((arg as usize / 1000).max(1))
-                .map(|n| store.submit_append(n, AppendRequest { data: "hello".into(), ..Default::default() }).expect("append"))
+                .map(|n| {
+                    store
+                        .submit_append(
+                            n,
+                            AppendRequest {
+                                data: "hello".into(),
+                                ..Default::default()
+                            },
+                        )
+                        .expect("append")
+                })
                 .collect();
             for p in pending {
                 p.wait().expect("append");
@@ -139,11 +170,17 @@ fn bench_recover(c: &mut Criterion) {
 
     let image = common::tempdir();
     let written = crash_image("journal", image.path(), journal);
-    eprintln!("recover: journal image {} bytes on disk", common::du(image.path()));
+    eprintln!(
+        "recover: journal image {} bytes on disk",
+        common::du(image.path())
+    );
     group.throughput(Throughput::Bytes(written));
-    group.bench_function(BenchmarkId::new("crash/journal", if big { "1GiB" } else { "256MiB" }), |b| {
-        b.iter_custom(|iters| time_crash_opens(image.path(), iters));
-    });
+    group.bench_function(
+        BenchmarkId::new("crash/journal", if big { "1GiB" } else { "256MiB" }),
+        |b| {
+            b.iter_custom(|iters| time_crash_opens(image.path(), iters));
+        },
+    );
     drop(image);
 
     for kind in ["created", "checkpointed"] {

@@ -57,10 +57,19 @@ impl Conn {
     async fn open(addr: &str) -> Res<Conn> {
         let s = TcpStream::connect(addr).await?;
         s.set_nodelay(true)?;
-        Ok(Conn { io: BufReader::with_capacity(256 << 10, s), host: addr.to_owned() })
+        Ok(Conn {
+            io: BufReader::with_capacity(256 << 10, s),
+            host: addr.to_owned(),
+        })
     }
 
-    async fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Res<()> {
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Res<()> {
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
@@ -86,7 +95,11 @@ impl Conn {
         if self.io.read_line(&mut line).await? == 0 {
             return Err("connection closed".into());
         }
-        let status: u16 = line.split_whitespace().nth(1).ok_or("bad status line")?.parse()?;
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .ok_or("bad status line")?
+            .parse()?;
         let mut headers = HashMap::new();
         loop {
             line.clear();
@@ -110,7 +123,9 @@ impl Conn {
         if method == "HEAD" || r.status == 204 || r.status == 304 {
             return Ok(());
         }
-        if r.header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+        if r.header("transfer-encoding")
+            .is_some_and(|t| t.contains("chunked"))
+        {
             while let Some(n) = self.chunk_len().await? {
                 let at = sink.len();
                 sink.resize(at + n, 0);
@@ -119,7 +134,11 @@ impl Conn {
             }
             return Ok(());
         }
-        let n: usize = r.header("content-length").map(str::parse).transpose()?.unwrap_or(0);
+        let n: usize = r
+            .header("content-length")
+            .map(str::parse)
+            .transpose()?
+            .unwrap_or(0);
         sink.resize(n, 0);
         self.io.read_exact(sink).await?;
         Ok(())
@@ -152,7 +171,14 @@ impl Conn {
         Ok(())
     }
 
-    async fn call(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8], sink: &mut Vec<u8>) -> Res<Response> {
+    async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        sink: &mut Vec<u8>,
+    ) -> Res<Response> {
         self.send(method, path, headers, body).await?;
         let r = self.head().await?;
         self.body(&r, method, sink).await?;
@@ -171,10 +197,15 @@ struct Args {
 impl Args {
     fn parse() -> Res<Args> {
         let mut it = std::env::args().skip(1);
-        let mode = it.next().ok_or("usage: fanout MODE --url URL [--key value]...")?;
+        let mode = it
+            .next()
+            .ok_or("usage: fanout MODE --url URL [--key value]...")?;
         let mut kv = HashMap::new();
         while let Some(k) = it.next() {
-            let k = k.strip_prefix("--").ok_or_else(|| format!("expected --key, got {k}"))?.to_owned();
+            let k = k
+                .strip_prefix("--")
+                .ok_or_else(|| format!("expected --key, got {k}"))?
+                .to_owned();
             let v = it.next().ok_or_else(|| format!("--{k} needs a value"))?;
             kv.insert(k, v);
         }
@@ -225,18 +256,32 @@ fn latency_json(mut v: Vec<f64>, extra: &str) -> String {
 
 async fn create(c: &mut Conn, path: &str, ct: &str) -> Res<()> {
     let mut sink = Vec::new();
-    let r = c.call("PUT", path, &[("Content-Type", ct)], b"", &mut sink).await?;
+    let r = c
+        .call("PUT", path, &[("Content-Type", ct)], b"", &mut sink)
+        .await?;
     if !(r.status == 200 || r.status == 201 || r.status == 204) {
-        return Err(format!("PUT {path}: {} {}", r.status, String::from_utf8_lossy(&sink)).into());
+        return Err(format!(
+            "PUT {path}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&sink)
+        )
+        .into());
     }
     Ok(())
 }
 
 async fn append(c: &mut Conn, path: &str, ct: &str, body: &[u8]) -> Res<Response> {
     let mut sink = Vec::new();
-    let r = c.call("POST", path, &[("Content-Type", ct)], body, &mut sink).await?;
+    let r = c
+        .call("POST", path, &[("Content-Type", ct)], body, &mut sink)
+        .await?;
     if !(r.status == 200 || r.status == 204) {
-        return Err(format!("POST {path}: {} {}", r.status, String::from_utf8_lossy(&sink)).into());
+        return Err(format!(
+            "POST {path}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&sink)
+        )
+        .into());
     }
     Ok(r)
 }
@@ -252,7 +297,10 @@ fn markers(buf: &[u8], out: &mut Vec<u64>) -> usize {
             }
             let digits = &buf[i + 1..i + 21];
             if digits.iter().all(u8::is_ascii_digit) {
-                let v = std::str::from_utf8(digits).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let v = std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
                 out.push(v);
                 i += 21;
                 continue;
@@ -274,26 +322,43 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
     let secs = a.n("secs", 8)?;
     let mut w = Conn::open(addr).await?;
     create(&mut w, &path, "text/plain").await?;
-    let lat: Arc<std::sync::Mutex<Vec<f64>>> = Arc::new(std::sync::Mutex::new(Vec::with_capacity(1 << 20)));
+    let lat: Arc<std::sync::Mutex<Vec<f64>>> =
+        Arc::new(std::sync::Mutex::new(Vec::with_capacity(1 << 20)));
     let connected = Arc::new(AtomicUsize::new(0));
     let received = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(secs + 30);
     let mut tasks = Vec::new();
     let gate = Arc::new(tokio::sync::Semaphore::new(64));
     for _ in 0..subs {
-        let (addr, path, lat, connected, received, gate) =
-            (addr.to_owned(), path.clone(), lat.clone(), connected.clone(), received.clone(), gate.clone());
+        let (addr, path, lat, connected, received, gate) = (
+            addr.to_owned(),
+            path.clone(),
+            lat.clone(),
+            connected.clone(),
+            received.clone(),
+            gate.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let permit = gate.acquire_owned().await;
             let mut c = Conn::open(&addr).await?;
-            c.send("GET", &format!("{path}?offset=-1&live=sse"), &[("Accept", "text/event-stream")], b"").await?;
+            c.send(
+                "GET",
+                &format!("{path}?offset=-1&live=sse"),
+                &[("Accept", "text/event-stream")],
+                b"",
+            )
+            .await?;
             let r = c.head().await?;
             drop(permit);
             if r.status != 200 {
-                return Err::<(), Box<dyn std::error::Error + Send + Sync>>(format!("SSE status {}", r.status).into());
+                return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+                    format!("SSE status {}", r.status).into(),
+                );
             }
             connected.fetch_add(1, Ordering::AcqRel);
-            let chunked = r.header("transfer-encoding").is_some_and(|t| t.contains("chunked"));
+            let chunked = r
+                .header("transfer-encoding")
+                .is_some_and(|t| t.contains("chunked"));
             let mut carry: Vec<u8> = Vec::new();
             let mut ts = Vec::new();
             let mut buf = vec![0u8; 64 << 10];
@@ -396,7 +461,10 @@ async fn longpoll(a: &Args, addr: &str) -> Res<String> {
     let mut sink = Vec::new();
     for i in 0..rounds {
         let h = w.call("HEAD", &path, &[], b"", &mut sink).await?;
-        let tail = h.header("stream-next-offset").ok_or("HEAD without Stream-Next-Offset")?.to_owned();
+        let tail = h
+            .header("stream-next-offset")
+            .ok_or("HEAD without Stream-Next-Offset")?
+            .to_owned();
         let q = format!("{path}?offset={tail}&live=long-poll");
         for c in conns.iter_mut() {
             c.send("GET", &q, &[], b"").await?;
@@ -430,7 +498,10 @@ async fn longpoll(a: &Args, addr: &str) -> Res<String> {
             }
         }
     }
-    Ok(latency_json(lat, &format!(",\"clients\":{clients},\"rounds\":{rounds},\"missed\":{missed}")))
+    Ok(latency_json(
+        lat,
+        &format!(",\"clients\":{clients},\"rounds\":{rounds},\"missed\":{missed}"),
+    ))
 }
 
 async fn c_head_body(mut c: Conn) -> Res<(u16, Conn)> {
@@ -451,7 +522,13 @@ async fn catchup(a: &Args, addr: &str) -> Res<String> {
     let end = start + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let (addr, path, bytes, passes, requests) = (addr.to_owned(), path.clone(), bytes.clone(), passes.clone(), requests.clone());
+        let (addr, path, bytes, passes, requests) = (
+            addr.to_owned(),
+            path.clone(),
+            bytes.clone(),
+            passes.clone(),
+            requests.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut c = Conn::open(&addr).await?;
             let mut sink = Vec::with_capacity(16 << 20);
@@ -462,9 +539,19 @@ async fn catchup(a: &Args, addr: &str) -> Res<String> {
                 }
                 let mut offset = "-1".to_owned();
                 for _ in 0..100_000 {
-                    let r = c.call("GET", &format!("{path}?offset={offset}"), &[], b"", &mut sink).await?;
+                    let r = c
+                        .call(
+                            "GET",
+                            &format!("{path}?offset={offset}"),
+                            &[],
+                            b"",
+                            &mut sink,
+                        )
+                        .await?;
                     if r.status != 200 {
-                        return Err::<(), Box<dyn std::error::Error + Send + Sync>>(format!("GET status {}", r.status).into());
+                        return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+                            format!("GET status {}", r.status).into(),
+                        );
                     }
                     requests.fetch_add(1, Ordering::Relaxed);
                     bytes.fetch_add(sink.len() as u64, Ordering::Relaxed);
@@ -475,7 +562,10 @@ async fn catchup(a: &Args, addr: &str) -> Res<String> {
                         }
                         break;
                     }
-                    offset = r.header("stream-next-offset").ok_or("no Stream-Next-Offset")?.to_owned();
+                    offset = r
+                        .header("stream-next-offset")
+                        .ok_or("no Stream-Next-Offset")?
+                        .to_owned();
                 }
             }
             Ok(())
@@ -508,7 +598,10 @@ async fn fill(a: &Args, addr: &str) -> Res<String> {
         append(&mut c, &path, &ct, &body[..n]).await?;
         written += n as u64;
     }
-    Ok(format!("{{\"bytes\":{written},\"secs\":{:.3}}}", start.elapsed().as_secs_f64()))
+    Ok(format!(
+        "{{\"bytes\":{written},\"secs\":{:.3}}}",
+        start.elapsed().as_secs_f64()
+    ))
 }
 
 async fn create_many(a: &Args, addr: &str) -> Res<String> {
@@ -537,7 +630,10 @@ async fn create_many(a: &Args, addr: &str) -> Res<String> {
     for t in tasks {
         t.await??;
     }
-    Ok(format!("{{\"created\":{count},\"secs\":{:.3}}}", start.elapsed().as_secs_f64()))
+    Ok(format!(
+        "{{\"created\":{count},\"secs\":{:.3}}}",
+        start.elapsed().as_secs_f64()
+    ))
 }
 
 async fn ready(a: &Args, addr: &str, base: Instant) -> Res<String> {
@@ -546,12 +642,14 @@ async fn ready(a: &Args, addr: &str, base: Instant) -> Res<String> {
     let mut sink = Vec::new();
     // Bounded by the timeout; one attempt every 5 ms.
     while base.elapsed() < timeout {
-        if let Ok(mut c) = Conn::open(addr).await {
-            if let Ok(r) = c.call("HEAD", &path, &[], b"", &mut sink).await {
-                if r.status == 200 {
-                    return Ok(format!("{{\"ready_ms\":{:.1}}}", base.elapsed().as_secs_f64() * 1e3));
-                }
-            }
+        if let Ok(mut c) = Conn::open(addr).await
+            && let Ok(r) = c.call("HEAD", &path, &[], b"", &mut sink).await
+            && r.status == 200
+        {
+            return Ok(format!(
+                "{{\"ready_ms\":{:.1}}}",
+                base.elapsed().as_secs_f64() * 1e3
+            ));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -11,7 +11,9 @@
 
 use std::time::Instant;
 
-use brook::{AppendRequest, CreateOptions, Durability, Options, ReadFrom, ReadRequest, Store, StreamName};
+use brook::{
+    AppendRequest, CreateOptions, Durability, Options, ReadFrom, ReadRequest, Store, StreamName,
+};
 
 fn rss_bytes() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -22,21 +24,31 @@ fn rss_bytes() -> u64 {
 }
 
 fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let n: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(100_000);
+    let n: usize = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(100_000);
     let max_open: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(4096);
     let dir = tempfile::tempdir()?;
     let store = Store::open(
         dir.path(),
-        Options::default().durability(Durability::Buffered).max_open_streams(max_open),
+        Options::default()
+            .durability(Durability::Buffered)
+            .max_open_streams(max_open),
     )?;
     let (rss0, fds0) = (rss_bytes(), open_fds());
     let started = Instant::now();
-    let names: Vec<StreamName> = (0..n).map(|i| StreamName::new(&format!("idle/stream-{i:07}"))).collect::<Result<_, _>>()?;
+    let names: Vec<StreamName> = (0..n)
+        .map(|i| StreamName::new(&format!("idle/stream-{i:07}")))
+        .collect::<Result<_, _>>()?;
     std::thread::scope(|sc| -> Result<(), brook::Error> {
         let per = n.div_ceil(8);
         let handles: Vec<_> = names
@@ -47,7 +59,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     for w in chunk.chunks(64) {
                         let mut pending = Vec::new();
                         for name in w {
-                            let req = CreateOptions { content_type: Some("text/plain".into()), ..Default::default() };
+                            let req = CreateOptions {
+                                content_type: Some("text/plain".into()),
+                                ..Default::default()
+                            };
                             pending.push(store.submit_create(name, req)?);
                         }
                         for p in pending {
@@ -55,7 +70,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                         let mut pending = Vec::new();
                         for name in w {
-                            let req = AppendRequest { data: "hello, idle stream".into(), ..Default::default() };
+                            let req = AppendRequest {
+                                data: "hello, idle stream".into(),
+                                ..Default::default()
+                            };
                             pending.push(store.submit_append(name, req)?);
                         }
                         for p in pending {
@@ -78,9 +96,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.checkpoint()?;
     let (rss1, fds1) = (rss_bytes(), open_fds());
     let drss = rss1.saturating_sub(rss0);
-    println!("streams: {n} (max_open_streams {max_open}), created+appended+read in {:.2} s", made.as_secs_f64());
-    println!("rss: {:.1} MiB -> {:.1} MiB, delta {:.1} MiB = {:.0} bytes/stream", rss0 as f64 / 1048576.0, rss1 as f64 / 1048576.0, drss as f64 / 1048576.0, drss as f64 / n as f64);
-    println!("open fds: {fds0} -> {fds1} (delta {})", fds1 as i64 - fds0 as i64);
+    println!(
+        "streams: {n} (max_open_streams {max_open}), created+appended+read in {:.2} s",
+        made.as_secs_f64()
+    );
+    println!(
+        "rss: {:.1} MiB -> {:.1} MiB, delta {:.1} MiB = {:.0} bytes/stream",
+        rss0 as f64 / 1048576.0,
+        rss1 as f64 / 1048576.0,
+        drss as f64 / 1048576.0,
+        drss as f64 / n as f64
+    );
+    println!(
+        "open fds: {fds0} -> {fds1} (delta {})",
+        fds1 as i64 - fds0 as i64
+    );
     println!("disk: {} files", count_files(dir.path()));
     store.shutdown()?;
     Ok(())

@@ -51,7 +51,10 @@ pub fn create_many(store: &Store, names: &[StreamName], content_type: &str, thre
                     let pending: Vec<_> = window
                         .iter()
                         .map(|n| {
-                            let req = CreateOptions { content_type: Some(content_type.into()), ..Default::default() };
+                            let req = CreateOptions {
+                                content_type: Some(content_type.into()),
+                                ..Default::default()
+                            };
                             store.submit_create(n, req).expect("create")
                         })
                         .collect();
@@ -98,6 +101,11 @@ pub fn du(dir: &Path) -> u64 {
 /// Criterion settings for these benches: small samples, a few seconds each, overridable with
 /// `BROOK_BENCH_SECS` (measurement time per case).
 pub fn quick(c: criterion::Criterion) -> criterion::Criterion {
-    let secs: u64 = std::env::var("BROOK_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    c.sample_size(10).measurement_time(Duration::from_secs(secs)).warm_up_time(Duration::from_secs(1))
+    let secs: u64 = std::env::var("BROOK_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    c.sample_size(10)
+        .measurement_time(Duration::from_secs(secs))
+        .warm_up_time(Duration::from_secs(1))
 }
