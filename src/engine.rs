@@ -7,17 +7,20 @@
 //!    change to that state, encodes the journal record into its shard's queue (shard lock, a
 //!    memcpy) and notes the record's LSN. Holding `core` while enqueueing keeps journal order equal
 //!    to the order of the checks.
-//! 3. The shard thread takes the whole queue as one batch, writes it to the journal file with one
-//!    `write`, applies each record to its stream's files and *applied* state (`data` lock), then
-//!    `fdatasync`s the journal (Sync mode) — one sync for every append in the batch, on any stream.
+//! 3. A committer takes the whole queue as one batch under the shard's `writer` lock, writes it to
+//!    the journal file with one `write`, applies each record to its stream's files and *applied*
+//!    state (`data` lock), then `fdatasync`s the journal (Sync mode) — one sync for every append
+//!    in the batch, on any stream. The committer is the shard thread in Sync mode; in Buffered
+//!    mode it is the writer that waits on (or drops) its ticket, on its own thread.
 //! 4. It publishes each touched stream's durable view (`visible`), wakes its waiters, advances the
 //!    shard's durable LSN and wakes the writers waiting on it: only then is anything acknowledged
 //!    or readable.
-//! 5. When the journal passes `checkpoint_bytes` it checkpoints: rotate the journal, sync the file
-//!    system, write each dirty stream's sidecar, sync again, delete the old journal files.
+//! 5. When the journal passes `checkpoint_bytes` the committer rotates the journal and hands each
+//!    dirty stream's state to the shard's checkpoint thread, which syncs the file system, writes
+//!    the sidecars, syncs again and deletes the old journal files while commits go on.
 //!
-//! Lock order: registry → core → (shard queue | data). The shard thread takes only `data` and
-//! `visible`, never `core`, so writers and the shard thread cannot deadlock.
+//! Lock order: registry → core → (shard queue | writer → data → visible). Committers never take
+//! `core`, so writers, committers and the checkpoint thread cannot deadlock.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -252,7 +255,18 @@ impl Ticket {
         }
     }
 
+    /// Buffered mode: commits the batch on this thread unless another one is at it.
+    fn help(&self) {
+        if let (Some(shard), Some(_)) = (&self.shard, &self.batch)
+            && shard.inline
+            && self.poll().is_none()
+        {
+            shard.commit_inline();
+        }
+    }
+
     pub(crate) fn wait(&self) -> Result<()> {
+        self.help();
         loop {
             if let Some(r) = self.poll() {
                 return r;
@@ -266,6 +280,7 @@ impl Ticket {
     }
 
     pub(crate) async fn wait_async(&self) -> Result<()> {
+        self.help();
         loop {
             if let Some(r) = self.poll() {
                 return r;
@@ -276,6 +291,13 @@ impl Ticket {
             }
             l.await;
         }
+    }
+}
+
+impl Drop for Ticket {
+    /// A write nobody waits for is committed now, not when the shard thread next looks.
+    fn drop(&mut self) {
+        self.help();
     }
 }
 
@@ -292,22 +314,73 @@ struct Queue {
     batch: Arc<Batch>,
     next_lsn: u64,
     shutdown: bool,
-    checkpoint: u64,
+    /// Checkpoints asked for by [`Engine::checkpoint`] (a count; see `Shard::checkpointed`).
+    checkpoint_requests: u64,
+    /// A writer committing its own batch found a checkpoint due (Buffered mode).
+    checkpoint_due: bool,
+    /// The shard thread sleeps until a push wakes it (Buffered mode: writers commit their own
+    /// batches, so only the first push after an idle spell wakes the thread).
+    idle: bool,
 }
+
+/// The journal file and what is written to it; held while a batch is written and applied.
+struct Writer {
+    file: File,
+    file_base: u64,
+    /// LSN just past the last byte written. Records still queued have higher LSNs, so a rotation
+    /// starts the new file here, not at the queue's next LSN.
+    end_lsn: u64,
+    /// Bytes written since the last rotation.
+    written: u64,
+    /// The file was created by a rotation and its directory entry is not durable yet.
+    fresh: bool,
+    /// Buffers swapped with the queue's, so a batch allocates nothing.
+    spare_buf: Vec<u8>,
+    spare_items: Vec<Queued>,
+    touched: Vec<Arc<Stream>>,
+}
+
+/// One checkpoint, handed from the writer (which rotated the journal) to the checkpoint thread.
+struct CheckpointJob {
+    /// The rotation point: every record below it is in the streams' files and in `streams`.
+    lsn: u64,
+    /// The checkpoint requests this one answers.
+    requests: u64,
+    /// Each dirty stream with its applied LSN and state at the rotation.
+    streams: Vec<(Arc<Stream>, u64, StreamState)>,
+}
+
+#[derive(Default)]
+struct Checkpoints {
+    job: Option<CheckpointJob>,
+    /// A job is posted or running.
+    busy: bool,
+    stop: bool,
+}
+
+/// How long the shard thread leaves queued records to their writers (Buffered mode) before it
+/// commits them itself: the bound on the delay of a record whose [`Pending`] nobody waits on.
+const LINGER: Duration = Duration::from_millis(20);
 
 pub(crate) struct Shard {
     id: usize,
     dir: PathBuf,
     root: PathBuf,
     options: Options,
+    /// Buffered mode: a writer commits the queue itself when it waits (no thread hand-off).
+    inline: bool,
     queue: Mutex<Queue>,
     wake: Condvar,
+    writer: Mutex<Writer>,
     durable_lsn: AtomicU64,
     durable: Event,
     poisoned: AtomicBool,
-    checkpoints_done: AtomicU64,
+    checkpoints: Mutex<Checkpoints>,
+    checkpoints_cv: Condvar,
+    /// The checkpoint requests answered so far.
+    checkpointed: AtomicU64,
     checkpoint_done: Event,
-    /// Streams whose applied state is newer than their sidecar (shard thread only).
+    /// Streams whose applied state is newer than their sidecar (changed under `writer`).
     dirty: Mutex<HashMap<String, Arc<Stream>>>,
 }
 
@@ -326,8 +399,11 @@ impl Shard {
         let lsn = q.next_lsn;
         q.items.push(Queued { stream: stream.clone(), record, lsn });
         let batch = q.batch.clone();
+        let wake = !self.inline || std::mem::take(&mut q.idle);
         drop(q);
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
         Ok(Ticket { shard: Some(self.clone()), lsn, batch: Some(batch) })
     }
 
@@ -341,86 +417,175 @@ impl Shard {
         self.checkpoint_done.notify(usize::MAX);
     }
 
-    /// The shard thread: group commit until shutdown.
-    fn run(self: Arc<Self>, mut file: File, mut file_base: u64) {
-        // LSN just past the last byte written to the journal. Records still in the queue have
-        // higher LSNs, so a rotation must start the new file here, not at the queue's next LSN.
-        let mut end_lsn = self.queue.lock().next_lsn;
-        let mut written = end_lsn - file_base;
+    /// Buffered mode: commits the queue on the caller's thread unless another thread is
+    /// committing (which then commits what was queued meanwhile, too).
+    fn commit_inline(&self) {
         loop {
-            let (buf, items, batch, checkpoint, shutdown) = {
-                let mut q = self.queue.lock();
-                while q.items.is_empty() && !q.shutdown && q.checkpoint == 0 {
-                    self.wake.wait(&mut q);
-                }
-                let buf = std::mem::replace(&mut q.buf, Vec::with_capacity(64 << 10));
-                let batch = std::mem::replace(&mut q.batch, Batch::new());
-                (buf, std::mem::take(&mut q.items), batch, std::mem::take(&mut q.checkpoint), q.shutdown)
-            };
-            if !items.is_empty() {
-                if self.poisoned.load(Ordering::Acquire) {
-                    batch.finish(false);
-                    continue;
-                }
-                if let Err(_e) = self.commit(&mut file, &buf, &items) {
-                    self.poison();
-                    batch.finish(false);
-                    continue;
-                }
-                batch.finish(true);
-                written += buf.len() as u64;
-                end_lsn += buf.len() as u64;
+            let Some(mut w) = self.writer.try_lock() else { return };
+            self.drain(&mut w);
+            let due = self.checkpoint_due(&w);
+            drop(w);
+            let mut q = self.queue.lock();
+            if due && !q.checkpoint_due && !self.checkpoints.lock().busy {
+                q.checkpoint_due = true;
+                drop(q);
+                self.wake.notify_one();
+                return;
             }
-            // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
-            // them too: otherwise touching many streams between checkpoints keeps every one of them
-            // open (two descriptors each) and exhausts `ulimit -n`.
-            let dirty_cap = (self.options.max_open_streams / (2 * self.options.journal_shards)).max(8);
-            let want = checkpoint > 0
-                || shutdown
-                || written >= self.options.checkpoint_bytes
-                || self.dirty.lock().len() >= dirty_cap;
-            if want && !self.poisoned.load(Ordering::Acquire) {
-                match self.checkpoint(&mut file, &mut file_base, end_lsn) {
-                    Ok(()) => written = 0,
-                    Err(_e) => self.poison(),
-                }
-                self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
-                self.checkpoint_done.notify(usize::MAX);
-            }
-            if shutdown && self.queue.lock().items.is_empty() {
-                self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
-                self.checkpoint_done.notify(usize::MAX);
+            if q.items.is_empty() {
                 return;
             }
         }
     }
 
-    /// Steps 3 and 4 of the write path for one batch.
-    fn commit(&self, file: &mut File, buf: &[u8], items: &[Queued]) -> Result<()> {
-        file.write_all(buf)?;
-        let mut touched: Vec<Arc<Stream>> = Vec::new();
+    /// Commits everything queued as one batch (steps 3 and 4); false when the queue was empty.
+    fn drain(&self, w: &mut Writer) -> bool {
+        let (buf, items, batch) = {
+            let mut q = self.queue.lock();
+            if q.items.is_empty() {
+                return false;
+            }
+            w.spare_buf.clear();
+            let buf = std::mem::replace(&mut q.buf, std::mem::take(&mut w.spare_buf));
+            let items = std::mem::replace(&mut q.items, std::mem::take(&mut w.spare_items));
+            let batch = std::mem::replace(&mut q.batch, Batch::new());
+            (buf, items, batch)
+        };
+        if self.poisoned.load(Ordering::Acquire) {
+            batch.finish(false);
+        } else if let Err(_e) = self.commit(w, &buf, &items) {
+            self.poison();
+            batch.finish(false);
+        } else {
+            batch.finish(true);
+            w.written += buf.len() as u64;
+            w.end_lsn += buf.len() as u64;
+        }
+        w.spare_buf = buf;
+        w.spare_items = items;
+        w.spare_items.clear();
+        true
+    }
+
+    /// Whether the journal or the dirty set has grown enough for a checkpoint.
+    fn checkpoint_due(&self, w: &Writer) -> bool {
+        // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
+        // them too: otherwise touching many streams between checkpoints keeps every one of them
+        // open (two descriptors each) and exhausts `ulimit -n`.
+        let dirty_cap = (self.options.max_open_streams / (2 * self.options.journal_shards)).max(8);
+        w.written >= self.options.checkpoint_bytes || self.dirty.lock().len() >= dirty_cap
+    }
+
+    /// The shard thread: group commit (Sync mode) or the stragglers (Buffered mode), and the
+    /// rotations that start checkpoints, until shutdown.
+    fn run(self: Arc<Self>) {
+        let mut answered = 0;
+        loop {
+            let (requests, due, shutdown) = {
+                let mut q = self.queue.lock();
+                loop {
+                    if q.shutdown || q.checkpoint_requests > answered || q.checkpoint_due {
+                        break;
+                    }
+                    if !self.inline {
+                        if !q.items.is_empty() {
+                            break;
+                        }
+                        self.wake.wait(&mut q);
+                        continue;
+                    }
+                    if q.items.is_empty() {
+                        q.idle = true;
+                        self.wake.wait(&mut q);
+                        q.idle = false;
+                        continue;
+                    }
+                    // Writers commit their own batches; take what they leave after a while.
+                    self.wake.wait_for(&mut q, LINGER);
+                    break;
+                }
+                (q.checkpoint_requests, std::mem::take(&mut q.checkpoint_due), q.shutdown)
+            };
+            let mut w = self.writer.lock();
+            self.drain(&mut w);
+            let forced = requests > answered || shutdown;
+            if !(forced || due || self.checkpoint_due(&w)) || self.poisoned.load(Ordering::Acquire) {
+                if shutdown {
+                    break;
+                }
+                continue;
+            }
+            if self.checkpoints.lock().busy {
+                if !forced {
+                    continue;
+                }
+                drop(w);
+                self.wait_checkpoints();
+                w = self.writer.lock();
+                self.drain(&mut w);
+            }
+            match self.rotate(&mut w, requests) {
+                Ok(job) => {
+                    let mut c = self.checkpoints.lock();
+                    c.job = Some(job);
+                    c.busy = true;
+                    self.checkpoints_cv.notify_all();
+                }
+                Err(_e) => self.poison(),
+            }
+            answered = requests;
+            if shutdown {
+                break;
+            }
+        }
+        // Shutdown: the last batches are committed; wait for the final checkpoint, then stop the
+        // checkpoint thread.
+        self.wait_checkpoints();
+        self.checkpoints.lock().stop = true;
+        self.checkpoints_cv.notify_all();
+        self.checkpoint_done.notify(usize::MAX);
+    }
+
+    /// Waits until no checkpoint is posted or running.
+    fn wait_checkpoints(&self) {
+        let mut c = self.checkpoints.lock();
+        while c.busy {
+            self.checkpoints_cv.wait(&mut c);
+        }
+    }
+
+    /// Step 3 and 4 for one batch: write it, apply it, sync it (Sync mode), publish it.
+    fn commit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
+        w.file.write_all(buf)?;
         let mut after: Vec<PathBuf> = Vec::new();
+        w.touched.clear();
         for it in items {
             apply(&self.root, &self.options, &it.stream, it.lsn, &it.record, &mut after)?;
             let mut dirty = self.dirty.lock();
             if it.stream.data.lock().deleted {
                 dirty.remove(it.stream.name.as_str());
-            } else {
+            } else if !dirty.contains_key(it.stream.name.as_str()) {
                 dirty.insert(it.stream.name.as_str().to_owned(), it.stream.clone());
             }
-            if !touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
-                touched.push(it.stream.clone());
+            if !w.touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
+                w.touched.push(it.stream.clone());
             }
         }
         if self.options.durability == Durability::Sync {
-            file.sync_data()?;
+            w.file.sync_data()?;
+            if w.fresh {
+                // The first sync of a rotated journal makes its name durable too.
+                fs::sync_dir(&self.dir)?;
+                w.fresh = false;
+            }
         }
-        for s in &touched {
+        for s in &w.touched {
             let d = s.data.lock();
             *s.visible.lock() = Visible::of(&d.state, d.deleted);
             drop(d);
             s.event.notify(usize::MAX);
         }
+        w.touched.clear();
         if let Some(last) = items.last() {
             self.durable_lsn.store(last.lsn, Ordering::Release);
         }
@@ -431,30 +596,82 @@ impl Shard {
         Ok(())
     }
 
-    /// Step 5: makes every dirty stream's files and sidecar durable and drops old journal files.
-    fn checkpoint(&self, file: &mut File, file_base: &mut u64, lsn: u64) -> Result<()> {
-        // 5a. Rotate: later batches go to a new file that starts at the current LSN.
-        let old = journal::list_files(&self.dir)?;
-        let mut fresh = new_journal_file(&self.dir, self.id, lsn)?;
-        std::mem::swap(file, &mut fresh);
-        *file_base = lsn;
-        // 5b. Everything applied so far (segments, indexes, directories) becomes durable.
-        fs::sync_fs(file)?;
-        // 5c. Sidecars record the applied state, which step 5b made durable.
+    /// Step 5a: later batches go to a new journal file starting at the current LSN; the dirty
+    /// streams' state at this point is what the checkpoint records.
+    fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
+        let lsn = w.end_lsn;
+        if lsn > w.file_base {
+            w.file = open_journal_file(&self.dir, self.id, lsn)?;
+            w.file_base = lsn;
+            w.written = 0;
+            w.fresh = true;
+        }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
-        for s in &dirty {
+        let mut streams = Vec::with_capacity(dirty.len());
+        for s in dirty {
+            let d = s.data.lock();
+            if !d.deleted {
+                let (lsn, state) = (d.applied_lsn, d.state.clone());
+                drop(d);
+                streams.push((s, lsn, state));
+            }
+        }
+        Ok(CheckpointJob { lsn, requests, streams })
+    }
+
+    /// The checkpoint thread: runs the jobs the writer posts, one at a time.
+    fn checkpointer(self: Arc<Self>) {
+        let syncer = match File::open(&self.dir) {
+            Ok(f) => f,
+            Err(_e) => {
+                self.poison();
+                return;
+            }
+        };
+        loop {
+            let job = {
+                let mut c = self.checkpoints.lock();
+                loop {
+                    if let Some(job) = c.job.take() {
+                        break job;
+                    }
+                    if c.stop {
+                        return;
+                    }
+                    self.checkpoints_cv.wait(&mut c);
+                }
+            };
+            if self.poisoned.load(Ordering::Acquire) || self.checkpoint(&syncer, &job).is_err() {
+                self.poison();
+            }
+            self.checkpointed.fetch_max(job.requests, Ordering::AcqRel);
+            drop(job);
+            self.checkpoints.lock().busy = false;
+            self.checkpoints_cv.notify_all();
+            self.checkpoint_done.notify(usize::MAX);
+        }
+    }
+
+    /// Steps 5b-5d: makes the job's streams' files and sidecars durable and drops the journal
+    /// files before its rotation point. Runs beside the writer, which goes on committing.
+    fn checkpoint(&self, syncer: &File, job: &CheckpointJob) -> Result<()> {
+        // 5b. Everything applied before the rotation (segments, indexes, directories) becomes
+        // durable (and whatever was applied since: sidecars never claim more than that).
+        fs::sync_fs(syncer)?;
+        // 5c. Sidecars record each stream's state at the rotation.
+        for (s, lsn, state) in &job.streams {
             let mut d = s.data.lock();
             if d.deleted {
                 continue;
             }
             d.generation += 1;
-            sidecar::write(&s.dir, d.generation, d.applied_lsn, &d.state)?;
-            d.checkpointed_lsn = d.applied_lsn;
+            sidecar::write(&s.dir, d.generation, *lsn, state)?;
+            d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
         }
         // 5d. The sidecars become durable; only then may the journal they replace go.
-        fs::sync_fs(file)?;
-        for (base, path) in old {
-            if base < lsn {
+        fs::sync_fs(syncer)?;
+        for (base, path) in journal::list_files(&self.dir)? {
+            if base < job.lsn {
                 std::fs::remove_file(path)?;
             }
         }
@@ -463,10 +680,16 @@ impl Shard {
     }
 }
 
-fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
+/// A new journal file with its header (not yet synced: see `Writer::fresh`).
+fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let path = journal::file_path(dir, base_lsn);
     let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
     f.write_all(&journal::file_header(shard as u32, base_lsn))?;
+    Ok(f)
+}
+
+fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
+    let f = open_journal_file(dir, shard, base_lsn)?;
     f.sync_all()?;
     fs::sync_dir(dir)?;
     Ok(f)
@@ -628,22 +851,44 @@ impl Engine {
 
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut shards = Vec::new();
-        let mut starts = Vec::new();
         for id in 0..options.journal_shards {
             let jdir = root.join("journal").join(format!("{id:02}"));
             std::fs::create_dir_all(&jdir)?;
             let end = replay_shard(&root, &options, id, &jdir, &mut registry)?;
+            let file = new_journal_file(&jdir, id, end)?;
             let shard = Arc::new(Shard {
                 id,
                 dir: jdir.clone(),
                 root: root.clone(),
                 options: options.clone(),
-                queue: Mutex::new(Queue { buf: Vec::with_capacity(64 << 10), items: Vec::new(), batch: Batch::new(), next_lsn: end, shutdown: false, checkpoint: 0 }),
+                inline: options.durability == Durability::Buffered,
+                queue: Mutex::new(Queue {
+                    buf: Vec::with_capacity(64 << 10),
+                    items: Vec::new(),
+                    batch: Batch::new(),
+                    next_lsn: end,
+                    shutdown: false,
+                    checkpoint_requests: 0,
+                    checkpoint_due: false,
+                    idle: false,
+                }),
                 wake: Condvar::new(),
+                writer: Mutex::new(Writer {
+                    file,
+                    file_base: end,
+                    end_lsn: end,
+                    written: 0,
+                    fresh: false,
+                    spare_buf: Vec::with_capacity(64 << 10),
+                    spare_items: Vec::new(),
+                    touched: Vec::new(),
+                }),
                 durable_lsn: AtomicU64::new(end),
                 durable: Event::new(),
                 poisoned: AtomicBool::new(false),
-                checkpoints_done: AtomicU64::new(0),
+                checkpoints: Mutex::new(Checkpoints::default()),
+                checkpoints_cv: Condvar::new(),
+                checkpointed: AtomicU64::new(0),
                 checkpoint_done: Event::new(),
                 dirty: Mutex::new(HashMap::new()),
             });
@@ -660,18 +905,18 @@ impl Engine {
                     }
                 }
             }
-            let mut file = new_journal_file(&jdir, id, end)?;
-            let mut base = end;
             // Make the replayed state a checkpoint right away, so the old journal can go.
-            shard.checkpoint(&mut file, &mut base, end)?;
-            starts.push((shard.clone(), file, base));
+            let job = shard.rotate(&mut shard.writer.lock(), 0)?;
+            shard.checkpoint(&File::open(&jdir)?, &job)?;
             shards.push(shard);
         }
         registry.retain(|_, s| !s.data.lock().deleted);
         let mut threads = Vec::new();
-        for (shard, file, base) in starts {
-            let name = format!("brook-journal-{}", shard.id);
-            threads.push(std::thread::Builder::new().name(name).spawn(move || shard.run(file, base))?);
+        for shard in &shards {
+            let (s, name) = (shard.clone(), format!("brook-journal-{}", shard.id));
+            threads.push(std::thread::Builder::new().name(name).spawn(move || s.run())?);
+            let (s, name) = (shard.clone(), format!("brook-checkpoint-{}", shard.id));
+            threads.push(std::thread::Builder::new().name(name).spawn(move || s.checkpointer())?);
         }
         let engine = Arc::new(Engine {
             root,
@@ -1209,9 +1454,9 @@ impl Engine {
         }
         let max = req.max_bytes.unwrap_or(self.options.max_read_bytes).clamp(1, self.options.max_read_bytes);
         let mut end = if req.from == ReadFrom::Tail { start.bytes } else { vis.tail.bytes.min(start.bytes.saturating_add(max)) };
-        if s.json && end < vis.tail.bytes && end > start.bytes.saturating_sub(0) {
-            end = self.read_boundary(&s, start.bytes, end, vis.tail.bytes)?;
-        } else if s.json && end == start.bytes && end < vis.tail.bytes && req.from != ReadFrom::Tail {
+        // A JSON read ends on a message boundary (at least one whole message), unless it is
+        // `offset=now` or reaches the tail.
+        if s.json && end < vis.tail.bytes && req.from != ReadFrom::Tail {
             end = self.read_boundary(&s, start.bytes, end, vis.tail.bytes)?;
         }
         Ok((s, vis, start.bytes, end))
@@ -1639,24 +1884,24 @@ impl Engine {
 
     pub(crate) fn checkpoint(&self) -> Result<()> {
         for shard in &self.shards {
-            let before = shard.checkpoints_done.load(Ordering::Acquire);
-            {
+            let n = {
                 let mut q = shard.queue.lock();
                 if q.shutdown {
                     return Err(Error::ShutDown);
                 }
-                q.checkpoint += 1;
-            }
+                q.checkpoint_requests += 1;
+                q.checkpoint_requests
+            };
             shard.wake.notify_one();
             loop {
                 if shard.poisoned.load(Ordering::Acquire) {
                     return Err(Error::Poisoned);
                 }
-                if shard.checkpoints_done.load(Ordering::Acquire) > before {
+                if shard.checkpointed.load(Ordering::Acquire) >= n {
                     break;
                 }
                 let l = shard.checkpoint_done.listen();
-                if shard.checkpoints_done.load(Ordering::Acquire) > before || shard.poisoned.load(Ordering::Acquire) {
+                if shard.checkpointed.load(Ordering::Acquire) >= n || shard.poisoned.load(Ordering::Acquire) {
                     continue;
                 }
                 l.wait();

@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -113,45 +113,93 @@ impl AppState {
 /// ends them on shutdown.
 pub fn router(store: Store, config: ServerConfig) -> Router {
     let (tx, rx) = watch::channel(false);
-    build_router(store, config, tx, rx)
+    let state = Arc::new(app_state(store, config, tx, rx));
+    Router::new().fallback(move |req: Request| {
+        let app = state.clone();
+        async move { handle(&app, req).await }
+    })
 }
 
-fn build_router(
-    store: Store,
-    config: ServerConfig,
-    tx: watch::Sender<bool>,
-    rx: watch::Receiver<bool>,
-) -> Router {
-    let state = AppState {
+fn app_state(store: Store, config: ServerConfig, tx: watch::Sender<bool>, rx: watch::Receiver<bool>) -> AppState {
+    AppState {
         store,
         config: Arc::new(config),
         shutdown: rx,
         _shutdown_tx: Arc::new(tx),
-    };
-    Router::new()
-        .fallback(dispatch)
-        .with_state(state)
-        .layer(axum::middleware::map_response(common_headers))
+    }
 }
 
 /// Serves the protocol on `listener` until `shutdown` resolves, then ends live readers, lets
 /// in-flight requests finish and returns. The caller shuts the store down afterwards.
+///
+/// Each connection is served by hyper's HTTP/1.1 connection loop straight into the handler
+/// (no router or middleware stack per request: the path is parsed once by [`parse_route`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     store: Store,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+
     let (tx, rx) = watch::channel(false);
     let signal = tx.clone();
-    let app = build_router(store, config, tx, rx);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // Live readers watch this and answer (204, end of SSE) at once.
-            let _ = signal.send(true);
-        })
-        .await
+    let app = Arc::new(app_state(store, config, tx, rx));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).keep_alive(true);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(e) => {
+                // Out of descriptors or a connection that died in the backlog: keep serving
+                // the connections already open, and try again shortly.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        // Responses leave in one `writev`; small ones must not wait for Nagle's timer.
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let app = app.clone();
+            async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // A connection's error (reset, malformed request) concerns that connection only.
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    // Live readers watch this and answer (204, end of SSE) at once.
+    let _ = signal.send(true);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// One request, start to finish: CORS preflight or the route's handler, then the headers every
+/// response carries.
+async fn handle(app: &AppState, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let mut res = if parts.method == Method::OPTIONS {
+        preflight(&parts.headers)
+    } else {
+        match route(app, parts, body).await {
+            Ok(res) => res,
+            Err(e) => e.into_response(),
+        }
+    };
+    common_headers(res.headers_mut());
+    res
 }
 
 /// Response headers that every response carries: PROTOCOL.md 12.7 and CORS.
@@ -167,8 +215,7 @@ const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Strea
 
 const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
 
-async fn common_headers(mut res: Response) -> Response {
-    let h = res.headers_mut();
+fn common_headers(h: &mut HeaderMap) {
     h.insert(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
@@ -185,7 +232,6 @@ async fn common_headers(mut res: Response) -> Response {
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
         HeaderValue::from_static(EXPOSED_HEADERS),
     );
-    res
 }
 
 /// A CORS preflight: every method and protocol header is allowed, plus whatever the browser
@@ -264,17 +310,6 @@ pub(crate) fn parse_route(path: &str) -> Result<Route, ApiError> {
         }
     }
     stream_name(Some(p)).map(Route::Stream)
-}
-
-async fn dispatch(State(app): State<AppState>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    if parts.method == Method::OPTIONS {
-        return preflight(&parts.headers);
-    }
-    match route(&app, parts, body).await {
-        Ok(res) => res,
-        Err(e) => e.into_response(),
-    }
 }
 
 async fn route(app: &AppState, parts: Parts, body: Body) -> Result<Response, ApiError> {
@@ -365,7 +400,7 @@ impl Reply {
     pub(crate) fn new(status: StatusCode) -> Self {
         Reply {
             status,
-            headers: HeaderMap::new(),
+            headers: HeaderMap::with_capacity(16),
         }
     }
 

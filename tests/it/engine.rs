@@ -312,3 +312,50 @@ fn many_streams_with_a_small_cache() -> R {
     }
     Ok(())
 }
+
+/// Buffered mode commits a batch on the thread that waits for it; a write nobody waits for
+/// still becomes durable and readable: at once when its `Pending` is dropped, and within the
+/// shard thread's linger while a caller holds it unwaited.
+#[test]
+fn buffered_writes_commit_without_a_waiter() -> R {
+    let dir = tempfile::tempdir()?;
+    let opts = Options::default().durability(Durability::Buffered);
+    let n = name("buffered/unwaited");
+    {
+        let store = Store::open(dir.path(), opts.clone())?;
+        store.create(&n, text("text/plain"))?;
+        // Dropped without waiting: committed by the drop.
+        drop(store.submit_append(&n, append("one "))?);
+        assert_eq!(read_all(&store, &n)?, b"one ");
+        // Held without waiting: the shard thread commits it.
+        let held = store.submit_append(&n, append("two"))?;
+        let before = Offset::new(1, 4);
+        assert!(store.wait_blocking(&n, before, Duration::from_secs(5))?, "a held write was never committed");
+        assert_eq!(read_all(&store, &n)?, b"one two");
+        let out = held.wait()?;
+        assert_eq!(out.tail, Offset::new(2, 7));
+        // Many writers on many threads, each committing for the others now and then.
+        std::thread::scope(|sc| {
+            for t in 0..8 {
+                let (store, n) = (&store, &n);
+                sc.spawn(move || {
+                    for k in 0..200 {
+                        store.append(n, append(&format!("<{t}.{k}>"))).expect("append");
+                    }
+                });
+            }
+        });
+        let all = String::from_utf8(read_all(&store, &n)?)?;
+        for t in 0..8 {
+            for k in 0..200 {
+                assert_eq!(all.matches(&format!("<{t}.{k}>")).count(), 1);
+            }
+        }
+    }
+    // A clean shutdown checkpointed all of it.
+    let store = Store::open(dir.path(), opts)?;
+    let all = String::from_utf8(read_all(&store, &n)?)?;
+    assert!(all.starts_with("one two"));
+    assert_eq!(all.matches('<').count(), 1600);
+    Ok(())
+}
