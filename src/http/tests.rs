@@ -970,6 +970,37 @@ async fn sse_ends_after_its_lifetime() -> TestResult {
     Ok(())
 }
 
+/// An idle SSE connection gets keep-alive comments every `sse_keepalive`, data still arrives
+/// between them, and the connection ends at its lifetime.
+#[tokio::test]
+async fn sse_keeps_idle_connections_alive_and_still_delivers() -> TestResult {
+    let config = ServerConfig {
+        sse_keepalive: Duration::from_millis(60),
+        sse_max_duration: Duration::from_millis(700),
+        ..ServerConfig::default()
+    };
+    let t = std::sync::Arc::new(harness_with(Options::default(), config)?);
+    t.text_stream("/s/k", "").await;
+    let writer = t.clone();
+    let append = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        writer.post("/s/k", &[CT_TEXT], "late").await.status
+    });
+    let started = std::time::Instant::now();
+    let r = t.get("/s/k?offset=-1&live=sse", &[]).await;
+    let lasted = started.elapsed();
+    assert_eq!(append.await?, StatusCode::NO_CONTENT);
+    let text = r.text();
+    let data = text.find("data:late").expect("the append is delivered");
+    let before = text[..data].matches(": keep-alive").count();
+    let after = text[data..].matches(": keep-alive").count();
+    assert!(before >= 2, "keep-alives while idle before the append: {text}");
+    assert!(after >= 2, "keep-alives while idle after the append: {text}");
+    assert!(lasted >= Duration::from_millis(650), "ended early: {lasted:?}");
+    assert!(lasted < Duration::from_secs(5), "did not end at its lifetime: {lasted:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn delete_and_soft_delete() -> TestResult {
     let t = harness()?;
