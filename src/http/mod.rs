@@ -190,6 +190,7 @@ pub async fn serve(
 /// response carries.
 async fn handle(app: &AppState, req: Request) -> Response {
     let (parts, body) = req.into_parts();
+    let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
     let mut res = if parts.method == Method::OPTIONS {
         preflight(&parts.headers)
     } else {
@@ -198,7 +199,7 @@ async fn handle(app: &AppState, req: Request) -> Response {
             Err(e) => e.into_response(),
         }
     };
-    common_headers(res.headers_mut());
+    common_headers(res.headers_mut(), cors);
     res
 }
 
@@ -215,7 +216,13 @@ const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Strea
 
 const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
 
-fn common_headers(h: &mut HeaderMap) {
+///
+/// The CORS headers go on responses to requests that carry `Origin` (every cross-origin browser
+/// request does, and every browser POST, PUT and DELETE) and on every GET response, since a
+/// shared cache may hand a GET response to a browser that asked with `Origin`. Other responses
+/// (a server-side client's append, say) go without them: `Access-Control-Expose-Headers` alone
+/// is 400 bytes, more than the rest of an append's response.
+fn common_headers(h: &mut HeaderMap, cors: bool) {
     h.insert(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
@@ -224,6 +231,9 @@ fn common_headers(h: &mut HeaderMap) {
         "cross-origin-resource-policy",
         HeaderValue::from_static("cross-origin"),
     );
+    if !cors {
+        return;
+    }
     h.insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
         HeaderValue::from_static("*"),

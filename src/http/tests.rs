@@ -1110,6 +1110,19 @@ async fn bad_requests_methods_limits_and_cors() -> TestResult {
     ] {
         assert!(exposed.contains(h), "{h}");
     }
+    // A browser's append (it sends Origin) gets the CORS headers; a server-side client's does
+    // not need them. The security headers go on every response.
+    let r = t
+        .post("/s/l", &[CT_TEXT, ("origin", "https://app.example")], "x")
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(r.h("access-control-allow-origin"), Some("*"));
+    assert!(r.h("access-control-expose-headers").is_some());
+    let r = t.post("/s/l", &[CT_TEXT], "y").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(r.h("access-control-allow-origin"), None);
+    assert_eq!(r.h("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.h("cross-origin-resource-policy"), Some("cross-origin"));
     Ok(())
 }
 
