@@ -74,6 +74,9 @@ struct ServeArgs {
     /// Journal shards: files with their own sync thread, so several fsyncs run at once.
     #[arg(long, default_value_t = 2)]
     journal_shards: usize,
+    /// Journal bytes per shard between checkpoints: bounds what recovery replays after a crash.
+    #[arg(long, default_value_t = 64 << 20)]
+    checkpoint_bytes: u64,
     /// Streams kept open (file handles and maps) at once.
     #[arg(long, default_value_t = 4096)]
     max_open_streams: usize,
@@ -120,6 +123,7 @@ fn run_serve(args: ServeArgs) -> Result<(), String> {
         .max_read_bytes(args.max_read_bytes)
         .max_snapshot_bytes(args.max_snapshot_bytes)
         .journal_shards(args.journal_shards)
+        .checkpoint_bytes(args.checkpoint_bytes)
         .max_open_streams(args.max_open_streams);
     let store = Store::open(dir, options).map_err(|e| match e {
         Error::Locked(_) => format!(
