@@ -292,6 +292,7 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
     use crate::state::Config;

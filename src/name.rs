@@ -265,6 +265,7 @@ pub fn is_json(ct: &str) -> bool {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
 

@@ -113,6 +113,7 @@ pub(crate) fn write(dir: &Path, generation: u64, applied_lsn: u64, state: &Strea
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
     use crate::name::Offset;

@@ -399,6 +399,7 @@ pub(crate) fn to_ms(t: SystemTime) -> SystemTime {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
 
