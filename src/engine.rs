@@ -1464,11 +1464,34 @@ impl Engine {
 
     pub(crate) fn read(&self, name: &StreamName, req: &ReadRequest) -> Result<ReadChunk> {
         let (s, vis, from, to) = self.read_plan(name, req)?;
+        self.read_planned(&s, &vis, from, to)
+    }
+
+    /// A read without any blocking step, for async callers: `None` when it would block (the
+    /// stream is not open, is a fork, has expired, or the range holds messages not yet checked
+    /// against their checksums since the stream was opened); the caller then reads on a
+    /// blocking thread. Otherwise the read is index lookups and map slicing.
+    pub(crate) fn try_read(&self, name: &StreamName, req: &ReadRequest) -> Option<Result<ReadChunk>> {
+        let s = self.registry.lock().get(name.as_str()).cloned()?;
+        if s.config.fork.is_some() || s.expired_at(now_ms()) || s.core.lock().gone {
+            return None;
+        }
+        let (s, vis, from, to) = match self.read_plan(name, req) {
+            Ok(plan) => plan,
+            Err(e) => return Some(Err(e)),
+        };
+        if !s.data.lock().segs.as_ref().is_some_and(|g| g.verified(from, to)) {
+            return None;
+        }
+        Some(self.read_planned(&s, &vis, from, to))
+    }
+
+    fn read_planned(&self, s: &Arc<Stream>, vis: &Visible, from: u64, to: u64) -> Result<ReadChunk> {
         let mut pieces = Vec::new();
-        self.read_range(&s, from, to, &mut pieces)?;
+        self.read_range(s, from, to, &mut pieces)?;
         let data_len = to - from;
         let body = if s.json { json_array(pieces) } else { pieces };
-        self.chunk(&s, &vis, from, to, body, data_len)
+        self.chunk(s, vis, from, to, body, data_len)
     }
 
     fn chunk(&self, s: &Arc<Stream>, vis: &Visible, from: u64, to: u64, body: Vec<Bytes>, data_len: u64) -> Result<ReadChunk> {

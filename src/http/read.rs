@@ -138,6 +138,11 @@ async fn read_chunk(
     name: &StreamName,
     req: ReadRequest,
 ) -> Result<ReadChunk, ApiError> {
+    // An open stream's verified range is read right here (index lookups and map slicing); the
+    // rest goes to a blocking thread.
+    if let Some(read) = app.store.engine().try_read(name, &req) {
+        return read.map_err(|e| ApiError::Store(e, Op::Read));
+    }
     let store = app.store.clone();
     let name = name.clone();
     blocking(Op::Read, move || store.read(&name, &req)).await

@@ -348,6 +348,15 @@ impl SegmentSet {
         Ok((pos >= to).then_some(out))
     }
 
+    /// Whether reading `[from, to)` needs no message checked against its checksum first, so the
+    /// read touches no data pages (and can run where blocking is not allowed).
+    pub(crate) fn verified(&self, from: u64, to: u64) -> bool {
+        self.segs
+            .iter()
+            .filter(|s| s.end > from && s.base.bytes < to)
+            .all(|s| s.verified >= s.count || s.entry_start(s.verified) >= to)
+    }
+
     fn seg_for(&self, pos: u64) -> Option<&Segment> {
         self.segs.iter().rev().find(|s| s.base.bytes <= pos)
     }
