@@ -1,4 +1,5 @@
-//! File-system helpers: the store lock, directory syncs and whole-file-system syncs.
+//! File-system helpers: the store lock, directory syncs, whole-file-system syncs, and (for the
+//! server) `sendfile(2)` from a file to a socket.
 
 use std::fs::File;
 use std::path::Path;
@@ -22,6 +23,42 @@ pub(crate) fn sync_fs(file: &File) -> Result<()> {
         return Err(std::io::Error::last_os_error().into());
     }
     Ok(())
+}
+
+/// Sends up to `len` bytes of `file`, from `offset`, to the socket `out` with `sendfile(2)`: the
+/// kernel hands the file's page-cache pages to the socket, and no byte passes through user
+/// memory. Returns the bytes sent (0 at the end of the file); a socket that is not ready fails
+/// with `WouldBlock`.
+///
+/// A socket whose peer is gone raises SIGPIPE, as with any write without `MSG_NOSIGNAL`: use it
+/// only when [`sigpipe_is_handled`].
+#[cfg(feature = "http")]
+pub(crate) fn send_file(out: std::os::fd::BorrowedFd<'_>, file: &File, offset: u64, len: usize) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut off = libc::off_t::try_from(offset).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    #[expect(unsafe_code, reason = "sendfile(2) between two open descriptors; the only memory it touches is `off`")]
+    // SAFETY: both descriptors are open for the duration of the call (`out` is borrowed, `file`
+    // is referenced); `off` is a live, exclusively borrowed off_t that the kernel updates.
+    let n = unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// Whether SIGPIPE is ignored or handled in this process (not its default action, which ends
+/// the process). Rust's runtime ignores it before `main` in every Rust program; a host that
+/// restored the default must not have brook write to sockets without `MSG_NOSIGNAL`.
+#[cfg(feature = "http")]
+pub(crate) fn sigpipe_is_handled() -> bool {
+    let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    #[expect(unsafe_code, reason = "sigaction(2) only reads the current SIGPIPE disposition")]
+    // SAFETY: a null `act` changes nothing; `old` is a valid, writable sigaction that the call
+    // fills in when it succeeds, and is read only then (a zeroed sigaction is valid anyway).
+    let handler = unsafe {
+        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), old.as_mut_ptr()) != 0 {
+            return false;
+        }
+        old.assume_init().sa_sigaction
+    };
+    handler != libc::SIG_DFL
 }
 
 /// Takes the store's exclusive lock (`LOCK` in the data directory), held until the file is dropped.

@@ -36,6 +36,7 @@ mod cursor;
 mod error;
 mod ext;
 mod read;
+mod socket;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -146,6 +147,12 @@ pub async fn serve(
     let signal = tx.clone();
     let app = Arc::new(app_state(store, config, tx, rx));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Large mapped body slices leave by sendfile(2) (see socket.rs), which has no MSG_NOSIGNAL:
+    // only where a peer that went away cannot end the process with SIGPIPE.
+    let sendfile = crate::fs::sigpipe_is_handled();
+    if !sendfile {
+        tracing::info!("SIGPIPE has its default action: read bodies are copied to sockets, not sent with sendfile");
+    }
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true);
     let mut shutdown = std::pin::pin!(shutdown);
@@ -165,14 +172,15 @@ pub async fn serve(
                 continue;
             }
         };
-        // Responses leave in one `writev`; small ones must not wait for Nagle's timer.
+        // A response head leaves in one `writev` (with the body when it is small or not mapped);
+        // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let app = app.clone();
             async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = builder.serve_connection(TokioIo::new(socket::Socket::new(stream, sendfile)), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             // A connection's error (reset, malformed request) concerns that connection only.

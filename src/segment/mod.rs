@@ -17,17 +17,21 @@
 
 mod mmap;
 
+#[cfg(feature = "http")]
+pub(crate) use mmap::{FileRange, file_range};
+
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use memmap2::{Mmap, MmapMut};
+use memmap2::MmapMut;
 
 use crate::error::{Error, Result};
 use crate::name::Offset;
 use crate::state::Body;
+use mmap::ReadMap;
 
 const IDX_MAGIC: &[u8; 4] = b"BRKI";
 const IDX_VERSION: u32 = 1;
@@ -45,7 +49,7 @@ pub(crate) fn blob_view(path: &Path) -> Result<Bytes> {
         return Ok(Bytes::new());
     }
     let len = usize::try_from(len).map_err(|_| Error::corrupt(path, "snapshot blob larger than the address space"))?;
-    Ok(Bytes::from_owner(mmap::map_blob(&file, len)?))
+    Ok(Bytes::from_owner(mmap::map_blob(file, len)?))
 }
 
 fn log_path(dir: &Path, base: u64) -> PathBuf {
@@ -62,7 +66,8 @@ fn parse_log_name(name: &str) -> Option<u64> {
 
 struct Segment {
     base: Offset,
-    log: File,
+    /// Shared with the read maps, which keep it open for responses still sending their bytes.
+    log: Arc<File>,
     log_cap: u64,
     idx: File,
     idx_map: MmapMut,
@@ -74,12 +79,12 @@ struct Segment {
     /// written by this process, or checked against their CRC on first read after an open. Reads
     /// serve only checked bytes, so a damaged log or index is an error, never wrong data.
     verified: u64,
-    read_map: Option<Arc<Mmap>>,
+    read_map: Option<Arc<ReadMap>>,
 }
 
 /// An owner for a slice of a map, so `Bytes` can point into it without copying.
 struct MapSlice {
-    map: Arc<Mmap>,
+    map: Arc<ReadMap>,
     start: usize,
     end: usize,
 }
@@ -93,7 +98,7 @@ impl AsRef<[u8]> for MapSlice {
 
 impl Segment {
     fn create(dir: &Path, base: Offset) -> Result<Segment> {
-        let log = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(log_path(dir, base.bytes))?;
+        let log = Arc::new(OpenOptions::new().create(true).read(true).write(true).truncate(true).open(log_path(dir, base.bytes))?);
         log.set_len(MIN_LOG_CAP)?;
         let idx = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(idx_path(dir, base.bytes))?;
         let idx_len = IDX_HEADER + MIN_IDX_ENTRIES * ENTRY;
@@ -109,7 +114,7 @@ impl Segment {
     fn open(dir: &Path, base_bytes: u64) -> Result<Segment> {
         let lp = log_path(dir, base_bytes);
         let ip = idx_path(dir, base_bytes);
-        let log = OpenOptions::new().read(true).write(true).open(&lp)?;
+        let log = Arc::new(OpenOptions::new().read(true).write(true).open(&lp)?);
         let idx = OpenOptions::new().read(true).write(true).open(&ip)?;
         let log_cap = log.metadata()?.len();
         let idx_len = idx.metadata()?.len();
@@ -153,7 +158,7 @@ impl Segment {
         lo
     }
 
-    fn map_for(&mut self, end: u64) -> Result<Arc<Mmap>> {
+    fn map_for(&mut self, end: u64) -> Result<Arc<ReadMap>> {
         let need = end - self.base.bytes;
         if let Some(m) = &self.read_map {
             if m.len() as u64 >= need {

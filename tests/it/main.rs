@@ -20,4 +20,6 @@ mod http_incarnation;
 #[cfg(feature = "http")]
 mod http_seed;
 #[cfg(feature = "http")]
+mod http_sendfile;
+#[cfg(feature = "http")]
 mod http_support;

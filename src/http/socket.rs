@@ -1,0 +1,299 @@
+//! The server's end of a connection: a TCP stream whose writes send large slices of mapped files
+//! with `sendfile(2)`.
+//!
+//! A catch-up read's body is a list of `Bytes` views of read-only maps (segment logs, snapshot
+//! blobs). hyper keeps them queued as they are (its write strategy for vectored IO) and hands
+//! them to [`Socket::poll_write_vectored`] behind the response head. A `writev` of them would
+//! copy every byte from the mapped pages into the socket; instead, a slice of at least
+//! [`SENDFILE_MIN`] bytes that lies in a map is sent from the mapped file itself, at the same
+//! offset, and the kernel passes its page-cache pages to TCP. The file bytes are the mapped
+//! bytes: a mapped file never changes under its map (see `segment/mmap.rs`). Everything else
+//! (headers, small or heap slices) is written as before, one `writev` for the run of slices
+//! before the next large mapped one. Each call writes from one source only and returns what it
+//! wrote; hyper calls again for the rest.
+
+use std::io::{self, IoSlice};
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::segment::{FileRange, file_range};
+
+/// Mapped slices shorter than this are written (copied) with the slices around them: for a few
+/// kilobytes a copy costs less than a second system call.
+const SENDFILE_MIN: usize = 16 << 10;
+
+/// A served TCP connection (see the module doc).
+pub(crate) struct Socket {
+    tcp: TcpStream,
+    /// Whether large mapped slices go by `sendfile`: only if SIGPIPE cannot end the process
+    /// (sendfile has no `MSG_NOSIGNAL`), and not after a `sendfile` on this connection failed.
+    sendfile: bool,
+    /// Bytes this connection sent with `sendfile`.
+    #[cfg(test)]
+    file_bytes: u64,
+}
+
+impl Socket {
+    /// Serves `tcp`, sending mapped slices with `sendfile` if `sendfile` is true.
+    pub(crate) fn new(tcp: TcpStream, sendfile: bool) -> Socket {
+        Socket {
+            tcp,
+            sendfile,
+            #[cfg(test)]
+            file_bytes: 0,
+        }
+    }
+
+    /// The file range behind `slice`, if it is to be sent with `sendfile`.
+    fn file_range(&self, slice: &[u8]) -> Option<FileRange> {
+        if self.sendfile && slice.len() >= SENDFILE_MIN {
+            file_range(slice)
+        } else {
+            None
+        }
+    }
+
+    /// Sends `slice`, whose bytes are `at`, from the file. If `sendfile` fails for any reason
+    /// but a full socket (an interrupted call is retried), the slice is written from the map
+    /// instead, and so is every later one on this connection: a file the kernel cannot send
+    /// from is served as before, and a broken socket fails that write with its own error.
+    fn poll_send_file(
+        &mut self,
+        cx: &mut Context<'_>,
+        slice: &[u8],
+        at: FileRange,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.tcp.poll_write_ready(cx))?;
+            let tcp = &self.tcp;
+            // `try_io` clears the write readiness when the call fails with `WouldBlock`, so the
+            // next `poll_write_ready` waits for the socket to drain.
+            let sent = tcp.try_io(Interest::WRITABLE, || {
+                crate::fs::send_file(tcp.as_fd(), &at.file, at.offset, slice.len())
+            });
+            match sent {
+                Ok(n) if n > 0 => {
+                    #[cfg(test)]
+                    {
+                        self.file_bytes += n as u64;
+                    }
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                other => {
+                    // 0: the file is shorter than the map said (it never is; see segment/mmap.rs).
+                    tracing::debug!(result = ?other, "sendfile failed; writing from the map on this connection");
+                    self.sendfile = false;
+                    return Pin::new(&mut self.tcp).poll_write(cx, slice);
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match this.file_range(buf) {
+            Some(at) => this.poll_send_file(cx, buf, at),
+            None => Pin::new(&mut this.tcp).poll_write(cx, buf),
+        }
+    }
+
+    /// The first slice, if it is a large mapped one, by `sendfile`; otherwise one `writev` of the
+    /// slices before the first large mapped one.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let mut plain = bufs.len();
+        for (i, buf) in bufs.iter().enumerate() {
+            if let Some(at) = this.file_range(buf) {
+                if i == 0 {
+                    return this.poll_send_file(cx, buf, at);
+                }
+                plain = i;
+                break;
+            }
+        }
+        Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs.get(..plain).unwrap_or(bufs))
+    }
+
+    /// True: hyper then queues the body's `Bytes` as they are (a flattening IO would have them
+    /// copied into hyper's own buffer first, and nothing would be left to send from a file).
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::name::Offset;
+    use crate::segment::SegmentSet;
+    use crate::state::Body;
+    use bytes::Bytes;
+    use tokio::io::AsyncReadExt;
+
+    type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+    /// A connected pair: the server's `Socket` and the client's stream.
+    async fn pair(sendfile: bool) -> R<(Socket, TcpStream)> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let client = TcpStream::connect(listener.local_addr()?).await?;
+        let (server, _) = listener.accept().await?;
+        Ok((Socket::new(server, sendfile), client))
+    }
+
+    /// Writes all of `pieces` the way hyper flushes its queue (vectored writes, advancing past
+    /// what each call wrote) while the other end reads everything. Returns what arrived and
+    /// the bytes sent with `sendfile`.
+    async fn send(
+        mut socket: Socket,
+        mut client: TcpStream,
+        pieces: &[Bytes],
+    ) -> R<(Vec<u8>, u64)> {
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.map(|_| got)
+        });
+        let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        let mut left = &mut slices[..];
+        while !left.is_empty() {
+            let n = std::future::poll_fn(|cx| Pin::new(&mut socket).poll_write_vectored(cx, left))
+                .await?;
+            assert!(n > 0);
+            IoSlice::advance_slices(&mut left, n);
+        }
+        let file_bytes = socket.file_bytes;
+        drop(socket);
+        Ok((reader.await??, file_bytes))
+    }
+
+    /// Non-repeating bytes, so a slice sent from a wrong offset cannot compare equal.
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    fn message(data: &[u8]) -> Body {
+        Body {
+            data: Bytes::copy_from_slice(data),
+            ends: vec![data.len() as u32],
+        }
+    }
+
+    /// Mapped views of a stream's segments (several, with a small `segment_bytes`), with heap
+    /// and small pieces between them, reach the peer byte for byte, the large mapped ones (and
+    /// only those) by `sendfile`; with `sendfile` off, the same bytes arrive by `writev`.
+    #[tokio::test]
+    async fn mapped_slices_go_by_sendfile_and_arrive_intact() -> R {
+        let dir = tempfile::tempdir()?;
+        let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 64 << 10)?;
+        let data = noise(400 << 10, 7);
+        for chunk in data.chunks(48 << 10) {
+            set.append(set.end(), &message(chunk))?;
+        }
+        let heap = Bytes::from(noise(40 << 10, 9));
+        for (sendfile, from, to) in [
+            (true, 0, data.len()),
+            (true, 1000, 300_001),
+            (true, 70_000, 90_000),
+            (false, 3, 390_000),
+        ] {
+            let views = set.read(from as u64, to as u64)?.ok_or("range not held")?;
+            let mut pieces = vec![Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n")];
+            for v in views {
+                // A view split so that a small mapped piece sits between large ones.
+                let cut = v.len().min(100);
+                pieces.push(v.slice(..cut));
+                pieces.push(v.slice(cut..));
+                pieces.push(heap.clone());
+            }
+            let expect: Vec<u8> = pieces.concat();
+            let (socket, client) = pair(sendfile).await?;
+            let (got, file_bytes) = send(socket, client, &pieces).await?;
+            assert!(
+                got == expect,
+                "bytes differ (sendfile {sendfile}, {from}..{to})"
+            );
+            let mapped_large: u64 = pieces
+                .iter()
+                .filter(|p| p.len() >= SENDFILE_MIN && file_range(p).is_some())
+                .map(|p| p.len() as u64)
+                .sum();
+            assert!(mapped_large > 0);
+            assert_eq!(
+                file_bytes,
+                if sendfile { mapped_large } else { 0 },
+                "sendfile {sendfile}, {from}..{to}"
+            );
+        }
+        Ok(())
+    }
+
+    /// A view keeps its file open: bytes of a segment whose files were unlinked and whose
+    /// segment set was dropped are still sent from the file.
+    #[tokio::test]
+    async fn a_view_outlives_its_unlinked_segment() -> R {
+        let dir = tempfile::tempdir()?;
+        let data = noise(200 << 10, 11);
+        let views = {
+            let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20)?;
+            set.append(Offset::ZERO, &message(&data))?;
+            set.read(123, data.len() as u64)?.ok_or("range not held")?
+        };
+        for entry in std::fs::read_dir(dir.path())? {
+            std::fs::remove_file(entry?.path())?;
+        }
+        let (socket, client) = pair(true).await?;
+        let (got, file_bytes) = send(socket, client, &views).await?;
+        assert!(got == data[123..], "bytes differ");
+        assert_eq!(file_bytes, data.len() as u64 - 123);
+        Ok(())
+    }
+
+    #[test]
+    fn sigpipe_is_ignored_in_rust_programs() {
+        assert!(crate::fs::sigpipe_is_handled());
+    }
+}
