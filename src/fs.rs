@@ -62,12 +62,23 @@ pub(crate) fn sigpipe_is_handled() -> bool {
 }
 
 /// Takes the store's exclusive lock (`LOCK` in the data directory), held until the file is dropped.
+///
+/// A lock still held is retried for up to `LOCK_PATIENCE`: a store closed and opened again by
+/// the same process can find its old lock alive for a moment, when another thread forked a child
+/// that has not yet `exec`ed (the child holds a copy of the descriptor until then).
 pub(crate) fn lock(dir: &Path) -> Result<File> {
+    const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
     let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
-        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    let since = std::time::Instant::now();
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) if since.elapsed() < LOCK_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_path_buf())),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
     }
 }
 
