@@ -10,12 +10,6 @@ use brook::http::{ServerConfig, serve};
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// The server allocates and frees a few small buffers per request (headers, bodies, futures);
-/// mimalloc's thread-local free lists serve them with a fraction of glibc malloc's CPU (see
-/// DESIGN.md, "Dependencies"). The library itself leaves the allocator to its user.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "brook",

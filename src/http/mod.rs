@@ -23,10 +23,13 @@
 //! Every path answers `OPTIONS` (CORS preflight). Every refusal is an RFC 9457
 //! `application/problem+json` body whose `code` names the error (see `error.rs` for the one
 //! error-to-status mapping). Every response carries the browser security headers of PROTOCOL.md
-//! 12.7 and CORS headers exposing the protocol's response headers.
+//! 12.7; GET responses and responses to requests with `Origin` also carry CORS headers exposing
+//! the protocol's response headers.
 //!
-//! Concurrency: handlers never touch the disk on an async worker. Engine calls run in
-//! `spawn_blocking`; an append is submitted there and its durability is awaited outside it
+//! Concurrency: appends to open streams and reads of open, verified ranges run the engine's
+//! non-blocking paths on the async worker (in Buffered mode an append's wait also commits its
+//! batch there: two page-cache writes, no sync); every other engine call, which may read files
+//! or sync, runs in `spawn_blocking`. An append's durability is awaited outside it
 //! ([`Pending::wait_async`](crate::Pending::wait_async)), so waiting for an fsync holds no thread.
 //! Long-poll and SSE readers sleep in [`Store::wait`] (woken by the engine on append, close,
 //! delete or expiry), raced against their deadline and the server's shutdown signal: nothing polls.
