@@ -806,6 +806,7 @@ impl Refusal {
     }
 }
 
+#[cfg(feature = "http")]
 /// What [`Engine::try_append`] did.
 pub(crate) enum Attempt {
     /// Accepted (or answered without writing): wait on the pending outcome.
@@ -1317,6 +1318,7 @@ impl Engine {
         }
     }
 
+    #[cfg(feature = "http")]
     /// The append path without any blocking step, for async callers: `Blocking` hands the
     /// request back when the stream is not open (opening reads its files), has expired, or the
     /// body is large enough that validating it belongs on a blocking thread.
@@ -1467,6 +1469,7 @@ impl Engine {
         self.read_planned(&s, &vis, from, to)
     }
 
+    #[cfg(feature = "http")]
     /// A read without any blocking step, for async callers: `None` when it would block (the
     /// stream is not open, is a fork, has expired, or the range holds messages not yet checked
     /// against their checksums since the stream was opened); the caller then reads on a

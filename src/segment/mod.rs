@@ -355,6 +355,7 @@ impl SegmentSet {
 
     /// Whether reading `[from, to)` needs no message checked against its checksum first, so the
     /// read touches no data pages (and can run where blocking is not allowed).
+    #[cfg(feature = "http")]
     pub(crate) fn verified(&self, from: u64, to: u64) -> bool {
         self.segs
             .iter()
