@@ -265,31 +265,36 @@ impl Ticket {
         }
     }
 
+    /// The outcome if there is one, else a listener registered before a last look (so no
+    /// completion can slip between the look and the sleep).
+    fn outcome_or_listener(&self) -> std::result::Result<Result<()>, event_listener::EventListener> {
+        if let Some(r) = self.poll() {
+            return Ok(r);
+        }
+        let Some(l) = self.listen() else { return Ok(Ok(())) };
+        match self.poll() {
+            Some(r) => Ok(r),
+            None => Err(l),
+        }
+    }
+
     pub(crate) fn wait(&self) -> Result<()> {
         self.help();
         loop {
-            if let Some(r) = self.poll() {
-                return r;
+            match self.outcome_or_listener() {
+                Ok(r) => return r,
+                Err(l) => l.wait(),
             }
-            let Some(l) = self.listen() else { return Ok(()) };
-            if let Some(r) = self.poll() {
-                return r;
-            }
-            l.wait();
         }
     }
 
     pub(crate) async fn wait_async(&self) -> Result<()> {
         self.help();
         loop {
-            if let Some(r) = self.poll() {
-                return r;
+            match self.outcome_or_listener() {
+                Ok(r) => return r,
+                Err(l) => l.await,
             }
-            let Some(l) = self.listen() else { return Ok(()) };
-            if let Some(r) = self.poll() {
-                return r;
-            }
-            l.await;
         }
     }
 }
@@ -1431,7 +1436,11 @@ impl Engine {
     // --- read -------------------------------------------------------------------------------
 
     fn read_plan(&self, name: &StreamName, req: &ReadRequest) -> Result<(Arc<Stream>, Visible, u64, u64)> {
-        let s = self.live(name)?;
+        self.read_plan_of(self.live(name)?, req)
+    }
+
+    /// The range a read of the live stream `s` covers, with the view it was planned on.
+    fn read_plan_of(&self, s: Arc<Stream>, req: &ReadRequest) -> Result<(Arc<Stream>, Visible, u64, u64)> {
         s.touch();
         let vis = s.visible();
         let start = match req.from {
@@ -1476,10 +1485,16 @@ impl Engine {
     /// blocking thread. Otherwise the read is index lookups and map slicing.
     pub(crate) fn try_read(&self, name: &StreamName, req: &ReadRequest) -> Option<Result<ReadChunk>> {
         let s = self.registry.lock().get(name.as_str()).cloned()?;
-        if s.config.fork.is_some() || s.expired_at(now_ms()) || s.core.lock().gone {
+        if s.config.fork.is_some() || s.expired_at(now_ms()) {
             return None;
         }
-        let (s, vis, from, to) = match self.read_plan(name, req) {
+        {
+            let core = s.core.lock();
+            if core.gone || core.state.soft_deleted {
+                return None;
+            }
+        }
+        let (s, vis, from, to) = match self.read_plan_of(s, req) {
             Ok(plan) => plan,
             Err(e) => return Some(Err(e)),
         };
