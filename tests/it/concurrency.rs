@@ -9,7 +9,7 @@ use std::time::Duration;
 use brook::*;
 use serde_json::{Value, json};
 
-use crate::util::{R, Rng, name, read_to_tail};
+use crate::util::{R, Rng, name, read_to_tail, typed};
 
 fn messages(chunk: &ReadChunk) -> std::result::Result<Vec<Value>, serde_json::Error> {
     serde_json::from_slice(&chunk.to_vec())
@@ -144,10 +144,7 @@ fn prefix_count_commits_form_a_serial_history() -> R {
         let store = Store::open(dir.path(), Options::default())?;
         store.create(
             &n,
-            CreateOptions {
-                content_type: Some("application/json".into()),
-                ..Default::default()
-            },
+            typed("application/json"),
         )?;
         let seed = Rng::from_env("prefix_count").next();
         let threads: Vec<_> = (0..writers)
@@ -189,10 +186,7 @@ fn many_threads_many_streams_then_reopen() -> R {
         };
         store.create(
             &stream(s),
-            CreateOptions {
-                content_type: Some(ct.into()),
-                ..Default::default()
-            },
+            typed(ct),
         )?;
     }
     let seed = Rng::from_env("many_streams").next();
@@ -339,10 +333,7 @@ fn waiters_see_only_acknowledged_data_under_concurrent_appends() -> R {
     for s in ["wait/log", "wait/noise-1", "wait/noise-2"] {
         store.create(
             &name(s),
-            CreateOptions {
-                content_type: Some("application/json".into()),
-                ..Default::default()
-            },
+            typed("application/json"),
         )?;
     }
     let acked = Arc::new(AtomicU64::new(0));

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use brook::*;
 
-use crate::util::{R, Rng, copy_dir, crash_image, files_under, name, read_to_tail};
+use crate::util::{R, Rng, copy_dir, crash_image, files_under, name, read_to_tail, typed};
 
 fn options() -> Options {
     Options::default()
@@ -39,10 +39,7 @@ fn json_msg(s: &str, i: u64) -> String {
 fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path(), options())?;
-    let json = CreateOptions {
-        content_type: Some("application/json".into()),
-        ..Default::default()
-    };
+    let json = typed("application/json");
     let mut streams = Vec::new();
 
     let a = name("c/json");

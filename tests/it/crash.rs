@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use brook::*;
 
-use crate::util::{R, Rng, crash_image, name, read_to_tail};
+use crate::util::{R, Rng, crash_image, name, read_to_tail, typed};
 
 const DIR: &str = "BROOK_CRASH_DIR";
 const MODE: &str = "BROOK_CRASH_MODE";
@@ -189,10 +189,7 @@ fn sigkill_at_random_moments() -> R {
             };
             store.create(
                 &stream(t),
-                CreateOptions {
-                    content_type: Some(ct.into()),
-                    ..Default::default()
-                },
+                typed(ct),
             )?;
         }
     }
@@ -372,10 +369,7 @@ fn crash_after_checkpoints_and_rolls() -> R {
         let n = name("crash/rolls");
         store.create(
             &n,
-            CreateOptions {
-                content_type: Some("application/json".into()),
-                ..Default::default()
-            },
+            typed("application/json"),
         )?;
         for k in 0..400u64 {
             store.append(&n, request(0, k, 0, k))?;

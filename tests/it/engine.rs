@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use brook::*;
 
+use crate::util::typed as text;
+
 type R = std::result::Result<(), Box<dyn std::error::Error>>;
 
 fn name(s: &str) -> StreamName {
@@ -13,10 +15,6 @@ fn name(s: &str) -> StreamName {
 
 fn open(dir: &std::path::Path) -> Store {
     Store::open(dir, Options::default()).expect("open")
-}
-
-fn text(ct: &str) -> CreateOptions {
-    CreateOptions { content_type: Some(ct.into()), ..Default::default() }
 }
 
 fn append(data: &str) -> AppendRequest {

@@ -348,6 +348,11 @@ fn producer_id(i: u8) -> String {
 }
 
 impl Model {
+    /// Whether the store handed out `token` before, for any name.
+    fn issued(&self, token: &Incarnation) -> bool {
+        self.history.iter().flatten().any(|i| i == token)
+    }
+
     fn get(&self, s: usize) -> Result<&MStream, Error> {
         match &self.streams[s] {
             None => Err(Error::NotFound),
@@ -848,13 +853,7 @@ impl Harness {
             .push(format!("  -> {:?}", got.as_ref().map(|c| c.created)));
         compare("create", &want, &got, |m, r| *m == Some(r.created))?;
         if let (Ok(Some(true)), Ok(c)) = (&want, &got) {
-            if self
-                .model
-                .history
-                .iter()
-                .flatten()
-                .any(|i| *i == c.info.incarnation)
-            {
+            if self.model.issued(&c.info.incarnation) {
                 return Err(format!(
                     "create reused an incarnation token {}",
                     c.info.incarnation
@@ -1271,13 +1270,7 @@ impl Harness {
                 at += len;
             }
             let base = srcm.offset_at(*pos);
-            if self
-                .model
-                .history
-                .iter()
-                .flatten()
-                .any(|i| *i == c.info.incarnation)
-            {
+            if self.model.issued(&c.info.incarnation) {
                 return Err("fork reused an incarnation token".into());
             }
             self.model.history[s].push(c.info.incarnation.clone());

@@ -3,13 +3,10 @@
 
 use brook::*;
 
-use crate::util::{R, crash_image, name, read_to_tail};
+use crate::util::{R, crash_image, name, read_to_tail, typed};
 
 fn json() -> CreateOptions {
-    CreateOptions {
-        content_type: Some("application/json".into()),
-        ..Default::default()
-    }
+    typed("application/json")
 }
 
 /// A source's retention must not reclaim segments that a live fork still reads.

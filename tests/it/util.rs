@@ -7,6 +7,11 @@ use brook::*;
 /// The result every test returns.
 pub type R = std::result::Result<(), Box<dyn std::error::Error>>;
 
+/// Create options with just a content type.
+pub fn typed(content_type: &str) -> CreateOptions {
+    CreateOptions { content_type: Some(content_type.into()), ..Default::default() }
+}
+
 /// A stream name known to be valid.
 pub fn name(s: &str) -> StreamName {
     StreamName::new(s).expect("valid name")
