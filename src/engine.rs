@@ -43,8 +43,8 @@ use crate::options::{Durability, Options};
 use crate::segment::SegmentSet;
 use crate::sidecar;
 use crate::state::{
-    AppendCheck, AppendRecord, Config, Decision, StreamState, filter_stream_seq, now_ms, prepare_body, to_ms,
-    validate_producer,
+    AppendCheck, AppendRecord, Config, Decision, StreamState, filter_stream_seq, now_ms,
+    prepare_body, to_ms, validate_producer,
 };
 use crate::store::Pending;
 use crate::types::*;
@@ -116,8 +116,17 @@ impl Visible {
 }
 
 impl Stream {
-    fn new(state: StreamState, dir: PathBuf, shard: usize, segs: Option<SegmentSet>, lsn: u64, generation: u64, visible: bool) -> Arc<Stream> {
-        let name = StreamName::new(&state.config.name).unwrap_or_else(|_| StreamName(state.config.name.clone()));
+    fn new(
+        state: StreamState,
+        dir: PathBuf,
+        shard: usize,
+        segs: Option<SegmentSet>,
+        lsn: u64,
+        generation: u64,
+        visible: bool,
+    ) -> Arc<Stream> {
+        let name = StreamName::new(&state.config.name)
+            .unwrap_or_else(|_| StreamName(state.config.name.clone()));
         let vis = if visible {
             Visible::of(&state, false)
         } else {
@@ -135,8 +144,19 @@ impl Stream {
             incarnation: Incarnation::from_raw(state.config.incarnation.clone()),
             json: is_json(&state.config.content_type),
             config: state.config.clone(),
-            core: Mutex::new(Core { state: state.clone(), last_lsn: lsn, gone: false }),
-            data: Mutex::new(Data { state, segs, applied_lsn: lsn, checkpointed_lsn: lsn, generation, deleted: false }),
+            core: Mutex::new(Core {
+                state: state.clone(),
+                last_lsn: lsn,
+                gone: false,
+            }),
+            data: Mutex::new(Data {
+                state,
+                segs,
+                applied_lsn: lsn,
+                checkpointed_lsn: lsn,
+                generation,
+                deleted: false,
+            }),
             visible: Mutex::new(vis),
             event: Event::new(),
             last_access_ms: AtomicU64::new(now),
@@ -151,8 +171,18 @@ impl Stream {
     fn expired_at(&self, now: u64) -> bool {
         match self.config.expiry {
             Expiry::Never => false,
-            Expiry::Ttl(s) => self.last_access_ms.load(Ordering::Relaxed).saturating_add(s.saturating_mul(1000)) <= now,
-            Expiry::At(t) => t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) <= now,
+            Expiry::Ttl(s) => {
+                self.last_access_ms
+                    .load(Ordering::Relaxed)
+                    .saturating_add(s.saturating_mul(1000))
+                    <= now
+            }
+            Expiry::At(t) => {
+                t.duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0)
+                    <= now
+            }
         }
     }
 
@@ -162,7 +192,9 @@ impl Stream {
 
     fn check_expect(&self, expect: Option<&Incarnation>) -> Result<()> {
         match expect {
-            Some(e) if *e != self.incarnation => Err(Error::IncarnationMismatch { current: self.incarnation.clone() }),
+            Some(e) if *e != self.incarnation => Err(Error::IncarnationMismatch {
+                current: self.incarnation.clone(),
+            }),
             _ => Ok(()),
         }
     }
@@ -184,7 +216,11 @@ impl Stream {
             incarnation: self.incarnation.clone(),
             earliest: v.earliest,
             snapshot: v.snapshots.last().cloned(),
-            fork: self.config.fork.as_ref().map(|(s, o)| (StreamName(s.clone()), *o)),
+            fork: self
+                .config
+                .fork
+                .as_ref()
+                .map(|(s, o)| (StreamName(s.clone()), *o)),
             stream_seq: v.stream_seq.clone(),
         }
     }
@@ -211,7 +247,10 @@ struct Batch {
 
 impl Batch {
     fn new() -> Arc<Batch> {
-        Arc::new(Batch { state: std::sync::atomic::AtomicU8::new(0), event: Event::new() })
+        Arc::new(Batch {
+            state: std::sync::atomic::AtomicU8::new(0),
+            event: Event::new(),
+        })
     }
 
     fn finish(&self, ok: bool) {
@@ -267,11 +306,15 @@ impl Ticket {
 
     /// The outcome if there is one, else a listener registered before a last look (so no
     /// completion can slip between the look and the sleep).
-    fn outcome_or_listener(&self) -> std::result::Result<Result<()>, event_listener::EventListener> {
+    fn outcome_or_listener(
+        &self,
+    ) -> std::result::Result<Result<()>, event_listener::EventListener> {
         if let Some(r) = self.poll() {
             return Ok(r);
         }
-        let Some(l) = self.listen() else { return Ok(Ok(())) };
+        let Some(l) = self.listen() else {
+            return Ok(Ok(()));
+        };
         match self.poll() {
             Some(r) => Ok(r),
             None => Err(l),
@@ -402,18 +445,30 @@ impl Shard {
         let len = record.encode_frame(&mut q.buf) as u64;
         q.next_lsn += len;
         let lsn = q.next_lsn;
-        q.items.push(Queued { stream: stream.clone(), record, lsn });
+        q.items.push(Queued {
+            stream: stream.clone(),
+            record,
+            lsn,
+        });
         let batch = q.batch.clone();
         let wake = !self.inline || std::mem::take(&mut q.idle);
         drop(q);
         if wake {
             self.wake.notify_one();
         }
-        Ok(Ticket { shard: Some(self.clone()), lsn, batch: Some(batch) })
+        Ok(Ticket {
+            shard: Some(self.clone()),
+            lsn,
+            batch: Some(batch),
+        })
     }
 
     fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
-        Ticket { shard: Some(self.clone()), lsn, batch: None }
+        Ticket {
+            shard: Some(self.clone()),
+            lsn,
+            batch: None,
+        }
     }
 
     fn poison(&self) {
@@ -426,7 +481,9 @@ impl Shard {
     /// committing (which then commits what was queued meanwhile, too).
     fn commit_inline(&self) {
         loop {
-            let Some(mut w) = self.writer.try_lock() else { return };
+            let Some(mut w) = self.writer.try_lock() else {
+                return;
+            };
             self.drain(&mut w);
             let due = self.checkpoint_due(&w);
             drop(w);
@@ -509,12 +566,17 @@ impl Shard {
                     self.wake.wait_for(&mut q, LINGER);
                     break;
                 }
-                (q.checkpoint_requests, std::mem::take(&mut q.checkpoint_due), q.shutdown)
+                (
+                    q.checkpoint_requests,
+                    std::mem::take(&mut q.checkpoint_due),
+                    q.shutdown,
+                )
             };
             let mut w = self.writer.lock();
             self.drain(&mut w);
             let forced = requests > answered || shutdown;
-            if !(forced || due || self.checkpoint_due(&w)) || self.poisoned.load(Ordering::Acquire) {
+            if !(forced || due || self.checkpoint_due(&w)) || self.poisoned.load(Ordering::Acquire)
+            {
                 if shutdown {
                     break;
                 }
@@ -565,7 +627,14 @@ impl Shard {
         let mut after: Vec<PathBuf> = Vec::new();
         w.touched.clear();
         for it in items {
-            apply(&self.root, &self.options, &it.stream, it.lsn, &it.record, &mut after)?;
+            apply(
+                &self.root,
+                &self.options,
+                &it.stream,
+                it.lsn,
+                &it.record,
+                &mut after,
+            )?;
             let mut dirty = self.dirty.lock();
             if it.stream.data.lock().deleted {
                 dirty.remove(it.stream.name.as_str());
@@ -621,7 +690,11 @@ impl Shard {
                 streams.push((s, lsn, state));
             }
         }
-        Ok(CheckpointJob { lsn, requests, streams })
+        Ok(CheckpointJob {
+            lsn,
+            requests,
+            streams,
+        })
     }
 
     /// The checkpoint thread: runs the jobs the writer posts, one at a time.
@@ -688,7 +761,11 @@ impl Shard {
 /// A new journal file with its header (not yet synced: see `Writer::fresh`).
 fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let path = journal::file_path(dir, base_lsn);
-    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&path)?;
     f.write_all(&journal::file_header(shard as u32, base_lsn))?;
     Ok(f)
 }
@@ -702,7 +779,14 @@ fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
 
 /// Applies one record to a stream's files and applied state (the shard thread and recovery).
 /// Paths to remove once the record is durable are pushed to `after`.
-fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Record, after: &mut Vec<PathBuf>) -> Result<()> {
+fn apply(
+    root: &Path,
+    options: &Options,
+    stream: &Stream,
+    lsn: u64,
+    record: &Record,
+    after: &mut Vec<PathBuf>,
+) -> Result<()> {
     let mut d = stream.data.lock();
     if lsn <= d.applied_lsn && !matches!(record, Record::Create { .. }) {
         return Ok(());
@@ -718,7 +802,10 @@ fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Rec
             // from here; its snapshot blobs were made durable before their records and stay.
             if stream.dir.exists() {
                 for e in std::fs::read_dir(&stream.dir)?.flatten() {
-                    let keep = e.file_name().to_str().is_some_and(|n| parse_snapshot_file(n).is_some());
+                    let keep = e
+                        .file_name()
+                        .to_str()
+                        .is_some_and(|n| parse_snapshot_file(n).is_some());
                     if keep {
                         continue;
                     }
@@ -737,7 +824,10 @@ fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Rec
             d.segs = Some(segs);
         }
         Record::Append { rec, .. } => {
-            let segs = d.segs.as_mut().ok_or_else(|| Error::corrupt(&stream.dir, "append before create"))?;
+            let segs = d
+                .segs
+                .as_mut()
+                .ok_or_else(|| Error::corrupt(&stream.dir, "append before create"))?;
             segs.append(rec.start, &rec.body)?;
             d.state.apply_append(rec);
         }
@@ -747,7 +837,9 @@ fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Rec
             d.segs = None;
             // Move the directory aside now, so a later create of the same name starts clean; the
             // trash is emptied once the delete is durable (and restored by recovery if it is not).
-            let trash = root.join("trash").join(format!("{}-{}", dir_key(&stream.dir), stream.incarnation));
+            let trash =
+                root.join("trash")
+                    .join(format!("{}-{}", dir_key(&stream.dir), stream.incarnation));
             if stream.dir.exists() {
                 std::fs::rename(&stream.dir, &trash)?;
             }
@@ -787,7 +879,10 @@ fn apply(root: &Path, options: &Options, stream: &Stream, lsn: u64, record: &Rec
 }
 
 fn dir_key(dir: &Path) -> String {
-    dir.file_name().and_then(|s| s.to_str()).unwrap_or("unknown").to_owned()
+    dir.file_name()
+        .and_then(|s| s.to_str())
+        .unwrap_or("unknown")
+        .to_owned()
 }
 
 fn snapshot_file(offset: Offset) -> String {
@@ -795,7 +890,10 @@ fn snapshot_file(offset: Offset) -> String {
 }
 
 fn parse_snapshot_file(name: &str) -> Option<Offset> {
-    name.strip_prefix("snap-")?.strip_suffix(".blob")?.parse().ok()
+    name.strip_prefix("snap-")?
+        .strip_suffix(".blob")?
+        .parse()
+        .ok()
 }
 
 /// A refused append, with the durability ticket of the state the refusal rested on (the caller
@@ -807,7 +905,10 @@ pub(crate) struct Refusal {
 
 impl Refusal {
     fn now(error: Error) -> Refusal {
-        Refusal { error, ticket: None }
+        Refusal {
+            error,
+            ticket: None,
+        }
     }
 }
 
@@ -920,9 +1021,17 @@ impl Engine {
         let mut threads = Vec::new();
         for shard in &shards {
             let (s, name) = (shard.clone(), format!("brook-journal-{}", shard.id));
-            threads.push(std::thread::Builder::new().name(name).spawn(move || s.run())?);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || s.run())?,
+            );
             let (s, name) = (shard.clone(), format!("brook-checkpoint-{}", shard.id));
-            threads.push(std::thread::Builder::new().name(name).spawn(move || s.checkpointer())?);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || s.checkpointer())?,
+            );
         }
         let engine = Arc::new(Engine {
             root,
@@ -937,7 +1046,9 @@ impl Engine {
         });
         let weak = Arc::downgrade(&engine);
         let stop = engine.reaper_stop.clone();
-        let reaper = std::thread::Builder::new().name("brook-expiry".into()).spawn(move || reaper(weak, stop))?;
+        let reaper = std::thread::Builder::new()
+            .name("brook-expiry".into())
+            .spawn(move || reaper(weak, stop))?;
         engine.threads.lock().push(reaper);
         Ok(engine)
     }
@@ -948,13 +1059,17 @@ impl Engine {
 
     fn shard_of(&self, name: &str) -> usize {
         let k = fs::key(name);
-        (u64::from_le_bytes([k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]]) % self.shards.len() as u64) as usize
+        (u64::from_le_bytes([k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]])
+            % self.shards.len() as u64) as usize
     }
 
     fn new_incarnation(&self, name: &str) -> String {
         use sha2::Digest;
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
         let mut h = sha2::Sha256::new();
         h.update(t.to_le_bytes());
         h.update(n.to_le_bytes());
@@ -981,12 +1096,30 @@ impl Engine {
             return Ok(Some(s.clone()));
         }
         let dir = fs::stream_dir(&self.root, name);
-        let Some(sc) = sidecar::load(&dir)? else { return Ok(None) };
+        let Some(sc) = sidecar::load(&dir)? else {
+            return Ok(None);
+        };
         if sc.state.config.name != name {
-            return Err(Error::corrupt(&dir, "stream directory belongs to another name (hash collision)"));
+            return Err(Error::corrupt(
+                &dir,
+                "stream directory belongs to another name (hash collision)",
+            ));
         }
-        let segs = SegmentSet::open(&dir, sc.state.base, sc.state.tail, self.options.segment_bytes)?;
-        let s = Stream::new(sc.state, dir, self.shard_of(name), Some(segs), sc.applied_lsn, sc.generation, true);
+        let segs = SegmentSet::open(
+            &dir,
+            sc.state.base,
+            sc.state.tail,
+            self.options.segment_bytes,
+        )?;
+        let s = Stream::new(
+            sc.state,
+            dir,
+            self.shard_of(name),
+            Some(segs),
+            sc.applied_lsn,
+            sc.generation,
+            true,
+        );
         s.data.lock().checkpointed_lsn = sc.applied_lsn;
         reg.insert(name.to_owned(), s.clone());
         if reg.len() > self.options.max_open_streams {
@@ -1018,10 +1151,17 @@ impl Engine {
 
     pub(crate) fn create(&self, name: &StreamName, req: CreateOptions) -> Result<Pending<Created>> {
         if req.data.len() > self.options.max_append_bytes {
-            return Err(Error::TooLarge(format!("body is larger than {} bytes", self.options.max_append_bytes)));
+            return Err(Error::TooLarge(format!(
+                "body is larger than {} bytes",
+                self.options.max_append_bytes
+            )));
         }
         let stream_seq = filter_stream_seq(req.stream_seq.clone())?;
-        let requested_ct = req.content_type.as_deref().map(normalize_content_type).transpose()?;
+        let requested_ct = req
+            .content_type
+            .as_deref()
+            .map(normalize_content_type)
+            .transpose()?;
         if let Expiry::Ttl(s) = req.expiry {
             if s > u64::MAX / 2000 {
                 return Err(Error::InvalidArgument("Stream-TTL is too large".into()));
@@ -1048,9 +1188,19 @@ impl Engine {
         // Resolve the fork's source and position.
         let mut fork_ticket = None;
         let (content_type, base, fork, expiry, source) = match &req.fork {
-            None => (requested_ct.clone().unwrap_or_else(|| "application/octet-stream".into()), Offset::ZERO, None, expiry, None),
+            None => (
+                requested_ct
+                    .clone()
+                    .unwrap_or_else(|| "application/octet-stream".into()),
+                Offset::ZERO,
+                None,
+                expiry,
+                None,
+            ),
             Some(f) => {
-                let src = self.lookup(f.source.as_str())?.ok_or(Error::ForkSourceNotFound)?;
+                let src = self
+                    .lookup(f.source.as_str())?
+                    .ok_or(Error::ForkSourceNotFound)?;
                 if src.core.lock().state.soft_deleted {
                     return Err(Error::ForkSourceGone);
                 }
@@ -1069,12 +1219,24 @@ impl Engine {
                     (Expiry::Never, inherited) => inherited,
                     (own, _) => own,
                 };
-                (sct, pos, Some((f.source.as_str().to_owned(), pos)), expiry, Some(src))
+                (
+                    sct,
+                    pos,
+                    Some((f.source.as_str().to_owned(), pos)),
+                    expiry,
+                    Some(src),
+                )
             }
         };
         let json = is_json(&content_type);
         let body = prepare_body(json, req.data.clone(), true)?;
-        let config = Config { name: name.as_str().to_owned(), incarnation: self.new_incarnation(name.as_str()), content_type, expiry, fork };
+        let config = Config {
+            name: name.as_str().to_owned(),
+            incarnation: self.new_incarnation(name.as_str()),
+            content_type,
+            expiry,
+            fork,
+        };
         let mut state = StreamState::new(config, base);
         // A fork's data starts where its source's readable data starts: what retention retired
         // there is not served through the fork either (it may already be reclaimed).
@@ -1108,11 +1270,23 @@ impl Engine {
         let shard = self.shard_of(name.as_str());
         let dir = fs::stream_dir(&self.root, name.as_str());
         let stream = Stream::new(state.clone(), dir, shard, None, 0, 0, false);
-        let initial = AppendRecord { start: base, body, close: req.closed, stream_seq, producer: None };
+        let initial = AppendRecord {
+            start: base,
+            body,
+            close: req.closed,
+            stream_seq,
+            producer: None,
+        };
         let ticket = {
             let mut core = stream.core.lock();
             core.state.apply_append(&initial);
-            let t = self.shards[shard].push(&stream, Record::Create { state: Box::new(state), initial })?;
+            let t = self.shards[shard].push(
+                &stream,
+                Record::Create {
+                    state: Box::new(state),
+                    initial,
+                },
+            )?;
             core.last_lsn = t.lsn;
             t
         };
@@ -1125,22 +1299,38 @@ impl Engine {
             t.wait()?;
         }
         let info = stream.staged_info(&stream.core.lock().state);
-        Ok(Pending { value: Created { created: true, info }, ticket })
+        Ok(Pending {
+            value: Created {
+                created: true,
+                info,
+            },
+            ticket,
+        })
     }
 
-    fn confirm_existing(&self, s: &Arc<Stream>, req: &CreateOptions, ct: Option<&str>, expiry: Expiry) -> Result<Pending<Created>> {
+    fn confirm_existing(
+        &self,
+        s: &Arc<Stream>,
+        req: &CreateOptions,
+        ct: Option<&str>,
+        expiry: Expiry,
+    ) -> Result<Pending<Created>> {
         // Resolve the requested fork position (offset plus sub-offset) as a create would, before
         // taking this stream's lock.
         let requested_pos = match (&req.fork, &s.config.fork) {
-            (Some(f), Some((src, _))) if f.source.as_str() == src && f.offset.is_some() => match self.lookup(src)? {
-                Some(source) => self.fork_position(&source, f).ok(),
-                None => None,
-            },
+            (Some(f), Some((src, _))) if f.source.as_str() == src && f.offset.is_some() => {
+                match self.lookup(src)? {
+                    Some(source) => self.fork_position(&source, f).ok(),
+                    None => None,
+                }
+            }
             _ => None,
         };
         let core = s.core.lock();
         if core.state.soft_deleted {
-            return Err(Error::ConfigMismatch("the stream was deleted and is kept for its forks"));
+            return Err(Error::ConfigMismatch(
+                "the stream was deleted and is kept for its forks",
+            ));
         }
         s.check_expect(req.expect.as_ref())?;
         let want_ct = match (ct, &req.fork) {
@@ -1175,7 +1365,13 @@ impl Engine {
         }
         let ticket = self.shards[s.shard].ticket(core.last_lsn);
         let info = s.staged_info(&core.state);
-        Ok(Pending { value: Created { created: false, info }, ticket })
+        Ok(Pending {
+            value: Created {
+                created: false,
+                info,
+            },
+            ticket,
+        })
     }
 
     /// The divergence point of a fork: `offset` (default the source's tail) refined by the
@@ -1184,13 +1380,20 @@ impl Engine {
         let vis = src.visible();
         let at = f.offset.unwrap_or(vis.tail);
         if at.bytes > vis.tail.bytes {
-            return Err(Error::InvalidForkPosition(format!("offset {at} is beyond the source's tail {}", vis.tail)));
+            return Err(Error::InvalidForkPosition(format!(
+                "offset {at} is beyond the source's tail {}",
+                vis.tail
+            )));
         }
         if at.bytes < vis.earliest.bytes {
-            return Err(Error::InvalidForkPosition(format!("offset {at} is before the source's retained start")));
+            return Err(Error::InvalidForkPosition(format!(
+                "offset {at} is before the source's retained start"
+            )));
         }
         if !self.is_boundary(src, at.bytes)? {
-            return Err(Error::InvalidForkPosition(format!("offset {at} is not a position brook returned")));
+            return Err(Error::InvalidForkPosition(format!(
+                "offset {at} is not a position brook returned"
+            )));
         }
         let mut pos = at.bytes;
         if f.sub_offset > 0 {
@@ -1198,13 +1401,22 @@ impl Engine {
                 for _ in 0..f.sub_offset {
                     match self.next_boundary(src, pos)? {
                         Some(b) if b <= vis.tail.bytes => pos = b,
-                        _ => return Err(Error::InvalidForkPosition("sub-offset reaches past the tail".into())),
+                        _ => {
+                            return Err(Error::InvalidForkPosition(
+                                "sub-offset reaches past the tail".into(),
+                            ));
+                        }
                     }
                 }
             } else {
-                let next = self.next_boundary(src, pos)?.unwrap_or(vis.tail.bytes).min(vis.tail.bytes);
+                let next = self
+                    .next_boundary(src, pos)?
+                    .unwrap_or(vis.tail.bytes)
+                    .min(vis.tail.bytes);
                 if pos + f.sub_offset > next {
-                    return Err(Error::InvalidForkPosition("sub-offset reaches past the next message boundary".into()));
+                    return Err(Error::InvalidForkPosition(
+                        "sub-offset reaches past the next message boundary".into(),
+                    ));
                 }
                 pos += f.sub_offset;
             }
@@ -1215,8 +1427,13 @@ impl Engine {
     // --- the data of a stream and its fork chain -----------------------------------------------
 
     fn source_of(&self, s: &Stream) -> Result<Arc<Stream>> {
-        let (src, _) = s.config.fork.as_ref().ok_or_else(|| Error::corrupt(&s.dir, "fork without source"))?;
-        self.lookup(src)?.ok_or_else(|| Error::corrupt(&s.dir, "fork source is missing"))
+        let (src, _) = s
+            .config
+            .fork
+            .as_ref()
+            .ok_or_else(|| Error::corrupt(&s.dir, "fork without source"))?;
+        self.lookup(src)?
+            .ok_or_else(|| Error::corrupt(&s.dir, "fork source is missing"))
     }
 
     fn offset_at(&self, s: &Arc<Stream>, pos: u64) -> Result<Offset> {
@@ -1228,7 +1445,10 @@ impl Engine {
             return self.offset_at(&self.source_of(s)?, pos);
         }
         let d = s.data.lock();
-        Ok(d.segs.as_ref().map(|g| g.offset_at(pos)).unwrap_or(Offset::new(0, pos)))
+        Ok(d.segs
+            .as_ref()
+            .map(|g| g.offset_at(pos))
+            .unwrap_or(Offset::new(0, pos)))
     }
 
     fn is_boundary(&self, s: &Arc<Stream>, pos: u64) -> Result<bool> {
@@ -1269,7 +1489,10 @@ impl Engine {
             return Ok(base.bytes);
         }
         let d = s.data.lock();
-        Ok(d.segs.as_ref().map_or(tail, |g| g.boundary_for_read(from, limit)).min(tail))
+        Ok(d.segs
+            .as_ref()
+            .map_or(tail, |g| g.boundary_for_read(from, limit))
+            .min(tail))
     }
 
     fn read_range(&self, s: &Arc<Stream>, from: u64, to: u64, out: &mut Vec<Bytes>) -> Result<()> {
@@ -1289,11 +1512,19 @@ impl Engine {
                 out.extend(v);
                 Ok(())
             }
-            None => Err(Error::OffsetGone { earliest: s.visible().earliest }),
+            None => Err(Error::OffsetGone {
+                earliest: s.visible().earliest,
+            }),
         }
     }
 
-    fn message_ranges(&self, s: &Arc<Stream>, from: u64, to: u64, out: &mut Vec<(u64, u64)>) -> Result<()> {
+    fn message_ranges(
+        &self,
+        s: &Arc<Stream>,
+        from: u64,
+        to: u64,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<()> {
         let base = s.base();
         if from < base.bytes {
             let src = self.source_of(s)?;
@@ -1308,7 +1539,11 @@ impl Engine {
 
     // --- append -----------------------------------------------------------------------------
 
-    pub(crate) fn append(&self, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>> {
+    pub(crate) fn append(
+        &self,
+        name: &StreamName,
+        req: AppendRequest,
+    ) -> Result<Pending<AppendOutcome>> {
         Self::validate_append(&self.options, &req)?;
         let s = self.live(name)?;
         match self.append_to(&s, name, req) {
@@ -1363,7 +1598,10 @@ impl Engine {
 
     fn validate_append(options: &Options, req: &AppendRequest) -> Result<()> {
         if req.data.len() > options.max_append_bytes {
-            return Err(Error::TooLarge(format!("body is larger than {} bytes", options.max_append_bytes)));
+            return Err(Error::TooLarge(format!(
+                "body is larger than {} bytes",
+                options.max_append_bytes
+            )));
         }
         filter_stream_seq(req.stream_seq.clone())?;
         if let Some(p) = &req.producer {
@@ -1373,9 +1611,19 @@ impl Engine {
     }
 
     /// Steps 1 and 2 of the write path for an append to an open, live stream.
-    fn append_to(&self, s: &Arc<Stream>, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>, Refusal> {
+    fn append_to(
+        &self,
+        s: &Arc<Stream>,
+        name: &StreamName,
+        req: AppendRequest,
+    ) -> Result<Pending<AppendOutcome>, Refusal> {
         let stream_seq = filter_stream_seq(req.stream_seq).map_err(Refusal::now)?;
-        let ct = req.content_type.as_deref().map(normalize_content_type).transpose().map_err(Refusal::now)?;
+        let ct = req
+            .content_type
+            .as_deref()
+            .map(normalize_content_type)
+            .transpose()
+            .map_err(Refusal::now)?;
         s.check_expect(req.expect.as_ref()).map_err(Refusal::now)?;
         let has_data = !req.data.is_empty();
         // Step 1: validate and convert the body outside any lock.
@@ -1398,12 +1646,20 @@ impl Engine {
         };
         let decision = match core.state.check_append(&check) {
             Ok(d) => d,
-            Err(error) => return Err(Refusal { error, ticket: Some(shard.ticket(core.last_lsn)) }),
+            Err(error) => {
+                return Err(Refusal {
+                    error,
+                    ticket: Some(shard.ticket(core.last_lsn)),
+                });
+            }
         };
         s.touch();
         match decision {
             Decision::Answer(status) => {
-                let echo = req.producer.as_ref().and_then(|p| core.state.producers.get(&p.id).map(|x| (x.epoch, x.seq)));
+                let echo = req
+                    .producer
+                    .as_ref()
+                    .and_then(|p| core.state.producers.get(&p.id).map(|x| (x.epoch, x.seq)));
                 let outcome = AppendOutcome {
                     status,
                     tail: core.state.tail,
@@ -1412,11 +1668,20 @@ impl Engine {
                     incarnation: s.incarnation.clone(),
                 };
                 let ticket = shard.ticket(core.last_lsn);
-                Ok(Pending { value: outcome, ticket })
+                Ok(Pending {
+                    value: outcome,
+                    ticket,
+                })
             }
             Decision::Accept => {
                 let body = body.unwrap_or_default();
-                let rec = AppendRecord { start: core.state.tail, body, close: req.close, stream_seq, producer: req.producer };
+                let rec = AppendRecord {
+                    start: core.state.tail,
+                    body,
+                    close: req.close,
+                    stream_seq,
+                    producer: req.producer,
+                };
                 core.state.apply_append(&rec);
                 let outcome = AppendOutcome {
                     status: AppendStatus::Appended,
@@ -1425,28 +1690,47 @@ impl Engine {
                     producer: rec.producer.as_ref().map(|p| (p.epoch, p.seq)),
                     incarnation: s.incarnation.clone(),
                 };
-                let record = Record::Append { name: name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), rec };
+                let record = Record::Append {
+                    name: name.as_str().to_owned(),
+                    incarnation: s.incarnation.as_str().to_owned(),
+                    rec,
+                };
                 let ticket = shard.push(s, record).map_err(Refusal::now)?;
                 core.last_lsn = ticket.lsn;
-                Ok(Pending { value: outcome, ticket })
+                Ok(Pending {
+                    value: outcome,
+                    ticket,
+                })
             }
         }
     }
 
     // --- read -------------------------------------------------------------------------------
 
-    fn read_plan(&self, name: &StreamName, req: &ReadRequest) -> Result<(Arc<Stream>, Visible, u64, u64)> {
+    fn read_plan(
+        &self,
+        name: &StreamName,
+        req: &ReadRequest,
+    ) -> Result<(Arc<Stream>, Visible, u64, u64)> {
         self.read_plan_of(self.live(name)?, req)
     }
 
     /// The range a read of the live stream `s` covers, with the view it was planned on.
-    fn read_plan_of(&self, s: Arc<Stream>, req: &ReadRequest) -> Result<(Arc<Stream>, Visible, u64, u64)> {
+    fn read_plan_of(
+        &self,
+        s: Arc<Stream>,
+        req: &ReadRequest,
+    ) -> Result<(Arc<Stream>, Visible, u64, u64)> {
         s.touch();
         let vis = s.visible();
         let start = match req.from {
             // The seed: once retention trimmed the start, a read from the start (`offset=-1`)
             // answers 410 rather than silently skipping what it cannot count.
-            ReadFrom::Start if vis.earliest.bytes > 0 => return Err(Error::OffsetGone { earliest: vis.earliest }),
+            ReadFrom::Start if vis.earliest.bytes > 0 => {
+                return Err(Error::OffsetGone {
+                    earliest: vis.earliest,
+                });
+            }
             ReadFrom::Start => vis.earliest,
             ReadFrom::Tail => vis.tail,
             ReadFrom::At(o) => o,
@@ -1455,16 +1739,27 @@ impl Engine {
             return Err(Error::OffsetBeyondTail { tail: vis.tail });
         }
         if start.bytes < vis.earliest.bytes {
-            return Err(Error::OffsetGone { earliest: vis.earliest });
+            return Err(Error::OffsetGone {
+                earliest: vis.earliest,
+            });
         }
         // After the range checks: a read that would answer 404, 410 or 416 without
         // Stream-Incarnation still does with it (the seed).
         s.check_expect(req.expect.as_ref())?;
         if s.json && !self.is_boundary(&s, start.bytes)? && start.bytes != vis.tail.bytes {
-            return Err(Error::InvalidArgument(format!("offset {start} is not a message boundary")));
+            return Err(Error::InvalidArgument(format!(
+                "offset {start} is not a message boundary"
+            )));
         }
-        let max = req.max_bytes.unwrap_or(self.options.max_read_bytes).clamp(1, self.options.max_read_bytes);
-        let mut end = if req.from == ReadFrom::Tail { start.bytes } else { vis.tail.bytes.min(start.bytes.saturating_add(max)) };
+        let max = req
+            .max_bytes
+            .unwrap_or(self.options.max_read_bytes)
+            .clamp(1, self.options.max_read_bytes);
+        let mut end = if req.from == ReadFrom::Tail {
+            start.bytes
+        } else {
+            vis.tail.bytes.min(start.bytes.saturating_add(max))
+        };
         // A JSON read ends on a message boundary (at least one whole message), unless it is
         // `offset=now` or reaches the tail.
         if s.json && end < vis.tail.bytes && req.from != ReadFrom::Tail {
@@ -1483,7 +1778,11 @@ impl Engine {
     /// stream is not open, is a fork, has expired, or the range holds messages not yet checked
     /// against their checksums since the stream was opened); the caller then reads on a
     /// blocking thread. Otherwise the read is index lookups and map slicing.
-    pub(crate) fn try_read(&self, name: &StreamName, req: &ReadRequest) -> Option<Result<ReadChunk>> {
+    pub(crate) fn try_read(
+        &self,
+        name: &StreamName,
+        req: &ReadRequest,
+    ) -> Option<Result<ReadChunk>> {
         let s = self.registry.lock().get(name.as_str()).cloned()?;
         if s.config.fork.is_some() || s.expired_at(now_ms()) {
             return None;
@@ -1498,13 +1797,25 @@ impl Engine {
             Ok(plan) => plan,
             Err(e) => return Some(Err(e)),
         };
-        if !s.data.lock().segs.as_ref().is_some_and(|g| g.verified(from, to)) {
+        if !s
+            .data
+            .lock()
+            .segs
+            .as_ref()
+            .is_some_and(|g| g.verified(from, to))
+        {
             return None;
         }
         Some(self.read_planned(&s, &vis, from, to))
     }
 
-    fn read_planned(&self, s: &Arc<Stream>, vis: &Visible, from: u64, to: u64) -> Result<ReadChunk> {
+    fn read_planned(
+        &self,
+        s: &Arc<Stream>,
+        vis: &Visible,
+        from: u64,
+        to: u64,
+    ) -> Result<ReadChunk> {
         let mut pieces = Vec::new();
         self.read_range(s, from, to, &mut pieces)?;
         let data_len = to - from;
@@ -1512,10 +1823,26 @@ impl Engine {
         self.chunk(s, vis, from, to, body, data_len)
     }
 
-    fn chunk(&self, s: &Arc<Stream>, vis: &Visible, from: u64, to: u64, body: Vec<Bytes>, data_len: u64) -> Result<ReadChunk> {
+    fn chunk(
+        &self,
+        s: &Arc<Stream>,
+        vis: &Visible,
+        from: u64,
+        to: u64,
+        body: Vec<Bytes>,
+        data_len: u64,
+    ) -> Result<ReadChunk> {
         let up_to_date = to == vis.tail.bytes;
-        let next = if up_to_date { vis.tail } else { self.offset_at(s, to)? };
-        let start = if from == vis.tail.bytes { vis.tail } else { self.offset_at(s, from)? };
+        let next = if up_to_date {
+            vis.tail
+        } else {
+            self.offset_at(s, to)?
+        };
+        let start = if from == vis.tail.bytes {
+            vis.tail
+        } else {
+            self.offset_at(s, from)?
+        };
         Ok(ReadChunk {
             start,
             next,
@@ -1528,11 +1855,19 @@ impl Engine {
         })
     }
 
-    pub(crate) fn read_messages(&self, name: &StreamName, req: &ReadRequest) -> Result<(Vec<Message>, ReadChunk)> {
+    pub(crate) fn read_messages(
+        &self,
+        name: &StreamName,
+        req: &ReadRequest,
+    ) -> Result<(Vec<Message>, ReadChunk)> {
         let (s, vis, from, to) = self.read_plan(name, req)?;
         let mut pieces = Vec::new();
         self.read_range(&s, from, to, &mut pieces)?;
-        let flat: Bytes = if pieces.len() == 1 { pieces.pop().unwrap_or_default() } else { Bytes::from(pieces.concat()) };
+        let flat: Bytes = if pieces.len() == 1 {
+            pieces.pop().unwrap_or_default()
+        } else {
+            Bytes::from(pieces.concat())
+        };
         let mut ranges = Vec::new();
         self.message_ranges(&s, from, to, &mut ranges)?;
         let mut msgs = Vec::with_capacity(ranges.len());
@@ -1542,7 +1877,10 @@ impl Engine {
                 rb -= 1; // the separator after each JSON message
             }
             let start = self.offset_at(&s, a)?;
-            msgs.push(Message { start, data: flat.slice(ra.min(flat.len())..rb.min(flat.len())) });
+            msgs.push(Message {
+                start,
+                data: flat.slice(ra.min(flat.len())..rb.min(flat.len())),
+            });
         }
         let chunk = self.chunk(&s, &vis, from, to, Vec::new(), to - from)?;
         Ok((msgs, chunk))
@@ -1558,7 +1896,11 @@ impl Engine {
         })
     }
 
-    pub(crate) fn head(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<StreamInfo> {
+    pub(crate) fn head(
+        &self,
+        name: &StreamName,
+        expect: Option<&Incarnation>,
+    ) -> Result<StreamInfo> {
         let s = self.live(name)?;
         s.check_expect(expect)?;
         Ok(s.info(&s.visible()))
@@ -1573,7 +1915,12 @@ impl Engine {
 
     fn wait_ready(&self, s: &Stream, after: Offset) -> bool {
         let v = s.visible.lock();
-        v.tail.bytes > after.bytes || v.closed || v.deleted || v.soft_deleted || s.core.lock().gone || s.expired_at(now_ms())
+        v.tail.bytes > after.bytes
+            || v.closed
+            || v.deleted
+            || v.soft_deleted
+            || s.core.lock().gone
+            || s.expired_at(now_ms())
     }
 
     pub(crate) async fn wait(&self, name: &StreamName, after: Offset) -> Result<()> {
@@ -1587,7 +1934,12 @@ impl Engine {
         }
     }
 
-    pub(crate) fn wait_blocking(&self, name: &StreamName, after: Offset, timeout: Duration) -> Result<bool> {
+    pub(crate) fn wait_blocking(
+        &self,
+        name: &StreamName,
+        after: Offset,
+        timeout: Duration,
+    ) -> Result<bool> {
         let s = self.live(name)?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -1603,7 +1955,11 @@ impl Engine {
 
     // --- delete -----------------------------------------------------------------------------
 
-    pub(crate) fn delete(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<Pending<()>> {
+    pub(crate) fn delete(
+        &self,
+        name: &StreamName,
+        expect: Option<&Incarnation>,
+    ) -> Result<Pending<()>> {
         let s = self.lookup(name.as_str())?.ok_or(Error::NotFound)?;
         if s.core.lock().state.soft_deleted {
             return Err(Error::Gone);
@@ -1627,7 +1983,12 @@ impl Engine {
             .collect()
     }
 
-    fn delete_stream(&self, s: &Arc<Stream>, expect: Option<&Incarnation>, expiring: bool) -> Result<Pending<()>> {
+    fn delete_stream(
+        &self,
+        s: &Arc<Stream>,
+        expect: Option<&Incarnation>,
+        expiring: bool,
+    ) -> Result<Pending<()>> {
         let forks: Vec<String> = s.core.lock().state.forks.iter().cloned().collect();
         let live = self.live_forks(s, &forks);
         let reg = self.registry.lock();
@@ -1643,7 +2004,11 @@ impl Engine {
         }
         let shard = &self.shards[s.shard];
         let soft = !live.is_empty();
-        let record = Record::Delete { name: s.name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), soft };
+        let record = Record::Delete {
+            name: s.name.as_str().to_owned(),
+            incarnation: s.incarnation.as_str().to_owned(),
+            soft,
+        };
         let ticket = shard.push(s, record)?;
         core.last_lsn = ticket.lsn;
         if soft {
@@ -1663,8 +2028,12 @@ impl Engine {
     /// After a fork is gone: drop it from its source's fork list, and collect a soft-deleted
     /// source that no live fork reads any more (cascading up the chain).
     fn release_source(&self, fork: &Stream) -> Result<()> {
-        let Some((src_name, _)) = &fork.config.fork else { return Ok(()) };
-        let Some(src) = self.lookup(src_name)? else { return Ok(()) };
+        let Some((src_name, _)) = &fork.config.fork else {
+            return Ok(());
+        };
+        let Some(src) = self.lookup(src_name)? else {
+            return Ok(());
+        };
         let remaining: Vec<String> = {
             let mut core = src.core.lock();
             if core.gone {
@@ -1691,7 +2060,11 @@ impl Engine {
             if core.gone {
                 return Ok(());
             }
-            let rec = Record::Delete { name: src.name.as_str().to_owned(), incarnation: src.incarnation.as_str().to_owned(), soft: false };
+            let rec = Record::Delete {
+                name: src.name.as_str().to_owned(),
+                incarnation: src.incarnation.as_str().to_owned(),
+                soft: false,
+            };
             let t = self.shards[src.shard].push(&src, rec)?;
             core.last_lsn = t.lsn;
             core.gone = true;
@@ -1730,17 +2103,24 @@ impl Engine {
                 return Err(Error::OffsetBeyondTail { tail: st.tail });
             }
             if offset.bytes < st.earliest.bytes {
-                return Err(Error::OffsetGone { earliest: st.earliest });
+                return Err(Error::OffsetGone {
+                    earliest: st.earliest,
+                });
             }
             if expect_digest.is_some_and(|want| latest.map(|l| l.digest.as_str()) != Some(want)) {
-                return Err(Error::SnapshotMatchFailed { current: latest.map(|l| l.digest.clone()) });
+                return Err(Error::SnapshotMatchFailed {
+                    current: latest.map(|l| l.digest.clone()),
+                });
             }
             if let Some(l) = latest.filter(|l| l.offset.bytes > offset.bytes && !republish) {
                 return Err(Error::SnapshotStale { latest: l.offset });
             }
         }
         // Stream the blob to a temporary file, hashing as it goes.
-        let tmp = s.dir.join(format!("snap-tmp-{}", self.counter.fetch_add(1, Ordering::Relaxed)));
+        let tmp = s.dir.join(format!(
+            "snap-tmp-{}",
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        ));
         let cleanup = TempFile(tmp.clone());
         let mut f = File::create(&tmp)?;
         let mut hasher = sha2::Sha256::new();
@@ -1755,14 +2135,24 @@ impl Engine {
             }
             len += n as u64;
             if len > self.options.max_snapshot_bytes {
-                return Err(Error::TooLarge(format!("snapshot is larger than {} bytes", self.options.max_snapshot_bytes)));
+                return Err(Error::TooLarge(format!(
+                    "snapshot is larger than {} bytes",
+                    self.options.max_snapshot_bytes
+                )));
             }
             hasher.update(&buf[..n]);
             f.write_all(&buf[..n])?;
         }
         f.sync_all()?;
         drop(f);
-        let digest = format!("sha256:{}", hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let digest = format!(
+            "sha256:{}",
+            hasher
+                .finalize()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
         let core = s.core.lock();
         if core.gone {
             return Err(Error::NotFound);
@@ -1772,15 +2162,24 @@ impl Engine {
             return Err(Error::OffsetBeyondTail { tail });
         }
         if offset.bytes < core.state.earliest.bytes {
-            return Err(Error::OffsetGone { earliest: core.state.earliest });
+            return Err(Error::OffsetGone {
+                earliest: core.state.earliest,
+            });
         }
         let latest = core.state.latest_snapshot().cloned();
         if let Some(want) = expect_digest {
             if latest.as_ref().map(|l| l.digest.as_str()) != Some(want) {
-                return Err(Error::SnapshotMatchFailed { current: latest.map(|l| l.digest) });
+                return Err(Error::SnapshotMatchFailed {
+                    current: latest.map(|l| l.digest),
+                });
             }
         }
-        if let Some(existing) = core.state.snapshots.iter().find(|x| x.offset.bytes == offset.bytes) {
+        if let Some(existing) = core
+            .state
+            .snapshots
+            .iter()
+            .find(|x| x.offset.bytes == offset.bytes)
+        {
             if existing.digest == digest && existing.content_type == ct {
                 let info = existing.clone();
                 let t = self.shards[s.shard].ticket(core.last_lsn);
@@ -1805,15 +2204,29 @@ impl Engine {
         if core.gone {
             return Err(Error::NotFound);
         }
-        if core.state.snapshots.iter().any(|x| x.offset.bytes >= offset.bytes) {
+        if core
+            .state
+            .snapshots
+            .iter()
+            .any(|x| x.offset.bytes >= offset.bytes)
+        {
             return Err(Error::SnapshotConflict);
         }
-        let info = SnapshotInfo { offset: canonical, digest, content_type: ct, len };
+        let info = SnapshotInfo {
+            offset: canonical,
+            digest,
+            content_type: ct,
+            len,
+        };
         std::fs::rename(&tmp, s.dir.join(snapshot_file(canonical)))?;
         std::mem::forget(cleanup);
         fs::sync_dir(&s.dir)?;
         core.state.apply_snapshot(&info);
-        let record = Record::Snapshot { name: name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), info: info.clone() };
+        let record = Record::Snapshot {
+            name: name.as_str().to_owned(),
+            incarnation: s.incarnation.as_str().to_owned(),
+            info: info.clone(),
+        };
         let t = self.shards[s.shard].push(&s, record)?;
         core.last_lsn = t.lsn;
         let sinfo = s.staged_info(&core.state);
@@ -1822,30 +2235,57 @@ impl Engine {
         Ok((info, sinfo))
     }
 
-    pub(crate) fn snapshot(&self, name: &StreamName, offset: Option<Offset>, expect: Option<&Incarnation>) -> Result<Snapshot> {
+    pub(crate) fn snapshot(
+        &self,
+        name: &StreamName,
+        offset: Option<Offset>,
+        expect: Option<&Incarnation>,
+    ) -> Result<Snapshot> {
         let s = self.live(name)?;
         let vis = s.visible();
         let info = match offset {
             None => vis.snapshots.last().cloned(),
-            Some(o) => vis.snapshots.iter().find(|x| x.offset.bytes == o.bytes).cloned(),
+            Some(o) => vis
+                .snapshots
+                .iter()
+                .find(|x| x.offset.bytes == o.bytes)
+                .cloned(),
         }
         .ok_or(Error::SnapshotNotFound)?;
         // A request that would answer 404 without Stream-Incarnation still does (the seed).
         s.check_expect(expect)?;
         let data = match crate::segment::blob_view(&s.dir.join(snapshot_file(info.offset))) {
             // Retention removed it since `visible()`.
-            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::SnapshotNotFound),
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::SnapshotNotFound);
+            }
             other => other?,
         };
         // The blob is served only if it is still the one published (its length and digest).
         let path = s.dir.join(snapshot_file(info.offset));
-        if data.len() as u64 != info.len || snapshot_digest(&info.content_type, &data) != info.digest {
-            return Err(Error::corrupt(path, "snapshot blob does not match its digest"));
+        if data.len() as u64 != info.len
+            || snapshot_digest(&info.content_type, &data) != info.digest
+        {
+            return Err(Error::corrupt(
+                path,
+                "snapshot blob does not match its digest",
+            ));
         }
-        Ok(Snapshot { info, data, tail: vis.tail, closed: vis.closed, incarnation: s.incarnation.clone() })
+        Ok(Snapshot {
+            info,
+            data,
+            tail: vis.tail,
+            closed: vis.closed,
+            incarnation: s.incarnation.clone(),
+        })
     }
 
-    pub(crate) fn delete_snapshot(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<()> {
+    pub(crate) fn delete_snapshot(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        expect: Option<&Incarnation>,
+    ) -> Result<()> {
         let s = self.live(name)?;
         let vis = s.visible();
         match vis.snapshots.last() {
@@ -1858,7 +2298,12 @@ impl Engine {
         }
     }
 
-    pub(crate) fn set_retention(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<StreamInfo> {
+    pub(crate) fn set_retention(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        expect: Option<&Incarnation>,
+    ) -> Result<StreamInfo> {
         let s = self.live(name)?;
         s.check_expect(expect)?;
         if !self.is_boundary(&s, offset.bytes)? {
@@ -1881,7 +2326,11 @@ impl Engine {
             return Ok(info);
         }
         core.state.apply_retention(canonical);
-        let record = Record::Retention { name: name.as_str().to_owned(), incarnation: s.incarnation.as_str().to_owned(), to: canonical };
+        let record = Record::Retention {
+            name: name.as_str().to_owned(),
+            incarnation: s.incarnation.as_str().to_owned(),
+            to: canonical,
+        };
         let t = self.shards[s.shard].push(&s, record)?;
         core.last_lsn = t.lsn;
         let info = s.staged_info(&core.state);
@@ -1899,7 +2348,8 @@ impl Engine {
         let loaded: HashMap<String, Arc<Stream>> = self.registry.lock().clone();
         for (n, s) in &loaded {
             let core = s.core.lock();
-            if n.starts_with(prefix) && !core.gone && !core.state.soft_deleted && !s.expired_at(now) {
+            if n.starts_with(prefix) && !core.gone && !core.state.soft_deleted && !s.expired_at(now)
+            {
                 names.insert(n.clone());
             }
         }
@@ -1911,7 +2361,12 @@ impl Engine {
                         continue;
                     }
                     let expired = match sc.state.config.expiry {
-                        Expiry::At(t) => t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) <= now,
+                        Expiry::At(t) => {
+                            t.duration_since(UNIX_EPOCH)
+                                .map(|d| d.as_millis() as u64)
+                                .unwrap_or(0)
+                                <= now
+                        }
                         _ => false,
                     };
                     if !expired {
@@ -1920,7 +2375,10 @@ impl Engine {
                 }
             }
         }
-        Ok(names.into_iter().filter_map(|n| StreamName::new(&n).ok()).collect())
+        Ok(names
+            .into_iter()
+            .filter_map(|n| StreamName::new(&n).ok())
+            .collect())
     }
 
     pub(crate) fn checkpoint(&self) -> Result<()> {
@@ -1942,7 +2400,9 @@ impl Engine {
                     break;
                 }
                 let l = shard.checkpoint_done.listen();
-                if shard.checkpointed.load(Ordering::Acquire) >= n || shard.poisoned.load(Ordering::Acquire) {
+                if shard.checkpointed.load(Ordering::Acquire) >= n
+                    || shard.poisoned.load(Ordering::Acquire)
+                {
                     continue;
                 }
                 l.wait();
@@ -1971,7 +2431,11 @@ impl Engine {
                 let _ = t.join();
             }
         }
-        if self.shards.iter().any(|s| s.poisoned.load(Ordering::Acquire)) {
+        if self
+            .shards
+            .iter()
+            .any(|s| s.poisoned.load(Ordering::Acquire))
+        {
             return Err(Error::Poisoned);
         }
         Ok(())
@@ -1985,7 +2449,13 @@ fn snapshot_digest(content_type: &str, blob: &[u8]) -> String {
     h.update(content_type.as_bytes());
     h.update([0u8]);
     h.update(blob);
-    format!("sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!(
+        "sha256:{}",
+        h.finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
 }
 
 /// Removes a temporary file when dropped (unless forgotten).
@@ -2025,9 +2495,16 @@ fn evict(reg: &mut HashMap<String, Arc<Stream>>, cap: usize) {
         .iter()
         .filter(|(_, s)| Arc::strong_count(s) == 1)
         .filter(|(_, s)| {
-            let Some(d) = s.data.try_lock() else { return false };
-            let Some(c) = s.core.try_lock() else { return false };
-            d.deleted || (d.applied_lsn == d.checkpointed_lsn && c.last_lsn <= d.applied_lsn && !c.state.soft_deleted)
+            let Some(d) = s.data.try_lock() else {
+                return false;
+            };
+            let Some(c) = s.core.try_lock() else {
+                return false;
+            };
+            d.deleted
+                || (d.applied_lsn == d.checkpointed_lsn
+                    && c.last_lsn <= d.applied_lsn
+                    && !c.state.soft_deleted)
         })
         .map(|(n, s)| (s.last_used.load(Ordering::Relaxed), n.clone()))
         .collect();
@@ -2052,7 +2529,9 @@ fn reaper(engine: Weak<Engine>, stop: Arc<(Mutex<bool>, Condvar)>) {
                 return;
             }
         }
-        let Some(engine) = engine.upgrade() else { return };
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
         let now = now_ms();
         let expired: Vec<Arc<Stream>> = engine
             .registry
@@ -2086,13 +2565,20 @@ fn store_manifest(root: &Path, shards: usize) -> Result<usize> {
             let mut dirs: Vec<usize> = Vec::new();
             for e in std::fs::read_dir(root.join("journal"))? {
                 let name = e?.file_name();
-                if let Some(id) = name.to_str().filter(|s| s.len() == 2).and_then(|s| s.parse().ok()) {
+                if let Some(id) = name
+                    .to_str()
+                    .filter(|s| s.len() == 2)
+                    .and_then(|s| s.parse().ok())
+                {
                     dirs.push(id);
                 }
             }
             dirs.sort_unstable();
             if dirs != (0..n).collect::<Vec<_>>() {
-                return Err(Error::corrupt(&path, "the shard count disagrees with the journal directories"));
+                return Err(Error::corrupt(
+                    &path,
+                    "the shard count disagrees with the journal directories",
+                ));
             }
             Ok(n)
         }
@@ -2125,7 +2611,9 @@ fn discard(p: &Path) {
         let _ = std::fs::remove_file(p);
         return;
     }
-    let Some(name) = p.file_name().and_then(|n| n.to_str()) else { return };
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
     let gone = p.with_file_name(format!("{name}.gone"));
     if std::fs::rename(p, &gone).is_err() {
         return;
@@ -2167,14 +2655,23 @@ fn restore_trash(root: &Path) -> Result<()> {
 }
 
 /// Replays one shard's journal into the registry; returns the LSN after its last valid record.
-fn replay_shard(root: &Path, options: &Options, id: usize, dir: &Path, registry: &mut HashMap<String, Arc<Stream>>) -> Result<u64> {
+fn replay_shard(
+    root: &Path,
+    options: &Options,
+    id: usize,
+    dir: &Path,
+    registry: &mut HashMap<String, Arc<Stream>>,
+) -> Result<u64> {
     let files = journal::list_files(dir)?;
     let mut end = 0;
     let count = files.len();
     for (i, (_, path)) in files.iter().enumerate() {
         let scanned = journal::scan(path, id as u32)?;
         if scanned.torn && i + 1 < count {
-            return Err(Error::corrupt(path, "corrupt record in a journal file that is not the newest"));
+            return Err(Error::corrupt(
+                path,
+                "corrupt record in a journal file that is not the newest",
+            ));
         }
         if scanned.torn {
             // Cut the torn tail off now, so a crash during this recovery cannot leave it in a
@@ -2197,16 +2694,34 @@ fn replay_shard(root: &Path, options: &Options, id: usize, dir: &Path, registry:
             let name = record.name().to_owned();
             let stream = match (&record, registry.get(&name)) {
                 (Record::Create { state, .. }, existing) => {
-                    let same = existing.is_some_and(|s| s.incarnation.as_str() == state.config.incarnation && s.data.lock().applied_lsn >= lsn);
+                    let same = existing.is_some_and(|s| {
+                        s.incarnation.as_str() == state.config.incarnation
+                            && s.data.lock().applied_lsn >= lsn
+                    });
                     if same {
                         continue;
                     }
                     let sdir = fs::stream_dir(root, &name);
                     // A sidecar of this very incarnation at or past this LSN means the create is checkpointed.
                     if let Some(sc) = sidecar::load(&sdir)? {
-                        if sc.state.config.incarnation == state.config.incarnation && sc.applied_lsn >= lsn {
-                            let segs = SegmentSet::open(&sdir, sc.state.base, sc.state.tail, options.segment_bytes)?;
-                            let s = Stream::new(sc.state, sdir, id, Some(segs), sc.applied_lsn, sc.generation, true);
+                        if sc.state.config.incarnation == state.config.incarnation
+                            && sc.applied_lsn >= lsn
+                        {
+                            let segs = SegmentSet::open(
+                                &sdir,
+                                sc.state.base,
+                                sc.state.tail,
+                                options.segment_bytes,
+                            )?;
+                            let s = Stream::new(
+                                sc.state,
+                                sdir,
+                                id,
+                                Some(segs),
+                                sc.applied_lsn,
+                                sc.generation,
+                                true,
+                            );
                             registry.insert(name.clone(), s);
                             continue;
                         }
@@ -2218,12 +2733,27 @@ fn replay_shard(root: &Path, options: &Options, id: usize, dir: &Path, registry:
                 (_, Some(s)) => s.clone(),
                 (_, None) => {
                     let sdir = fs::stream_dir(root, &name);
-                    let Some(sc) = sidecar::load(&sdir)? else { continue };
+                    let Some(sc) = sidecar::load(&sdir)? else {
+                        continue;
+                    };
                     if sc.state.config.incarnation != record.incarnation() {
                         continue;
                     }
-                    let segs = SegmentSet::open(&sdir, sc.state.base, sc.state.tail, options.segment_bytes)?;
-                    let s = Stream::new(sc.state, sdir, id, Some(segs), sc.applied_lsn, sc.generation, true);
+                    let segs = SegmentSet::open(
+                        &sdir,
+                        sc.state.base,
+                        sc.state.tail,
+                        options.segment_bytes,
+                    )?;
+                    let s = Stream::new(
+                        sc.state,
+                        sdir,
+                        id,
+                        Some(segs),
+                        sc.applied_lsn,
+                        sc.generation,
+                        true,
+                    );
                     registry.insert(name.clone(), s.clone());
                     s
                 }

@@ -157,7 +157,10 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
-        Error::Corrupt { path: path.into(), reason: reason.into() }
+        Error::Corrupt {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 
     /// A stable, upper-snake-case code naming the error, as used in problem+json bodies.

@@ -16,7 +16,10 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
 /// reports any write-back error since the file was opened.
 pub(crate) fn sync_fs(file: &File) -> Result<()> {
     use std::os::fd::AsRawFd;
-    #[expect(unsafe_code, reason = "syncfs(2) on an open descriptor we own; no memory is shared")]
+    #[expect(
+        unsafe_code,
+        reason = "syncfs(2) on an open descriptor we own; no memory is shared"
+    )]
     // SAFETY: `file` is an open descriptor for the duration of the call; syncfs only reads it.
     let rc = unsafe { libc::syncfs(file.as_raw_fd()) };
     if rc != 0 {
@@ -33,10 +36,19 @@ pub(crate) fn sync_fs(file: &File) -> Result<()> {
 /// A socket whose peer is gone raises SIGPIPE, as with any write without `MSG_NOSIGNAL`: use it
 /// only when [`sigpipe_is_handled`].
 #[cfg(feature = "http")]
-pub(crate) fn send_file(out: std::os::fd::BorrowedFd<'_>, file: &File, offset: u64, len: usize) -> std::io::Result<usize> {
+pub(crate) fn send_file(
+    out: std::os::fd::BorrowedFd<'_>,
+    file: &File,
+    offset: u64,
+    len: usize,
+) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
-    let mut off = libc::off_t::try_from(offset).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    #[expect(unsafe_code, reason = "sendfile(2) between two open descriptors; the only memory it touches is `off`")]
+    let mut off = libc::off_t::try_from(offset)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    #[expect(
+        unsafe_code,
+        reason = "sendfile(2) between two open descriptors; the only memory it touches is `off`"
+    )]
     // SAFETY: both descriptors are open for the duration of the call (`out` is borrowed, `file`
     // is referenced); `off` is a live, exclusively borrowed off_t that the kernel updates.
     let n = unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
@@ -49,7 +61,10 @@ pub(crate) fn send_file(out: std::os::fd::BorrowedFd<'_>, file: &File, offset: u
 #[cfg(feature = "http")]
 pub(crate) fn sigpipe_is_handled() -> bool {
     let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
-    #[expect(unsafe_code, reason = "sigaction(2) only reads the current SIGPIPE disposition")]
+    #[expect(
+        unsafe_code,
+        reason = "sigaction(2) only reads the current SIGPIPE disposition"
+    )]
     // SAFETY: a null `act` changes nothing; `old` is a valid, writable sigaction that the call
     // fills in when it succeeds, and is read only then (a zeroed sigaction is valid anyway).
     let handler = unsafe {
@@ -68,7 +83,11 @@ pub(crate) fn sigpipe_is_handled() -> bool {
 /// that has not yet `exec`ed (the child holds a copy of the descriptor until then).
 pub(crate) fn lock(dir: &Path) -> Result<File> {
     const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
-    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
     let since = std::time::Instant::now();
     loop {
         match f.try_lock() {

@@ -33,17 +33,41 @@ const FRAME_HEADER: usize = 8;
 #[derive(Clone, Debug)]
 pub(crate) enum Record {
     /// A stream came to be: its whole initial state, and its initial data.
-    Create { state: Box<StreamState>, initial: AppendRecord },
+    Create {
+        state: Box<StreamState>,
+        initial: AppendRecord,
+    },
     /// Data and/or closure, with the state change it guards.
-    Append { name: String, incarnation: String, rec: AppendRecord },
+    Append {
+        name: String,
+        incarnation: String,
+        rec: AppendRecord,
+    },
     /// The stream was deleted (`soft`: kept for its forks).
-    Delete { name: String, incarnation: String, soft: bool },
+    Delete {
+        name: String,
+        incarnation: String,
+        soft: bool,
+    },
     /// A snapshot was published (its blob file is already durable).
-    Snapshot { name: String, incarnation: String, info: SnapshotInfo },
+    Snapshot {
+        name: String,
+        incarnation: String,
+        info: SnapshotInfo,
+    },
     /// Retention advanced.
-    Retention { name: String, incarnation: String, to: Offset },
+    Retention {
+        name: String,
+        incarnation: String,
+        to: Offset,
+    },
     /// A fork of this stream was added or removed.
-    ForkRef { name: String, incarnation: String, fork: String, add: bool },
+    ForkRef {
+        name: String,
+        incarnation: String,
+        fork: String,
+        add: bool,
+    },
 }
 
 impl Record {
@@ -82,31 +106,52 @@ impl Record {
                 state.encode(&mut e);
                 encode_append(&mut e, initial);
             }
-            Record::Append { name, incarnation, rec } => {
+            Record::Append {
+                name,
+                incarnation,
+                rec,
+            } => {
                 e.u8(2);
                 e.str(name);
                 e.str(incarnation);
                 encode_append(&mut e, rec);
             }
-            Record::Delete { name, incarnation, soft } => {
+            Record::Delete {
+                name,
+                incarnation,
+                soft,
+            } => {
                 e.u8(3);
                 e.str(name);
                 e.str(incarnation);
                 e.u8(*soft as u8);
             }
-            Record::Snapshot { name, incarnation, info } => {
+            Record::Snapshot {
+                name,
+                incarnation,
+                info,
+            } => {
                 e.u8(4);
                 e.str(name);
                 e.str(incarnation);
                 encode_snapshot(&mut e, info);
             }
-            Record::Retention { name, incarnation, to } => {
+            Record::Retention {
+                name,
+                incarnation,
+                to,
+            } => {
                 e.u8(5);
                 e.str(name);
                 e.str(incarnation);
                 e.offset(*to);
             }
-            Record::ForkRef { name, incarnation, fork, add } => {
+            Record::ForkRef {
+                name,
+                incarnation,
+                fork,
+                add,
+            } => {
                 e.u8(6);
                 e.str(name);
                 e.str(incarnation);
@@ -128,13 +173,37 @@ impl Record {
         let rec = match d.u8()? {
             1 => {
                 let state = StreamState::decode(&mut d)?;
-                Record::Create { state: Box::new(state), initial: decode_append(&mut d)? }
+                Record::Create {
+                    state: Box::new(state),
+                    initial: decode_append(&mut d)?,
+                }
             }
-            2 => Record::Append { name: d.string()?, incarnation: d.string()?, rec: decode_append(&mut d)? },
-            3 => Record::Delete { name: d.string()?, incarnation: d.string()?, soft: d.u8()? != 0 },
-            4 => Record::Snapshot { name: d.string()?, incarnation: d.string()?, info: decode_snapshot(&mut d)? },
-            5 => Record::Retention { name: d.string()?, incarnation: d.string()?, to: d.offset()? },
-            6 => Record::ForkRef { name: d.string()?, incarnation: d.string()?, fork: d.string()?, add: d.u8()? != 0 },
+            2 => Record::Append {
+                name: d.string()?,
+                incarnation: d.string()?,
+                rec: decode_append(&mut d)?,
+            },
+            3 => Record::Delete {
+                name: d.string()?,
+                incarnation: d.string()?,
+                soft: d.u8()? != 0,
+            },
+            4 => Record::Snapshot {
+                name: d.string()?,
+                incarnation: d.string()?,
+                info: decode_snapshot(&mut d)?,
+            },
+            5 => Record::Retention {
+                name: d.string()?,
+                incarnation: d.string()?,
+                to: d.offset()?,
+            },
+            6 => Record::ForkRef {
+                name: d.string()?,
+                incarnation: d.string()?,
+                fork: d.string()?,
+                add: d.u8()? != 0,
+            },
             _ => return None,
         };
         d.buf.is_empty().then_some(rec)
@@ -182,10 +251,20 @@ fn decode_append(d: &mut Dec<'_>) -> Option<AppendRecord> {
     let stream_seq = d.opt_string()?;
     let producer = match d.u8()? {
         0 => None,
-        1 => Some(Producer { id: d.string()?, epoch: d.u64()?, seq: d.u64()? }),
+        1 => Some(Producer {
+            id: d.string()?,
+            epoch: d.u64()?,
+            seq: d.u64()?,
+        }),
         _ => return None,
     };
-    Some(AppendRecord { start, body: Body { data, ends }, close, stream_seq, producer })
+    Some(AppendRecord {
+        start,
+        body: Body { data, ends },
+        close,
+        stream_seq,
+        producer,
+    })
 }
 
 /// The header of a new journal file.
@@ -242,7 +321,12 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
             .and_then(|s| s.to_str())
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| Error::corrupt(path, "journal file name is not an LSN"))?;
-        return Ok(Scanned { base_lsn: base, records: Vec::new(), end_lsn: base, torn: !bytes.is_empty() });
+        return Ok(Scanned {
+            base_lsn: base,
+            records: Vec::new(),
+            end_lsn: base,
+            torn: !bytes.is_empty(),
+        });
     }
     let mut d = Dec::new(&bytes[..HEADER_LEN as usize]);
     let bad = |why: &str| Error::corrupt(path, why.to_owned());
@@ -259,9 +343,14 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
     let base_lsn = d.u64().ok_or_else(|| bad("short journal header"))?;
     // The file is named by its base LSN: a header that disagrees is damaged, and trusting it
     // would give records LSNs that checkpoints already cover (or skip ones they do not).
-    let named = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok());
+    let named = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse::<u64>().ok());
     if named.is_some_and(|n| n != base_lsn) {
-        return Err(bad("journal header's base LSN disagrees with its file name"));
+        return Err(bad(
+            "journal header's base LSN disagrees with its file name",
+        ));
     }
     let mut pos = HEADER_LEN as usize;
     let mut records = Vec::new();
@@ -288,7 +377,12 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
         pos += FRAME_HEADER + len;
         records.push((base_lsn + pos as u64 - HEADER_LEN, rec));
     }
-    Ok(Scanned { base_lsn, records, end_lsn: base_lsn + pos as u64 - HEADER_LEN, torn })
+    Ok(Scanned {
+        base_lsn,
+        records,
+        end_lsn: base_lsn + pos as u64 - HEADER_LEN,
+        torn,
+    })
 }
 
 #[cfg(test)]
@@ -304,10 +398,17 @@ mod tests {
             incarnation: "i".into(),
             rec: AppendRecord {
                 start: Offset::new(n as u64, n as u64),
-                body: Body { data: vec![n; 3].into(), ends: vec![1, 3] },
+                body: Body {
+                    data: vec![n; 3].into(),
+                    ends: vec![1, 3],
+                },
                 close: n % 2 == 0,
                 stream_seq: Some(format!("{n:04}")),
-                producer: Some(Producer { id: "p".into(), epoch: 1, seq: n as u64 }),
+                producer: Some(Producer {
+                    id: "p".into(),
+                    epoch: 1,
+                    seq: n as u64,
+                }),
             },
         }
     }
@@ -318,12 +419,24 @@ mod tests {
         let path = file_path(dir.path(), 100);
         let mut buf = file_header(0, 100);
         let state = StreamState::new(
-            Config { name: "s".into(), incarnation: "i".into(), content_type: "a/b".into(), expiry: Expiry::Ttl(5), fork: None },
+            Config {
+                name: "s".into(),
+                incarnation: "i".into(),
+                content_type: "a/b".into(),
+                expiry: Expiry::Ttl(5),
+                fork: None,
+            },
             Offset::ZERO,
         );
         let create = Record::Create {
             state: Box::new(state),
-            initial: AppendRecord { start: Offset::ZERO, body: Body::default(), close: false, stream_seq: None, producer: None },
+            initial: AppendRecord {
+                start: Offset::ZERO,
+                body: Body::default(),
+                close: false,
+                stream_seq: None,
+                producer: None,
+            },
         };
         create.encode_frame(&mut buf);
         for n in 0..3 {
@@ -339,7 +452,14 @@ mod tests {
             std::fs::write(&path, &buf[..cut]).unwrap();
             let s = scan(&path, 0).unwrap();
             assert!(s.records.len() <= 4);
-            assert_eq!(s.torn, !s.records.iter().any(|(lsn, _)| *lsn == 100 + cut as u64 - HEADER_LEN) && cut > HEADER_LEN as usize && s.end_lsn != 100 + cut as u64 - HEADER_LEN);
+            assert_eq!(
+                s.torn,
+                !s.records
+                    .iter()
+                    .any(|(lsn, _)| *lsn == 100 + cut as u64 - HEADER_LEN)
+                    && cut > HEADER_LEN as usize
+                    && s.end_lsn != 100 + cut as u64 - HEADER_LEN
+            );
         }
         // A flipped bit in the last frame drops exactly that record.
         let mut flipped = buf.clone();

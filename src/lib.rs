@@ -22,6 +22,8 @@
 //! [`headers`] module; `client` adds a Rust client with the conditional-write recipes.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "client")]
+pub mod client; // a Rust client for any Durable Streams server, with the conditional-write recipes
 mod codec; // little-endian encoding helpers for the on-disk formats
 mod engine; // the store's machinery: streams, journal shards, checkpoints, recovery
 mod error; // Error, Result
@@ -29,8 +31,6 @@ mod fs; // file-system helpers and the fsync protocol
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing; // the on-disk decoders, exposed to the fuzz crate (feature "fuzzing")
-#[cfg(feature = "client")]
-pub mod client; // a Rust client for any Durable Streams server, with the conditional-write recipes
 #[cfg(any(feature = "http", feature = "client"))]
 pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]

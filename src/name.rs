@@ -29,19 +29,27 @@ impl StreamName {
             return Err(Error::InvalidArgument("stream name is empty".into()));
         }
         if name.len() > MAX_NAME_LEN {
-            return Err(Error::TooLarge(format!("stream name is longer than {MAX_NAME_LEN} bytes")));
+            return Err(Error::TooLarge(format!(
+                "stream name is longer than {MAX_NAME_LEN} bytes"
+            )));
         }
         if name.chars().any(char::is_control) {
-            return Err(Error::InvalidArgument("stream name contains a control character".into()));
+            return Err(Error::InvalidArgument(
+                "stream name contains a control character".into(),
+            ));
         }
         let segments: Vec<&str> = name.split('/').collect();
         for seg in &segments {
             if seg.is_empty() {
-                return Err(Error::InvalidArgument("stream name has an empty segment".into()));
+                return Err(Error::InvalidArgument(
+                    "stream name has an empty segment".into(),
+                ));
             }
             let decoded = percent_decode_lossy(seg);
             if decoded == "." || decoded == ".." {
-                return Err(Error::InvalidArgument("stream name has a '.' or '..' segment".into()));
+                return Err(Error::InvalidArgument(
+                    "stream name has a '.' or '..' segment".into(),
+                ));
             }
             if decoded.contains('\0') {
                 return Err(Error::InvalidArgument("stream name contains NUL".into()));
@@ -121,7 +129,10 @@ pub struct Offset {
 
 impl Offset {
     /// The start of every stream, `0000000000000000_0000000000000000`.
-    pub const ZERO: Offset = Offset { messages: 0, bytes: 0 };
+    pub const ZERO: Offset = Offset {
+        messages: 0,
+        bytes: 0,
+    };
     /// Largest value of each half (16 decimal digits).
     pub const MAX_PART: u64 = 9_999_999_999_999_999;
 
@@ -201,8 +212,13 @@ impl Incarnation {
 
     /// Wraps a token received from a caller (any printable ASCII up to [`Self::MAX_LEN`] bytes).
     pub fn new(token: &str) -> Result<Self> {
-        if token.is_empty() || token.len() > Self::MAX_LEN || !token.bytes().all(|b| (0x21..0x7f).contains(&b)) {
-            return Err(Error::InvalidArgument("malformed Stream-Incarnation".into()));
+        if token.is_empty()
+            || token.len() > Self::MAX_LEN
+            || !token.bytes().all(|b| (0x21..0x7f).contains(&b))
+        {
+            return Err(Error::InvalidArgument(
+                "malformed Stream-Incarnation".into(),
+            ));
         }
         Ok(Incarnation(token.to_owned()))
     }
@@ -238,11 +254,16 @@ pub fn normalize_content_type(ct: &str) -> Result<String> {
     let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
     let valid_token = |s: &str| {
         !s.is_empty()
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
     };
     match essence.split_once('/') {
         Some((t, s)) if valid_token(t) && valid_token(s) => {}
-        _ => return Err(Error::InvalidArgument(format!("malformed content type {ct:?}"))),
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "malformed content type {ct:?}"
+            )));
+        }
     }
     let mut out = essence;
     for p in parts {
@@ -276,9 +297,23 @@ mod tests {
         assert_eq!(s, "0000000000000003_0000000000000120");
         assert_eq!(s.parse::<Offset>().unwrap(), a);
         assert!(Offset::new(3, 121).to_string() > s);
-        assert!("0000000000000000_0000000000000000".parse::<Offset>().is_ok());
-        assert!("9999999999999999_9999999999999999".parse::<Offset>().is_ok());
-        for bad in ["", "-1", "0_0", "000000000000000a_0000000000000000", "0000000000000000-0000000000000000"] {
+        assert!(
+            "0000000000000000_0000000000000000"
+                .parse::<Offset>()
+                .is_ok()
+        );
+        assert!(
+            "9999999999999999_9999999999999999"
+                .parse::<Offset>()
+                .is_ok()
+        );
+        for bad in [
+            "",
+            "-1",
+            "0_0",
+            "000000000000000a_0000000000000000",
+            "0000000000000000-0000000000000000",
+        ] {
             assert!(bad.parse::<Offset>().is_err(), "{bad}");
         }
     }
@@ -286,7 +321,19 @@ mod tests {
     #[test]
     fn names_are_validated() {
         assert_eq!(StreamName::new("/a/b").unwrap().as_str(), "a/b");
-        for bad in ["", "/", "a//b", "a/../b", "a/%2e%2e/b", "a/./b", "a\0b", "x/snapshot", "x/bootstrap", "x/retention/5", "x/snapshot/0"] {
+        for bad in [
+            "",
+            "/",
+            "a//b",
+            "a/../b",
+            "a/%2e%2e/b",
+            "a/./b",
+            "a\0b",
+            "x/snapshot",
+            "x/bootstrap",
+            "x/retention/5",
+            "x/snapshot/0",
+        ] {
             assert!(StreamName::new(bad).is_err(), "{bad:?}");
         }
         assert!(StreamName::new("snapshots/x").is_ok());
@@ -294,7 +341,10 @@ mod tests {
 
     #[test]
     fn content_types_normalize_keeping_parameters() {
-        assert_eq!(normalize_content_type("Application/JSON ; Charset=utf-8").unwrap(), "application/json;charset=utf-8");
+        assert_eq!(
+            normalize_content_type("Application/JSON ; Charset=utf-8").unwrap(),
+            "application/json;charset=utf-8"
+        );
         assert_eq!(normalize_content_type("text/plain").unwrap(), "text/plain");
         assert!(normalize_content_type("nonsense").is_err());
         assert!(is_json("application/json;charset=utf-8"));

@@ -115,7 +115,11 @@ impl Options {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        let bad = |what: &str| Err(Error::InvalidArgument(format!("option {what} is out of bounds")));
+        let bad = |what: &str| {
+            Err(Error::InvalidArgument(format!(
+                "option {what} is out of bounds"
+            )))
+        };
         if !(1..=64).contains(&self.journal_shards) {
             return bad("journal_shards");
         }

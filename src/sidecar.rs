@@ -79,7 +79,11 @@ pub(crate) fn decode(buf: &[u8]) -> Option<Sidecar> {
     }
     let mut d = Dec::new(payload);
     let state = StreamState::decode(&mut d)?;
-    d.buf.is_empty().then_some(Sidecar { generation, applied_lsn, state })
+    d.buf.is_empty().then_some(Sidecar {
+        generation,
+        applied_lsn,
+        state,
+    })
 }
 
 /// Loads the newest valid slot of the stream in `dir`; `None` when neither slot is valid (a stream
@@ -103,9 +107,18 @@ pub(crate) fn load(dir: &Path) -> Result<Option<Sidecar>> {
 
 /// Writes generation `generation` into its slot. Not synced here: the checkpoint syncs the file
 /// system once for every sidecar it wrote (see `engine::Shard::checkpoint`).
-pub(crate) fn write(dir: &Path, generation: u64, applied_lsn: u64, state: &StreamState) -> Result<()> {
+pub(crate) fn write(
+    dir: &Path,
+    generation: u64,
+    applied_lsn: u64,
+    state: &StreamState,
+) -> Result<()> {
     let buf = encode(generation, applied_lsn, state);
-    let mut f: File = OpenOptions::new().create(true).write(true).truncate(false).open(slot_path(dir, generation % 2))?;
+    let mut f: File = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(slot_path(dir, generation % 2))?;
     f.write_all_at(&buf, 0)?;
     f.set_len(buf.len() as u64)?;
     f.flush()?;
@@ -122,7 +135,13 @@ mod tests {
 
     fn state(tail: u64) -> StreamState {
         let mut s = StreamState::new(
-            Config { name: "n".into(), incarnation: "i".into(), content_type: "t/p".into(), expiry: Expiry::Never, fork: None },
+            Config {
+                name: "n".into(),
+                incarnation: "i".into(),
+                content_type: "t/p".into(),
+                expiry: Expiry::Never,
+                fork: None,
+            },
             Offset::ZERO,
         );
         s.tail = Offset::new(tail, tail);
@@ -135,7 +154,10 @@ mod tests {
         write(dir.path(), 1, 10, &state(1)).unwrap();
         write(dir.path(), 2, 20, &state(2)).unwrap();
         let s = load(dir.path()).unwrap().unwrap();
-        assert_eq!((s.generation, s.applied_lsn, s.state.tail.bytes), (2, 20, 2));
+        assert_eq!(
+            (s.generation, s.applied_lsn, s.state.tail.bytes),
+            (2, 20, 2)
+        );
         // Every single-bit flip in the newest slot falls back to the older one, never to garbage.
         let good = std::fs::read(dir.path().join("meta.0")).unwrap();
         for i in 0..good.len() {

@@ -87,7 +87,10 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
     }
     if !json {
         let len = u32::try_from(data.len()).map_err(|_| Error::TooLarge("append body".into()))?;
-        return Ok(Body { data, ends: vec![len] });
+        return Ok(Body {
+            data,
+            ends: vec![len],
+        });
     }
     let text = std::str::from_utf8(&data).map_err(|e| Error::InvalidJson(e.to_string()))?;
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
@@ -97,7 +100,11 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
         vec![serde_json::from_str(text).map_err(|e| Error::InvalidJson(e.to_string()))?]
     };
     if values.is_empty() {
-        return if allow_empty_array { Ok(Body::default()) } else { Err(Error::EmptyJsonArray) };
+        return if allow_empty_array {
+            Ok(Body::default())
+        } else {
+            Err(Error::EmptyJsonArray)
+        };
     }
     let mut out = BytesMut::with_capacity(data.len() + values.len());
     let mut ends = Vec::with_capacity(values.len());
@@ -106,7 +113,10 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
         out.extend_from_slice(b",");
         ends.push(u32::try_from(out.len()).map_err(|_| Error::TooLarge("append body".into()))?);
     }
-    Ok(Body { data: out.freeze(), ends })
+    Ok(Body {
+        data: out.freeze(),
+        ends,
+    })
 }
 
 /// Keeps a Stream-Seq value only if every byte is printable ASCII (the seed: other values are
@@ -114,9 +124,9 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
 pub(crate) fn filter_stream_seq(v: Option<String>) -> Result<Option<String>> {
     match v {
         Some(s) if !s.bytes().all(|b| (0x20..=0x7e).contains(&b)) => Ok(None),
-        Some(s) if s.len() > MAX_STREAM_SEQ => {
-            Err(Error::TooLarge(format!("Stream-Seq is longer than {MAX_STREAM_SEQ} bytes")))
-        }
+        Some(s) if s.len() > MAX_STREAM_SEQ => Err(Error::TooLarge(format!(
+            "Stream-Seq is longer than {MAX_STREAM_SEQ} bytes"
+        ))),
         other => Ok(other),
     }
 }
@@ -124,10 +134,14 @@ pub(crate) fn filter_stream_seq(v: Option<String>) -> Result<Option<String>> {
 /// Validates a producer tuple's bounds.
 pub(crate) fn validate_producer(p: &Producer) -> Result<()> {
     if p.id.is_empty() || p.id.len() > MAX_PRODUCER_ID {
-        return Err(Error::InvalidArgument(format!("Producer-Id must be 1 to {MAX_PRODUCER_ID} bytes")));
+        return Err(Error::InvalidArgument(format!(
+            "Producer-Id must be 1 to {MAX_PRODUCER_ID} bytes"
+        )));
     }
     if p.epoch > MAX_PRODUCER_NUM || p.seq > MAX_PRODUCER_NUM {
-        return Err(Error::InvalidArgument("Producer-Epoch and Producer-Seq must be at most 2^53-1".into()));
+        return Err(Error::InvalidArgument(
+            "Producer-Epoch and Producer-Seq must be at most 2^53-1".into(),
+        ));
     }
     Ok(())
 }
@@ -171,7 +185,9 @@ impl StreamState {
     /// existence and incarnation checks: producer duplicate, closed, content type, producer
     /// validity, Stream-Seq, body validation.
     pub(crate) fn check_append(&self, req: &AppendCheck<'_>) -> Result<Decision> {
-        let known = req.producer.and_then(|p| self.producers.get(&p.id).map(|s| (p, s)));
+        let known = req
+            .producer
+            .and_then(|p| self.producers.get(&p.id).map(|s| (p, s)));
         if let Some((p, s)) = known {
             if p.epoch == s.epoch && p.seq <= s.seq {
                 let original_tail = (p.seq == s.seq).then_some(s.tail);
@@ -187,15 +203,24 @@ impl StreamState {
         if req.has_data {
             if let Some(ct) = req.content_type {
                 if ct != self.config.content_type {
-                    return Err(Error::ContentTypeMismatch { expected: self.config.content_type.clone() });
+                    return Err(Error::ContentTypeMismatch {
+                        expected: self.config.content_type.clone(),
+                    });
                 }
             }
         }
         if let Some(p) = req.producer {
             match self.producers.get(&p.id) {
-                None if p.seq != 0 => return Err(Error::ProducerSeqGap { expected: 0, received: p.seq }),
+                None if p.seq != 0 => {
+                    return Err(Error::ProducerSeqGap {
+                        expected: 0,
+                        received: p.seq,
+                    });
+                }
                 None => {}
-                Some(s) if p.epoch < s.epoch => return Err(Error::ProducerEpochStale { current: s.epoch }),
+                Some(s) if p.epoch < s.epoch => {
+                    return Err(Error::ProducerEpochStale { current: s.epoch });
+                }
                 Some(s) if p.epoch > s.epoch => {
                     if p.seq != 0 {
                         return Err(Error::ProducerEpochSeqNotZero);
@@ -203,14 +228,20 @@ impl StreamState {
                 }
                 Some(s) => {
                     if p.seq != s.seq + 1 {
-                        return Err(Error::ProducerSeqGap { expected: s.seq + 1, received: p.seq });
+                        return Err(Error::ProducerSeqGap {
+                            expected: s.seq + 1,
+                            received: p.seq,
+                        });
                     }
                 }
             }
         }
         if let (Some(new), Some(last)) = (req.stream_seq, self.stream_seq.as_deref()) {
             if new.as_bytes() <= last.as_bytes() {
-                return Err(Error::StreamSeqConflict { tail: self.tail, last_seq: last.to_owned() });
+                return Err(Error::StreamSeqConflict {
+                    tail: self.tail,
+                    last_seq: last.to_owned(),
+                });
             }
         }
         match req.body {
@@ -233,7 +264,14 @@ impl StreamState {
             self.stream_seq = Some(s.clone());
         }
         if let Some(p) = &rec.producer {
-            self.producers.insert(p.id.clone(), ProducerState { epoch: p.epoch, seq: p.seq, tail: self.tail });
+            self.producers.insert(
+                p.id.clone(),
+                ProducerState {
+                    epoch: p.epoch,
+                    seq: p.seq,
+                    tail: self.tail,
+                },
+            );
         }
     }
 
@@ -255,7 +293,8 @@ impl StreamState {
         let earliest = self.earliest;
         // Snapshots older than the retained start can no longer be bootstrapped from; keep the newest.
         let latest = self.snapshots.last().map(|s| s.offset);
-        self.snapshots.retain(|s| s.offset >= earliest || Some(s.offset) == latest);
+        self.snapshots
+            .retain(|s| s.offset >= earliest || Some(s.offset) == latest);
     }
 
     // Sidecar payload codec (layout in DESIGN.md, "Sidecar").
@@ -316,7 +355,14 @@ impl StreamState {
         let mut producers = BTreeMap::new();
         for _ in 0..n {
             let id = d.string()?;
-            producers.insert(id, ProducerState { epoch: d.u64()?, seq: d.u64()?, tail: d.offset()? });
+            producers.insert(
+                id,
+                ProducerState {
+                    epoch: d.u64()?,
+                    seq: d.u64()?,
+                    tail: d.offset()?,
+                },
+            );
         }
         let earliest = d.offset()?;
         let n = d.u32()?;
@@ -330,7 +376,18 @@ impl StreamState {
             forks.insert(d.string()?);
         }
         let soft_deleted = d.u8()? != 0;
-        Some(StreamState { config, base, tail, closed, stream_seq, producers, earliest, snapshots, forks, soft_deleted })
+        Some(StreamState {
+            config,
+            base,
+            tail,
+            closed,
+            stream_seq,
+            producers,
+            earliest,
+            snapshots,
+            forks,
+            soft_deleted,
+        })
     }
 }
 
@@ -362,7 +419,11 @@ pub(crate) fn encode_expiry(e: &mut Enc, x: &Expiry) {
         }
         Expiry::At(t) => {
             e.u8(2);
-            e.u64(t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
+            e.u64(
+                t.duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+            );
         }
     }
 }
@@ -384,17 +445,28 @@ pub(crate) fn encode_snapshot(e: &mut Enc, s: &SnapshotInfo) {
 }
 
 pub(crate) fn decode_snapshot(d: &mut Dec<'_>) -> Option<SnapshotInfo> {
-    Some(SnapshotInfo { offset: d.offset()?, digest: d.string()?, content_type: d.string()?, len: d.u64()? })
+    Some(SnapshotInfo {
+        offset: d.offset()?,
+        digest: d.string()?,
+        content_type: d.string()?,
+        len: d.u64()?,
+    })
 }
 
 /// Milliseconds since the Unix epoch, now.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Truncates an instant to whole milliseconds (the precision brook stores).
 pub(crate) fn to_ms(t: SystemTime) -> SystemTime {
-    let ms = t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
@@ -430,7 +502,13 @@ mod tests {
 
     fn apply(s: &mut StreamState, seq: Option<&str>, p: Option<Producer>) {
         let body = prepare_body(false, Bytes::from_static(b"x"), false).unwrap();
-        let rec = AppendRecord { start: s.tail, body, close: false, stream_seq: seq.map(Into::into), producer: p };
+        let rec = AppendRecord {
+            start: s.tail,
+            body,
+            close: false,
+            stream_seq: seq.map(Into::into),
+            producer: p,
+        };
         s.apply_append(&rec);
     }
 
@@ -439,8 +517,13 @@ mod tests {
         let mut s = state();
         assert_eq!(check(&s, Some("9"), None).unwrap(), Decision::Accept);
         apply(&mut s, Some("9"), None);
-        assert!(matches!(check(&s, Some("10"), None), Err(Error::StreamSeqConflict { ref last_seq, .. }) if last_seq == "9"));
-        assert!(matches!(check(&s, Some("9"), None), Err(Error::StreamSeqConflict { .. })));
+        assert!(
+            matches!(check(&s, Some("10"), None), Err(Error::StreamSeqConflict { ref last_seq, .. }) if last_seq == "9")
+        );
+        assert!(matches!(
+            check(&s, Some("9"), None),
+            Err(Error::StreamSeqConflict { .. })
+        ));
         assert_eq!(check(&s, Some("90"), None).unwrap(), Decision::Accept);
         assert_eq!(check(&s, None, None).unwrap(), Decision::Accept);
     }
@@ -448,25 +531,75 @@ mod tests {
     #[test]
     fn producer_dedup_runs_before_stream_seq() {
         let mut s = state();
-        let p0 = Producer { id: "a".into(), epoch: 0, seq: 0 };
+        let p0 = Producer {
+            id: "a".into(),
+            epoch: 0,
+            seq: 0,
+        };
         apply(&mut s, Some("5"), Some(p0.clone()));
         let tail = s.tail;
         assert_eq!(
             check(&s, Some("5"), Some(&p0)).unwrap(),
-            Decision::Answer(AppendStatus::Duplicate { original_tail: Some(tail) })
+            Decision::Answer(AppendStatus::Duplicate {
+                original_tail: Some(tail)
+            })
         );
-        let p1 = Producer { id: "a".into(), epoch: 0, seq: 1 };
+        let p1 = Producer {
+            id: "a".into(),
+            epoch: 0,
+            seq: 1,
+        };
         apply(&mut s, Some("6"), Some(p1.clone()));
-        assert_eq!(check(&s, Some("1"), Some(&p0)).unwrap(), Decision::Answer(AppendStatus::Duplicate { original_tail: None }));
-        let p3 = Producer { id: "a".into(), epoch: 0, seq: 3 };
-        assert!(matches!(check(&s, Some("7"), Some(&p3)), Err(Error::ProducerSeqGap { expected: 2, received: 3 })));
-        let stale = Producer { id: "a".into(), epoch: 0, seq: 2 };
-        assert!(matches!(check(&s, Some("6"), Some(&stale)), Err(Error::StreamSeqConflict { .. })));
-        let e1 = Producer { id: "a".into(), epoch: 1, seq: 1 };
-        assert!(matches!(check(&s, None, Some(&e1)), Err(Error::ProducerEpochSeqNotZero)));
+        assert_eq!(
+            check(&s, Some("1"), Some(&p0)).unwrap(),
+            Decision::Answer(AppendStatus::Duplicate {
+                original_tail: None
+            })
+        );
+        let p3 = Producer {
+            id: "a".into(),
+            epoch: 0,
+            seq: 3,
+        };
+        assert!(matches!(
+            check(&s, Some("7"), Some(&p3)),
+            Err(Error::ProducerSeqGap {
+                expected: 2,
+                received: 3
+            })
+        ));
+        let stale = Producer {
+            id: "a".into(),
+            epoch: 0,
+            seq: 2,
+        };
+        assert!(matches!(
+            check(&s, Some("6"), Some(&stale)),
+            Err(Error::StreamSeqConflict { .. })
+        ));
+        let e1 = Producer {
+            id: "a".into(),
+            epoch: 1,
+            seq: 1,
+        };
+        assert!(matches!(
+            check(&s, None, Some(&e1)),
+            Err(Error::ProducerEpochSeqNotZero)
+        ));
         let mut s2 = s.clone();
-        apply(&mut s2, None, Some(Producer { id: "a".into(), epoch: 2, seq: 0 }));
-        assert!(matches!(check(&s2, None, Some(&p1)), Err(Error::ProducerEpochStale { current: 2 })));
+        apply(
+            &mut s2,
+            None,
+            Some(Producer {
+                id: "a".into(),
+                epoch: 2,
+                seq: 0,
+            }),
+        );
+        assert!(matches!(
+            check(&s2, None, Some(&p1)),
+            Err(Error::ProducerEpochStale { current: 2 })
+        ));
     }
 
     #[test]
@@ -474,7 +607,12 @@ mod tests {
         assert_eq!(filter_stream_seq(Some("a\u{7f}".into())).unwrap(), None);
         assert_eq!(filter_stream_seq(Some("é".into())).unwrap(), None);
         assert!(filter_stream_seq(Some("a".repeat(257))).is_err());
-        assert_eq!(filter_stream_seq(Some("a".repeat(256))).unwrap().map(|s| s.len()), Some(256));
+        assert_eq!(
+            filter_stream_seq(Some("a".repeat(256)))
+                .unwrap()
+                .map(|s| s.len()),
+            Some(256)
+        );
     }
 
     #[test]
@@ -482,21 +620,53 @@ mod tests {
         let b = prepare_body(true, Bytes::from_static(br#" [ {"a":1}, [1,2] ] "#), false).unwrap();
         assert_eq!(&b.data[..], br#"{"a":1},[1,2],"#);
         assert_eq!(b.ends, vec![8, 14]);
-        assert!(matches!(prepare_body(true, Bytes::from_static(b"[]"), false), Err(Error::EmptyJsonArray)));
-        assert_eq!(prepare_body(true, Bytes::from_static(b"[]"), true).unwrap().messages(), 0);
-        assert!(matches!(prepare_body(true, Bytes::from_static(b"{"), false), Err(Error::InvalidJson(_))));
-        assert_eq!(prepare_body(true, Bytes::from_static(b"[[[1]]]"), false).unwrap().data, Bytes::from_static(b"[[1]],"));
+        assert!(matches!(
+            prepare_body(true, Bytes::from_static(b"[]"), false),
+            Err(Error::EmptyJsonArray)
+        ));
+        assert_eq!(
+            prepare_body(true, Bytes::from_static(b"[]"), true)
+                .unwrap()
+                .messages(),
+            0
+        );
+        assert!(matches!(
+            prepare_body(true, Bytes::from_static(b"{"), false),
+            Err(Error::InvalidJson(_))
+        ));
+        assert_eq!(
+            prepare_body(true, Bytes::from_static(b"[[[1]]]"), false)
+                .unwrap()
+                .data,
+            Bytes::from_static(b"[[1]],")
+        );
     }
 
     #[test]
     fn sidecar_state_round_trips() {
         let mut s = state();
-        apply(&mut s, Some("x"), Some(Producer { id: "p".into(), epoch: 3, seq: 0 }));
+        apply(
+            &mut s,
+            Some("x"),
+            Some(Producer {
+                id: "p".into(),
+                epoch: 3,
+                seq: 0,
+            }),
+        );
         s.forks.insert("f".into());
-        s.snapshots.push(SnapshotInfo { offset: Offset::new(1, 1), digest: "d".into(), content_type: "c".into(), len: 3 });
+        s.snapshots.push(SnapshotInfo {
+            offset: Offset::new(1, 1),
+            digest: "d".into(),
+            content_type: "c".into(),
+            len: 3,
+        });
         let mut e = Enc::default();
         s.encode(&mut e);
         assert_eq!(StreamState::decode(&mut Dec::new(&e.buf)), Some(s));
-        assert_eq!(StreamState::decode(&mut Dec::new(&e.buf[..e.buf.len() - 1])), None);
+        assert_eq!(
+            StreamState::decode(&mut Dec::new(&e.buf[..e.buf.len() - 1])),
+            None
+        );
     }
 }

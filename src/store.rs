@@ -10,8 +10,8 @@ use crate::error::Result;
 use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
 use crate::options::Options;
 use crate::types::{
-    AppendOutcome, AppendRequest, Created, CreateOptions, Message, ReadChunk, ReadRequest, Snapshot,
-    SnapshotInfo, StreamInfo,
+    AppendOutcome, AppendRequest, CreateOptions, Created, Message, ReadChunk, ReadRequest,
+    Snapshot, SnapshotInfo, StreamInfo,
 };
 
 /// A store of durable streams in one directory. Cheap to clone; all clones share the store.
@@ -49,7 +49,9 @@ impl Store {
     ///
     /// Recovery reads only the journal written since the last checkpoint, not every stream.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
-        Ok(Store { inner: crate::engine::Engine::open(dir.as_ref(), options)? })
+        Ok(Store {
+            inner: crate::engine::Engine::open(dir.as_ref(), options)?,
+        })
     }
 
     /// The engine, for in-crate adapters (the HTTP server's non-blocking append path).
@@ -86,13 +88,21 @@ impl Store {
 
     /// Like [`Store::append`], returning once the append is accepted and ordered but before it is
     /// durable; wait on the [`Pending`] for the acknowledgement.
-    pub fn submit_append(&self, name: &StreamName, req: AppendRequest) -> Result<Pending<AppendOutcome>> {
+    pub fn submit_append(
+        &self,
+        name: &StreamName,
+        req: AppendRequest,
+    ) -> Result<Pending<AppendOutcome>> {
         self.inner.append(name, req)
     }
 
     /// Closes the stream (idempotent); durable when it returns.
     pub fn close(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<AppendOutcome> {
-        let req = AppendRequest { close: true, expect: expect.cloned(), ..Default::default() };
+        let req = AppendRequest {
+            close: true,
+            expect: expect.cloned(),
+            ..Default::default()
+        };
         self.append(name, req)
     }
 
@@ -133,7 +143,12 @@ impl Store {
     }
 
     /// Blocking form of [`Store::wait`]; `false` when `timeout` passed first.
-    pub fn wait_blocking(&self, name: &StreamName, after: Offset, timeout: Duration) -> Result<bool> {
+    pub fn wait_blocking(
+        &self,
+        name: &StreamName,
+        after: Offset,
+        timeout: Duration,
+    ) -> Result<bool> {
         self.inner.wait_blocking(name, after, timeout)
     }
 
@@ -151,7 +166,8 @@ impl Store {
         expect_digest: Option<&str>,
         expect: Option<&Incarnation>,
     ) -> Result<(SnapshotInfo, StreamInfo)> {
-        self.inner.publish_snapshot(name, offset, content_type, blob, expect_digest, expect)
+        self.inner
+            .publish_snapshot(name, offset, content_type, blob, expect_digest, expect)
     }
 
     /// The latest snapshot, or the one at `offset`.
@@ -167,13 +183,23 @@ impl Store {
     /// Snapshots are immutable: always refused, with
     /// [`SnapshotDeleteRefused`](crate::Error::SnapshotDeleteRefused) for the latest and
     /// [`SnapshotNotFound`](crate::Error::SnapshotNotFound) otherwise.
-    pub fn delete_snapshot(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<()> {
+    pub fn delete_snapshot(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        expect: Option<&Incarnation>,
+    ) -> Result<()> {
         self.inner.delete_snapshot(name, offset, expect)
     }
 
     /// Advances the earliest readable offset to `offset`, which must be a published snapshot's
     /// offset or older; data before it is reclaimed a whole segment at a time. Durable when it returns.
-    pub fn set_retention(&self, name: &StreamName, offset: Offset, expect: Option<&Incarnation>) -> Result<StreamInfo> {
+    pub fn set_retention(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        expect: Option<&Incarnation>,
+    ) -> Result<StreamInfo> {
         self.inner.set_retention(name, offset, expect)
     }
 

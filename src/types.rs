@@ -132,7 +132,11 @@ pub struct ReadRequest {
 impl ReadRequest {
     /// A read from `from` with default bounds.
     pub fn from(from: ReadFrom) -> Self {
-        ReadRequest { from, max_bytes: None, expect: None }
+        ReadRequest {
+            from,
+            max_bytes: None,
+            expect: None,
+        }
     }
 }
 

@@ -124,7 +124,12 @@ pub fn router(store: Store, config: ServerConfig) -> Router {
     })
 }
 
-fn app_state(store: Store, config: ServerConfig, tx: watch::Sender<bool>, rx: watch::Receiver<bool>) -> AppState {
+fn app_state(
+    store: Store,
+    config: ServerConfig,
+    tx: watch::Sender<bool>,
+    rx: watch::Receiver<bool>,
+) -> AppState {
     AppState {
         store,
         config: Arc::new(config),
@@ -154,7 +159,9 @@ pub async fn serve(
     // only where a peer that went away cannot end the process with SIGPIPE.
     let sendfile = crate::fs::sigpipe_is_handled();
     if !sendfile {
-        tracing::info!("SIGPIPE has its default action: read bodies are copied to sockets, not sent with sendfile");
+        tracing::info!(
+            "SIGPIPE has its default action: read bodies are copied to sockets, not sent with sendfile"
+        );
     }
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true);
@@ -179,11 +186,14 @@ pub async fn serve(
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let app = app.clone();
-            async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
-        });
-        let conn = builder.serve_connection(TokioIo::new(socket::Socket::new(stream, sendfile)), service);
+        let service = hyper::service::service_fn(
+            move |req: hyper::Request<hyper::body::Incoming>| {
+                let app = app.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
+            },
+        );
+        let conn =
+            builder.serve_connection(TokioIo::new(socket::Socket::new(stream, sendfile)), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             // A connection's error (reset, malformed request) concerns that connection only.

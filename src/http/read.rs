@@ -155,7 +155,9 @@ async fn read_chunk(
 /// reader per append: 1000 SSE subscribers filled the pool's 512 threads and spent about a
 /// third of the CPU in futex calls.
 fn read_woken(app: &AppState, name: &StreamName, req: &ReadRequest) -> Result<ReadChunk, ApiError> {
-    app.store.read(name, req).map_err(|e| ApiError::Store(e, Op::Read))
+    app.store
+        .read(name, req)
+        .map_err(|e| ApiError::Store(e, Op::Read))
 }
 
 /// GET `{s}`.
@@ -373,7 +375,10 @@ fn control_event(
 ) {
     use std::io::Write as _;
     // Writing into a Vec cannot fail.
-    let _ = write!(out, "event: control\ndata:{{\"streamNextOffset\":\"{next}\"");
+    let _ = write!(
+        out,
+        "event: control\ndata:{{\"streamNextOffset\":\"{next}\""
+    );
     // The cursor is omitted once the stream is closed: the client must not reconnect.
     if let (Some(cursor), false) = (cursor, closed) {
         let _ = write!(out, ",\"streamCursor\":\"{cursor}\"");
@@ -609,7 +614,9 @@ async fn sse(
         announced: false,
         cursor_floor: response_cursor(p.cursor, SystemTime::now()),
         deadline,
-        timer: Box::pin(tokio::time::sleep_until((start + app.config.sse_keepalive).min(deadline))),
+        timer: Box::pin(tokio::time::sleep_until(
+            (start + app.config.sse_keepalive).min(deadline),
+        )),
         last_sent: start,
         shutdown: Box::pin(async move { down.shutting_down().await }),
         done: false,

@@ -994,10 +994,22 @@ async fn sse_keeps_idle_connections_alive_and_still_delivers() -> TestResult {
     let data = text.find("data:late").expect("the append is delivered");
     let before = text[..data].matches(": keep-alive").count();
     let after = text[data..].matches(": keep-alive").count();
-    assert!(before >= 2, "keep-alives while idle before the append: {text}");
-    assert!(after >= 2, "keep-alives while idle after the append: {text}");
-    assert!(lasted >= Duration::from_millis(650), "ended early: {lasted:?}");
-    assert!(lasted < Duration::from_secs(5), "did not end at its lifetime: {lasted:?}");
+    assert!(
+        before >= 2,
+        "keep-alives while idle before the append: {text}"
+    );
+    assert!(
+        after >= 2,
+        "keep-alives while idle after the append: {text}"
+    );
+    assert!(
+        lasted >= Duration::from_millis(650),
+        "ended early: {lasted:?}"
+    );
+    assert!(
+        lasted < Duration::from_secs(5),
+        "did not end at its lifetime: {lasted:?}"
+    );
     Ok(())
 }
 
@@ -1398,7 +1410,13 @@ async fn reads_after_a_restart_still_check_checksums() -> TestResult {
     let dir = tempfile::tempdir()?;
     let payload = "0123456789".repeat(100);
     {
-        let t = Harness { app: router(Store::open(dir.path(), Options::default())?, ServerConfig::default()), _dir: tempfile::tempdir()? };
+        let t = Harness {
+            app: router(
+                Store::open(dir.path(), Options::default())?,
+                ServerConfig::default(),
+            ),
+            _dir: tempfile::tempdir()?,
+        };
         t.put("/s/v", &[CT_TEXT], "").await;
         let r = t.send("POST", "/s/v", &[CT_TEXT], payload.clone()).await;
         assert_eq!(r.status, StatusCode::NO_CONTENT);
@@ -1421,7 +1439,13 @@ async fn reads_after_a_restart_still_check_checksums() -> TestResult {
     let mut bytes = std::fs::read(&logs[0])?;
     bytes[500] ^= 0x55;
     std::fs::write(&logs[0], &bytes)?;
-    let t = Harness { app: router(Store::open(dir.path(), Options::default())?, ServerConfig::default()), _dir: tempfile::tempdir()? };
+    let t = Harness {
+        app: router(
+            Store::open(dir.path(), Options::default())?,
+            ServerConfig::default(),
+        ),
+        _dir: tempfile::tempdir()?,
+    };
     for _ in 0..2 {
         let r = t.get("/s/v?offset=-1", &[]).await;
         assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.text());

@@ -17,9 +17,9 @@ use crate::{
 };
 
 use super::body::read_body;
-use crate::engine::Attempt;
 use super::error::{ApiError, Op};
 use super::{AppState, Reply, absolute_url, blocking, expected_incarnation, raw};
+use crate::engine::Attempt;
 
 /// The request's `Content-Type`, normalized; `None` when absent or empty.
 fn content_type(headers: &HeaderMap, op: Op) -> Result<Option<String>, ApiError> {
@@ -212,7 +212,9 @@ pub(crate) async fn append(
         Attempt::Accepted(p) => p,
         Attempt::Refused(e, ticket) => {
             if let Some(t) = ticket {
-                t.wait_async().await.map_err(|e| ApiError::Store(e, Op::Append))?;
+                t.wait_async()
+                    .await
+                    .map_err(|e| ApiError::Store(e, Op::Append))?;
             }
             return Err(ApiError::Store(e, Op::Append));
         }

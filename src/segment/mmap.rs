@@ -24,7 +24,10 @@ use crate::error::Result;
 /// A live read-only map in the registry: where it ends and the file it maps from offset 0.
 #[cfg_attr(
     not(any(feature = "http", test)),
-    expect(dead_code, reason = "read only by `file_range`, which only the server uses")
+    expect(
+        dead_code,
+        reason = "read only by `file_range`, which only the server uses"
+    )
 )]
 struct Listed {
     end: usize,

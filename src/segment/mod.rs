@@ -48,7 +48,8 @@ pub(crate) fn blob_view(path: &Path) -> Result<Bytes> {
     if len == 0 {
         return Ok(Bytes::new());
     }
-    let len = usize::try_from(len).map_err(|_| Error::corrupt(path, "snapshot blob larger than the address space"))?;
+    let len = usize::try_from(len)
+        .map_err(|_| Error::corrupt(path, "snapshot blob larger than the address space"))?;
     Ok(Bytes::from_owner(mmap::map_blob(file, len)?))
 }
 
@@ -98,9 +99,21 @@ impl AsRef<[u8]> for MapSlice {
 
 impl Segment {
     fn create(dir: &Path, base: Offset) -> Result<Segment> {
-        let log = Arc::new(OpenOptions::new().create(true).read(true).write(true).truncate(true).open(log_path(dir, base.bytes))?);
+        let log = Arc::new(
+            OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(true)
+                .open(log_path(dir, base.bytes))?,
+        );
         log.set_len(MIN_LOG_CAP)?;
-        let idx = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(idx_path(dir, base.bytes))?;
+        let idx = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(true)
+            .open(idx_path(dir, base.bytes))?;
         let idx_len = IDX_HEADER + MIN_IDX_ENTRIES * ENTRY;
         idx.set_len(idx_len)?;
         let mut idx_map = mmap::map_write(&idx, idx_len as usize)?;
@@ -108,7 +121,17 @@ impl Segment {
         idx_map[4..8].copy_from_slice(&IDX_VERSION.to_le_bytes());
         idx_map[8..16].copy_from_slice(&base.messages.to_le_bytes());
         idx_map[16..24].copy_from_slice(&base.bytes.to_le_bytes());
-        Ok(Segment { base, log, log_cap: MIN_LOG_CAP, idx, idx_map, count: 0, end: base.bytes, verified: 0, read_map: None })
+        Ok(Segment {
+            base,
+            log,
+            log_cap: MIN_LOG_CAP,
+            idx,
+            idx_map,
+            count: 0,
+            end: base.bytes,
+            verified: 0,
+            read_map: None,
+        })
     }
 
     fn open(dir: &Path, base_bytes: u64) -> Result<Segment> {
@@ -119,33 +142,65 @@ impl Segment {
         let log_cap = log.metadata()?.len();
         let idx_len = idx.metadata()?.len();
         if idx_len < IDX_HEADER || (idx_len - IDX_HEADER) % ENTRY != 0 {
-            return Err(Error::corrupt(ip, "index length is not a whole number of entries"));
+            return Err(Error::corrupt(
+                ip,
+                "index length is not a whole number of entries",
+            ));
         }
         let idx_map = mmap::map_write(&idx, idx_len as usize)?;
         let h = &idx_map[..IDX_HEADER as usize];
-        let field = |r: std::ops::Range<usize>| h.get(r).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+        let field = |r: std::ops::Range<usize>| {
+            h.get(r)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
         if &h[0..4] != IDX_MAGIC || h[4..8] != IDX_VERSION.to_le_bytes() {
             return Err(Error::corrupt(ip, "bad index header"));
         }
         let base = Offset::new(field(8..16).unwrap_or(0), field(16..24).unwrap_or(u64::MAX));
         if base.bytes != base_bytes {
-            return Err(Error::corrupt(ip, "index header does not match its file name"));
+            return Err(Error::corrupt(
+                ip,
+                "index header does not match its file name",
+            ));
         }
-        Ok(Segment { base, log, log_cap, idx, idx_map, count: 0, end: base_bytes, verified: 0, read_map: None })
+        Ok(Segment {
+            base,
+            log,
+            log_cap,
+            idx,
+            idx_map,
+            count: 0,
+            end: base_bytes,
+            verified: 0,
+            read_map: None,
+        })
     }
 
     fn entry_end(&self, i: u64) -> u64 {
         let at = (IDX_HEADER + i * ENTRY) as usize;
-        self.idx_map.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(u64::MAX)
+        self.idx_map
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(u64::MAX)
     }
 
     fn entry_crc(&self, i: u64) -> u32 {
         let at = (IDX_HEADER + i * ENTRY + 8) as usize;
-        self.idx_map.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0)
+        self.idx_map
+            .get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+            .unwrap_or(0)
     }
 
     fn entry_start(&self, i: u64) -> u64 {
-        if i == 0 { self.base.bytes } else { self.entry_end(i - 1) }
+        if i == 0 {
+            self.base.bytes
+        } else {
+            self.entry_end(i - 1)
+        }
     }
 
     /// Messages of this segment that end at or before `pos`.
@@ -153,7 +208,11 @@ impl Segment {
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.entry_end(mid) <= pos { lo = mid + 1 } else { hi = mid }
+            if self.entry_end(mid) <= pos {
+                lo = mid + 1
+            } else {
+                hi = mid
+            }
         }
         lo
     }
@@ -182,7 +241,8 @@ impl Segment {
         let n = body.ends.len() as u64;
         let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
         if need_idx > self.idx_map.len() as u64 {
-            let len = IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
+            let len =
+                IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
             self.idx.set_len(len)?;
             self.idx_map = mmap::map_write(&self.idx, len as usize)?;
         }
@@ -211,13 +271,20 @@ impl Segment {
             let i = self.verified;
             let (start, end) = (self.entry_start(i), self.entry_end(i));
             if start < self.base.bytes || end <= start || end > self.end {
-                return Err(Error::corrupt(idx_path(path, self.base.bytes), format!("index entry {i} is out of order")));
+                return Err(Error::corrupt(
+                    idx_path(path, self.base.bytes),
+                    format!("index entry {i} is out of order"),
+                ));
             }
             let crc = self.entry_crc(i);
             let map = self.map_for(end)?;
-            let bytes = map.get((start - self.base.bytes) as usize..(end - self.base.bytes) as usize);
+            let bytes =
+                map.get((start - self.base.bytes) as usize..(end - self.base.bytes) as usize);
             if bytes.map(crc32fast::hash) != Some(crc) {
-                return Err(Error::corrupt(log_path(path, self.base.bytes), format!("message {i} fails its checksum")));
+                return Err(Error::corrupt(
+                    log_path(path, self.base.bytes),
+                    format!("message {i} fails its checksum"),
+                ));
             }
             self.verified += 1;
         }
@@ -235,14 +302,23 @@ pub(crate) struct SegmentSet {
 impl SegmentSet {
     /// Creates the first segment of a new stream at `base`.
     pub(crate) fn create(dir: &Path, base: Offset, segment_bytes: u64) -> Result<SegmentSet> {
-        Ok(SegmentSet { dir: dir.to_path_buf(), segs: vec![Segment::create(dir, base)?], segment_bytes })
+        Ok(SegmentSet {
+            dir: dir.to_path_buf(),
+            segs: vec![Segment::create(dir, base)?],
+            segment_bytes,
+        })
     }
 
     /// Opens a stream's segments, valid from `base` (or the retained start) to `end`.
     ///
     /// Segment files that start at or after `end` (other than the first) hold nothing durable and
     /// are removed; the last message is checked against its index entry.
-    pub(crate) fn open(dir: &Path, base: Offset, end: Offset, segment_bytes: u64) -> Result<SegmentSet> {
+    pub(crate) fn open(
+        dir: &Path,
+        base: Offset,
+        end: Offset,
+        segment_bytes: u64,
+    ) -> Result<SegmentSet> {
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -274,13 +350,23 @@ impl SegmentSet {
             s.end = next.bytes;
             let idx_entries = (s.idx_map.len() as u64 - IDX_HEADER) / ENTRY;
             if s.count > idx_entries || s.end - s.base.bytes > s.log_cap {
-                return Err(Error::corrupt(idx_path(dir, s.base.bytes), "index or log shorter than the stream"));
+                return Err(Error::corrupt(
+                    idx_path(dir, s.base.bytes),
+                    "index or log shorter than the stream",
+                ));
             }
             if s.count > 0 && s.entry_end(s.count - 1) != s.end {
-                return Err(Error::corrupt(idx_path(dir, s.base.bytes), "index disagrees with the stream's length"));
+                return Err(Error::corrupt(
+                    idx_path(dir, s.base.bytes),
+                    "index disagrees with the stream's length",
+                ));
             }
         }
-        let mut set = SegmentSet { dir: dir.to_path_buf(), segs, segment_bytes };
+        let mut set = SegmentSet {
+            dir: dir.to_path_buf(),
+            segs,
+            segment_bytes,
+        };
         set.verify_last()?;
         let _ = base;
         Ok(set)
@@ -288,33 +374,49 @@ impl SegmentSet {
 
     /// Checks the newest message's bytes against its index CRC.
     fn verify_last(&mut self) -> Result<()> {
-        let Some(s) = self.segs.iter_mut().rev().find(|s| s.count > 0) else { return Ok(()) };
+        let Some(s) = self.segs.iter_mut().rev().find(|s| s.count > 0) else {
+            return Ok(());
+        };
         let i = s.count - 1;
         let (start, end) = (s.entry_start(i), s.end);
         let crc = s.entry_crc(i);
         let map = s.map_for(end)?;
-        let range = start.checked_sub(s.base.bytes).zip(end.checked_sub(s.base.bytes));
+        let range = start
+            .checked_sub(s.base.bytes)
+            .zip(end.checked_sub(s.base.bytes));
         let bytes = range.and_then(|(a, b)| map.get(a as usize..b as usize));
         if bytes.map(crc32fast::hash) != Some(crc) {
-            return Err(Error::corrupt(log_path(&self.dir, s.base.bytes), "last message fails its checksum"));
+            return Err(Error::corrupt(
+                log_path(&self.dir, s.base.bytes),
+                "last message fails its checksum",
+            ));
         }
         Ok(())
     }
 
     /// The applied end.
     pub(crate) fn end(&self) -> Offset {
-        self.segs.last().map(|s| Offset::new(s.base.messages + s.count, s.end)).unwrap_or_default()
+        self.segs
+            .last()
+            .map(|s| Offset::new(s.base.messages + s.count, s.end))
+            .unwrap_or_default()
     }
 
     /// Appends a body at the end; `start` must be the current end.
     pub(crate) fn append(&mut self, start: Offset, body: &Body) -> Result<()> {
         if start != self.end() {
-            return Err(Error::corrupt(&self.dir, format!("append at {start} but the stream ends at {}", self.end())));
+            return Err(Error::corrupt(
+                &self.dir,
+                format!("append at {start} but the stream ends at {}", self.end()),
+            ));
         }
         if body.data.is_empty() {
             return Ok(());
         }
-        let roll = self.segs.last().is_some_and(|s| s.count > 0 && s.end - s.base.bytes >= self.segment_bytes);
+        let roll = self
+            .segs
+            .last()
+            .is_some_and(|s| s.count > 0 && s.end - s.base.bytes >= self.segment_bytes);
         if roll {
             let seg = Segment::create(&self.dir, start)?;
             self.segs.push(seg);
@@ -345,9 +447,16 @@ impl SegmentSet {
             let map = s.map_for(end)?;
             let (a, b) = ((pos - s.base.bytes) as usize, (end - s.base.bytes) as usize);
             if b > map.len() {
-                return Err(Error::corrupt(log_path(&self.dir, s.base.bytes), "log shorter than its index"));
+                return Err(Error::corrupt(
+                    log_path(&self.dir, s.base.bytes),
+                    "log shorter than its index",
+                ));
             }
-            out.push(Bytes::from_owner(MapSlice { map, start: a, end: b }));
+            out.push(Bytes::from_owner(MapSlice {
+                map,
+                start: a,
+                end: b,
+            }));
             pos = end;
         }
         Ok((pos >= to).then_some(out))
@@ -394,7 +503,11 @@ impl SegmentSet {
         let limit = limit.min(end);
         if let Some(s) = self.seg_for(limit) {
             let k = s.count_ending_by(limit);
-            let b = if k > 0 { s.entry_end(k - 1) } else { s.base.bytes };
+            let b = if k > 0 {
+                s.entry_end(k - 1)
+            } else {
+                s.base.bytes
+            };
             if b > from {
                 return b;
             }
@@ -409,7 +522,10 @@ impl SegmentSet {
         if k < s.count {
             return Some(s.entry_end(k));
         }
-        self.segs.iter().find(|n| n.base.bytes > pos && n.count > 0).map(|n| n.entry_end(0))
+        self.segs
+            .iter()
+            .find(|n| n.base.bytes > pos && n.count > 0)
+            .map(|n| n.entry_end(0))
     }
 
     /// Message boundaries `(start, end)` of the messages inside `[from, to)`.
@@ -438,7 +554,10 @@ impl SegmentSet {
     /// their files, to be unlinked once the retention record is durable.
     pub(crate) fn retain(&mut self, earliest: u64) -> Vec<PathBuf> {
         let mut gone = Vec::new();
-        while self.segs.len() > 1 && self.segs[0].end <= earliest && self.segs[1].base.bytes <= earliest {
+        while self.segs.len() > 1
+            && self.segs[0].end <= earliest
+            && self.segs[1].base.bytes <= earliest
+        {
             let s = self.segs.remove(0);
             gone.push(log_path(&self.dir, s.base.bytes));
             gone.push(idx_path(&self.dir, s.base.bytes));
@@ -458,7 +577,10 @@ mod tests {
             data.extend_from_slice(m);
             ends.push(data.len() as u32);
         }
-        Body { data: data.into(), ends }
+        Body {
+            data: data.into(),
+            ends,
+        }
     }
 
     #[test]
@@ -483,7 +605,10 @@ mod tests {
         assert_eq!(set.offset_at(m * 5 + 3), Offset::new(5, m * 5 + 3));
         assert_eq!(set.boundary_for_read(0, 100), 84);
         assert_eq!(set.boundary_for_read(0, 10), 42);
-        assert_eq!(set.message_ranges(42, 168), vec![(42, 84), (84, 126), (126, 168)]);
+        assert_eq!(
+            set.message_ranges(42, 168),
+            vec![(42, 84), (84, 126), (126, 168)]
+        );
         let late = 150 * m;
         assert!(set.is_boundary(late));
         assert_eq!(set.offset_at(late + 1), Offset::new(150, late + 1));
@@ -504,12 +629,16 @@ mod tests {
     fn a_damaged_last_message_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
-        set.append(Offset::ZERO, &body(&[b"hello", b"world"])).unwrap();
+        set.append(Offset::ZERO, &body(&[b"hello", b"world"]))
+            .unwrap();
         let end = set.end();
         drop(set);
         let log = log_path(dir.path(), 0);
         let f = OpenOptions::new().write(true).open(&log).unwrap();
         f.write_all_at(b"W", 5).unwrap();
-        assert!(matches!(SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20),
+            Err(Error::Corrupt { .. })
+        ));
     }
 }

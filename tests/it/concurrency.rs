@@ -142,10 +142,7 @@ fn prefix_count_commits_form_a_serial_history() -> R {
     let conflicts = Arc::new(AtomicU64::new(0));
     {
         let store = Store::open(dir.path(), Options::default())?;
-        store.create(
-            &n,
-            typed("application/json"),
-        )?;
+        store.create(&n, typed("application/json"))?;
         let seed = Rng::from_env("prefix_count").next();
         let threads: Vec<_> = (0..writers)
             .map(|w| {
@@ -184,10 +181,7 @@ fn many_threads_many_streams_then_reopen() -> R {
         } else {
             "application/json"
         };
-        store.create(
-            &stream(s),
-            typed(ct),
-        )?;
+        store.create(&stream(s), typed(ct))?;
     }
     let seed = Rng::from_env("many_streams").next();
     let stop = Arc::new(AtomicBool::new(false));
@@ -331,10 +325,7 @@ fn waiters_see_only_acknowledged_data_under_concurrent_appends() -> R {
     let n = name("wait/log");
     let total = 200u64;
     for s in ["wait/log", "wait/noise-1", "wait/noise-2"] {
-        store.create(
-            &name(s),
-            typed("application/json"),
-        )?;
+        store.create(&name(s), typed("application/json"))?;
     }
     let acked = Arc::new(AtomicU64::new(0));
     let waiter = {

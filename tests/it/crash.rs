@@ -187,10 +187,7 @@ fn sigkill_at_random_moments() -> R {
             } else {
                 "application/octet-stream"
             };
-            store.create(
-                &stream(t),
-                typed(ct),
-            )?;
+            store.create(&stream(t), typed(ct))?;
         }
     }
     let mut next = vec![0u64; WRITERS];
@@ -367,10 +364,7 @@ fn crash_after_checkpoints_and_rolls() -> R {
         let d = tempfile::tempdir()?;
         let store = Store::open(d.path(), options(sync))?;
         let n = name("crash/rolls");
-        store.create(
-            &n,
-            typed("application/json"),
-        )?;
+        store.create(&n, typed("application/json"))?;
         for k in 0..400u64 {
             store.append(&n, request(0, k, 0, k))?;
             if k == 150 {

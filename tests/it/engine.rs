@@ -18,7 +18,10 @@ fn open(dir: &std::path::Path) -> Store {
 }
 
 fn append(data: &str) -> AppendRequest {
-    AppendRequest { data: data.to_owned().into(), ..Default::default() }
+    AppendRequest {
+        data: data.to_owned().into(),
+        ..Default::default()
+    }
 }
 
 fn read_all(store: &Store, n: &StreamName) -> brook::Result<Vec<u8>> {
@@ -61,8 +64,20 @@ fn crash_without_shutdown_replays_the_journal() -> R {
         let store = open(dir.path());
         store.create(&n, text("application/json"))?;
         for i in 0..100 {
-            let p = Producer { id: "p".into(), epoch: 0, seq: i };
-            store.append(&n, AppendRequest { data: format!("{{\"i\":{i}}}").into(), producer: Some(p), stream_seq: Some(format!("{i:05}")), ..Default::default() })?;
+            let p = Producer {
+                id: "p".into(),
+                epoch: 0,
+                seq: i,
+            };
+            store.append(
+                &n,
+                AppendRequest {
+                    data: format!("{{\"i\":{i}}}").into(),
+                    producer: Some(p),
+                    stream_seq: Some(format!("{i:05}")),
+                    ..Default::default()
+                },
+            )?;
         }
         std::mem::forget(store); // no clean shutdown: the journal must carry everything
     }
@@ -76,10 +91,36 @@ fn crash_without_shutdown_replays_the_journal() -> R {
     let v: Vec<serde_json::Value> = serde_json::from_slice(&chunk.to_vec())?;
     assert_eq!(v.len(), 100);
     // The producer's retry of its last append is a duplicate carrying the original tail.
-    let retry = store.append(&n, AppendRequest { data: "{\"i\":99}".into(), producer: Some(Producer { id: "p".into(), epoch: 0, seq: 99 }), stream_seq: Some("00099".into()), ..Default::default() })?;
-    assert_eq!(retry.status, AppendStatus::Duplicate { original_tail: Some(chunk.next) });
+    let retry = store.append(
+        &n,
+        AppendRequest {
+            data: "{\"i\":99}".into(),
+            producer: Some(Producer {
+                id: "p".into(),
+                epoch: 0,
+                seq: 99,
+            }),
+            stream_seq: Some("00099".into()),
+            ..Default::default()
+        },
+    )?;
+    assert_eq!(
+        retry.status,
+        AppendStatus::Duplicate {
+            original_tail: Some(chunk.next)
+        }
+    );
     // Stream-Seq survived with the data.
-    let e = store.append(&n, AppendRequest { data: "1".into(), stream_seq: Some("00099".into()), ..Default::default() }).unwrap_err();
+    let e = store
+        .append(
+            &n,
+            AppendRequest {
+                data: "1".into(),
+                stream_seq: Some("00099".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
     assert!(matches!(e, Error::StreamSeqConflict { ref last_seq, .. } if last_seq == "00099"));
     Ok(())
 }
@@ -103,15 +144,35 @@ fn json_streams_keep_message_boundaries() -> R {
     let dir = tempfile::tempdir()?;
     let store = open(dir.path());
     let n = name("j");
-    store.create(&n, CreateOptions { content_type: Some("application/json".into()), data: "[]".into(), ..Default::default() })?;
+    store.create(
+        &n,
+        CreateOptions {
+            content_type: Some("application/json".into()),
+            data: "[]".into(),
+            ..Default::default()
+        },
+    )?;
     assert_eq!(read_all(&store, &n)?, b"[]");
     store.append(&n, append(r#"[{"a":1},{"b":2}]"#))?;
     store.append(&n, append(r#"[[1,2]]"#))?;
     assert_eq!(read_all(&store, &n)?, br#"[{"a":1},{"b":2},[1,2]]"#);
-    assert!(matches!(store.append(&n, append("[]")), Err(Error::EmptyJsonArray)));
-    assert!(matches!(store.append(&n, append("{nope")), Err(Error::InvalidJson(_))));
+    assert!(matches!(
+        store.append(&n, append("[]")),
+        Err(Error::EmptyJsonArray)
+    ));
+    assert!(matches!(
+        store.append(&n, append("{nope")),
+        Err(Error::InvalidJson(_))
+    ));
     // A bounded read returns whole messages, at least one.
-    let c = store.read(&n, &ReadRequest { from: ReadFrom::Start, max_bytes: Some(3), expect: None })?;
+    let c = store.read(
+        &n,
+        &ReadRequest {
+            from: ReadFrom::Start,
+            max_bytes: Some(3),
+            expect: None,
+        },
+    )?;
     assert_eq!(c.to_vec(), br#"[{"a":1}]"#);
     assert!(!c.up_to_date);
     let c2 = store.read(&n, &ReadRequest::from(ReadFrom::At(c.next)))?;
@@ -128,17 +189,61 @@ fn closure_and_conflicts_change_nothing() -> R {
     let store = open(dir.path());
     let n = name("c");
     store.create(&n, text("text/plain"))?;
-    store.append(&n, AppendRequest { data: "x".into(), stream_seq: Some("b".into()), ..Default::default() })?;
-    let e = store.append(&n, AppendRequest { data: "y".into(), stream_seq: Some("a".into()), ..Default::default() }).unwrap_err();
-    assert!(matches!(e, Error::StreamSeqConflict { tail, ref last_seq } if tail == Offset::new(1, 1) && last_seq == "b"));
-    let e = store.append(&n, AppendRequest { data: "y".into(), content_type: Some("text/html".into()), ..Default::default() }).unwrap_err();
+    store.append(
+        &n,
+        AppendRequest {
+            data: "x".into(),
+            stream_seq: Some("b".into()),
+            ..Default::default()
+        },
+    )?;
+    let e = store
+        .append(
+            &n,
+            AppendRequest {
+                data: "y".into(),
+                stream_seq: Some("a".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::StreamSeqConflict { tail, ref last_seq } if tail == Offset::new(1, 1) && last_seq == "b")
+    );
+    let e = store
+        .append(
+            &n,
+            AppendRequest {
+                data: "y".into(),
+                content_type: Some("text/html".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
     assert!(matches!(e, Error::ContentTypeMismatch { .. }));
     // A non-printable Stream-Seq is ignored: not checked, not stored.
-    store.append(&n, AppendRequest { data: "z".into(), stream_seq: Some("\u{1}".into()), ..Default::default() })?;
+    store.append(
+        &n,
+        AppendRequest {
+            data: "z".into(),
+            stream_seq: Some("\u{1}".into()),
+            ..Default::default()
+        },
+    )?;
     assert_eq!(store.head(&n, None)?.stream_seq.as_deref(), Some("b"));
-    let closed = store.append(&n, AppendRequest { data: "!".into(), close: true, ..Default::default() })?;
+    let closed = store.append(
+        &n,
+        AppendRequest {
+            data: "!".into(),
+            close: true,
+            ..Default::default()
+        },
+    )?;
     assert!(closed.closed);
-    assert!(matches!(store.append(&n, append("more")), Err(Error::StreamClosed { .. })));
+    assert!(matches!(
+        store.append(&n, append("more")),
+        Err(Error::StreamClosed { .. })
+    ));
     assert_eq!(store.close(&n, None)?.status, AppendStatus::AlreadyClosed);
     assert_eq!(read_all(&store, &n)?, b"xz!");
     let c = store.read(&n, &ReadRequest::from(ReadFrom::Start))?;
@@ -155,18 +260,53 @@ fn create_is_idempotent_and_incarnations_change() -> R {
     let store = open(dir.path());
     let n = name("inc");
     let a = store.create(&n, text("text/plain"))?;
-    let again = store.create(&n, CreateOptions { stream_seq: Some("zzz".into()), ..text("text/plain") })?;
+    let again = store.create(
+        &n,
+        CreateOptions {
+            stream_seq: Some("zzz".into()),
+            ..text("text/plain")
+        },
+    )?;
     assert!(!again.created);
     assert_eq!(again.info.incarnation, a.info.incarnation);
-    assert_eq!(again.info.stream_seq, None, "a PUT of an existing stream ignores Stream-Seq");
-    assert!(matches!(store.create(&n, text("application/json")), Err(Error::ConfigMismatch(_))));
-    let e = store.append(&n, AppendRequest { data: "x".into(), expect: Some(Incarnation::new("nope")?), ..Default::default() }).unwrap_err();
-    assert!(matches!(e, Error::IncarnationMismatch { ref current } if *current == a.info.incarnation));
+    assert_eq!(
+        again.info.stream_seq, None,
+        "a PUT of an existing stream ignores Stream-Seq"
+    );
+    assert!(matches!(
+        store.create(&n, text("application/json")),
+        Err(Error::ConfigMismatch(_))
+    ));
+    let e = store
+        .append(
+            &n,
+            AppendRequest {
+                data: "x".into(),
+                expect: Some(Incarnation::new("nope")?),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::IncarnationMismatch { ref current } if *current == a.info.incarnation)
+    );
     store.delete(&n, Some(&a.info.incarnation))?;
     assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
-    let missing = store.create(&n, CreateOptions { expect: Some(a.info.incarnation.clone()), ..text("text/plain") });
+    let missing = store.create(
+        &n,
+        CreateOptions {
+            expect: Some(a.info.incarnation.clone()),
+            ..text("text/plain")
+        },
+    );
     assert!(matches!(missing, Err(Error::IncarnationMissing)));
-    let b = store.create(&n, CreateOptions { stream_seq: Some("5".into()), ..text("text/plain") })?;
+    let b = store.create(
+        &n,
+        CreateOptions {
+            stream_seq: Some("5".into()),
+            ..text("text/plain")
+        },
+    )?;
     assert_ne!(b.info.incarnation, a.info.incarnation);
     assert_eq!(b.info.stream_seq.as_deref(), Some("5"));
     drop(store);
@@ -187,7 +327,14 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     let mid = store.append(&src, append("def"))?.tail;
     store.append(&src, append("ghi"))?;
     let f = name("fork");
-    let fork = CreateOptions { fork: Some(ForkFrom { source: src.clone(), offset: Some(mid), sub_offset: 0 }), ..Default::default() };
+    let fork = CreateOptions {
+        fork: Some(ForkFrom {
+            source: src.clone(),
+            offset: Some(mid),
+            sub_offset: 0,
+        }),
+        ..Default::default()
+    };
     let c = store.create(&f, fork.clone())?;
     assert_eq!(c.info.tail, mid);
     assert_eq!(c.info.content_type, "text/plain");
@@ -198,7 +345,10 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     // Deleting the source soft-deletes it: gone for clients, kept for the fork.
     store.delete(&src, None)?;
     assert!(matches!(store.head(&src, None), Err(Error::Gone)));
-    assert!(matches!(store.create(&src, text("text/plain")), Err(Error::ConfigMismatch(_))));
+    assert!(matches!(
+        store.create(&src, text("text/plain")),
+        Err(Error::ConfigMismatch(_))
+    ));
     drop(store);
     let store = open(dir.path());
     assert_eq!(read_all(&store, &f)?, b"abcdefXYZ");
@@ -209,13 +359,40 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     let s2 = name("src2");
     store.create(&s2, text("text/plain"))?;
     store.append(&s2, append("hello"))?;
-    let sub = CreateOptions { fork: Some(ForkFrom { source: s2.clone(), offset: Some(Offset::ZERO), sub_offset: 2 }), ..Default::default() };
+    let sub = CreateOptions {
+        fork: Some(ForkFrom {
+            source: s2.clone(),
+            offset: Some(Offset::ZERO),
+            sub_offset: 2,
+        }),
+        ..Default::default()
+    };
     store.create(&name("f2"), sub)?;
     assert_eq!(read_all(&store, &name("f2"))?, b"he");
-    let over = CreateOptions { fork: Some(ForkFrom { source: s2.clone(), offset: Some(Offset::ZERO), sub_offset: 6 }), ..Default::default() };
-    assert!(matches!(store.create(&name("f3"), over), Err(Error::InvalidForkPosition(_))));
-    let past = CreateOptions { fork: Some(ForkFrom { source: s2, offset: Some(Offset::new(9999999999999999, 9999999999999999)), sub_offset: 0 }), ..Default::default() };
-    assert!(matches!(store.create(&name("f4"), past), Err(Error::InvalidForkPosition(_))));
+    let over = CreateOptions {
+        fork: Some(ForkFrom {
+            source: s2.clone(),
+            offset: Some(Offset::ZERO),
+            sub_offset: 6,
+        }),
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.create(&name("f3"), over),
+        Err(Error::InvalidForkPosition(_))
+    ));
+    let past = CreateOptions {
+        fork: Some(ForkFrom {
+            source: s2,
+            offset: Some(Offset::new(9999999999999999, 9999999999999999)),
+            sub_offset: 0,
+        }),
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.create(&name("f4"), past),
+        Err(Error::InvalidForkPosition(_))
+    ));
     Ok(())
 }
 
@@ -227,26 +404,70 @@ fn snapshots_and_retention() -> R {
     store.create(&n, text("application/json"))?;
     let mut last = Offset::ZERO;
     for i in 0..300 {
-        last = store.append(&n, append(&format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(40))))?.tail;
+        last = store
+            .append(
+                &n,
+                append(&format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(40))),
+            )?
+            .tail;
     }
-    let (info, _) = store.publish_snapshot(&n, last, Some("application/json"), &mut &b"{\"count\":300}"[..], None, None)?;
-    let (again, _) = store.publish_snapshot(&n, last, Some("application/json"), &mut &b"{\"count\":300}"[..], None, None)?;
+    let (info, _) = store.publish_snapshot(
+        &n,
+        last,
+        Some("application/json"),
+        &mut &b"{\"count\":300}"[..],
+        None,
+        None,
+    )?;
+    let (again, _) = store.publish_snapshot(
+        &n,
+        last,
+        Some("application/json"),
+        &mut &b"{\"count\":300}"[..],
+        None,
+        None,
+    )?;
     assert_eq!(info.digest, again.digest);
-    assert!(matches!(store.publish_snapshot(&n, last, Some("application/json"), &mut &b"{}"[..], None, None), Err(Error::SnapshotConflict)));
-    assert_eq!(store.snapshot(&n, None, None)?.data.as_ref(), b"{\"count\":300}");
+    assert!(matches!(
+        store.publish_snapshot(
+            &n,
+            last,
+            Some("application/json"),
+            &mut &b"{}"[..],
+            None,
+            None
+        ),
+        Err(Error::SnapshotConflict)
+    ));
+    assert_eq!(
+        store.snapshot(&n, None, None)?.data.as_ref(),
+        b"{\"count\":300}"
+    );
     let before = store.head(&n, None)?;
     assert_eq!(before.snapshot.as_ref().map(|s| s.offset), Some(last));
     store.set_retention(&n, last, None)?;
-    assert!(matches!(store.read(&n, &ReadRequest::from(ReadFrom::At(Offset::ZERO))), Err(Error::OffsetGone { .. })));
+    assert!(matches!(
+        store.read(&n, &ReadRequest::from(ReadFrom::At(Offset::ZERO))),
+        Err(Error::OffsetGone { .. })
+    ));
     // Once retention trimmed the start, a read from the start is refused with the earliest offset.
-    assert!(matches!(store.read(&n, &ReadRequest::from(ReadFrom::Start)), Err(Error::OffsetGone { earliest }) if earliest == last));
+    assert!(
+        matches!(store.read(&n, &ReadRequest::from(ReadFrom::Start)), Err(Error::OffsetGone { earliest }) if earliest == last)
+    );
     let c = store.read(&n, &ReadRequest::from(ReadFrom::At(last)))?;
     assert_eq!(c.to_vec(), b"[]");
-    assert!(store.set_retention(&n, Offset::new(301, last.bytes + 10), None).is_err());
+    assert!(
+        store
+            .set_retention(&n, Offset::new(301, last.bytes + 10), None)
+            .is_err()
+    );
     drop(store);
     let store = Store::open(dir.path(), Options::default().segment_bytes(4096))?;
     assert_eq!(store.head(&n, None)?.earliest, last);
-    assert_eq!(store.snapshot(&n, Some(last), None)?.info.digest, info.digest);
+    assert_eq!(
+        store.snapshot(&n, Some(last), None)?.info.digest,
+        info.digest
+    );
     Ok(())
 }
 
@@ -256,7 +477,13 @@ fn expiry_to_the_millisecond() -> R {
     let store = open(dir.path());
     let n = name("ttl");
     let at = std::time::SystemTime::now() + Duration::from_millis(300);
-    store.create(&n, CreateOptions { expiry: Expiry::At(at), ..text("text/plain") })?;
+    store.create(
+        &n,
+        CreateOptions {
+            expiry: Expiry::At(at),
+            ..text("text/plain")
+        },
+    )?;
     store.head(&n, None)?;
     std::thread::sleep(Duration::from_millis(350));
     assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
@@ -272,7 +499,8 @@ fn waiters_wake_on_append_and_close() -> R {
     store.create(&n, text("text/plain"))?;
     let s2 = store.clone();
     let n2 = n.clone();
-    let t = std::thread::spawn(move || s2.wait_blocking(&n2, Offset::ZERO, Duration::from_secs(10)));
+    let t =
+        std::thread::spawn(move || s2.wait_blocking(&n2, Offset::ZERO, Duration::from_secs(10)));
     std::thread::sleep(Duration::from_millis(50));
     store.append(&n, append("x"))?;
     assert!(t.join().expect("join")?);
@@ -286,14 +514,19 @@ fn waiters_wake_on_append_and_close() -> R {
 fn a_second_open_of_the_same_directory_is_refused() -> R {
     let dir = tempfile::tempdir()?;
     let _a = open(dir.path());
-    assert!(matches!(Store::open(dir.path(), Options::default()), Err(Error::Locked(_))));
+    assert!(matches!(
+        Store::open(dir.path(), Options::default()),
+        Err(Error::Locked(_))
+    ));
     Ok(())
 }
 
 #[test]
 fn many_streams_with_a_small_cache() -> R {
     let dir = tempfile::tempdir()?;
-    let opts = Options::default().max_open_streams(16).checkpoint_bytes(64 << 10);
+    let opts = Options::default()
+        .max_open_streams(16)
+        .checkpoint_bytes(64 << 10);
     let store = Store::open(dir.path(), opts.clone())?;
     for i in 0..200 {
         let n = name(&format!("many/{i}"));
@@ -301,13 +534,19 @@ fn many_streams_with_a_small_cache() -> R {
         store.append(&n, append(&format!("v{i}")))?;
     }
     for i in (0..200).step_by(7) {
-        assert_eq!(read_all(&store, &name(&format!("many/{i}")))?, format!("v{i}").as_bytes());
+        assert_eq!(
+            read_all(&store, &name(&format!("many/{i}")))?,
+            format!("v{i}").as_bytes()
+        );
     }
     assert_eq!(store.list("many/")?.len(), 200);
     drop(store);
     let store = Store::open(dir.path(), opts)?;
     for i in 0..200 {
-        assert_eq!(read_all(&store, &name(&format!("many/{i}")))?, format!("v{i}").as_bytes());
+        assert_eq!(
+            read_all(&store, &name(&format!("many/{i}")))?,
+            format!("v{i}").as_bytes()
+        );
     }
     Ok(())
 }
@@ -329,7 +568,10 @@ fn buffered_writes_commit_without_a_waiter() -> R {
         // Held without waiting: the shard thread commits it.
         let held = store.submit_append(&n, append("two"))?;
         let before = Offset::new(1, 4);
-        assert!(store.wait_blocking(&n, before, Duration::from_secs(5))?, "a held write was never committed");
+        assert!(
+            store.wait_blocking(&n, before, Duration::from_secs(5))?,
+            "a held write was never committed"
+        );
         assert_eq!(read_all(&store, &n)?, b"one two");
         let out = held.wait()?;
         assert_eq!(out.tail, Offset::new(2, 7));
@@ -339,7 +581,9 @@ fn buffered_writes_commit_without_a_waiter() -> R {
                 let (store, n) = (&store, &n);
                 sc.spawn(move || {
                     for k in 0..200 {
-                        store.append(n, append(&format!("<{t}.{k}>"))).expect("append");
+                        store
+                            .append(n, append(&format!("<{t}.{k}>")))
+                            .expect("append");
                     }
                 });
             }

@@ -1,18 +1,15 @@
 //! Integration tests through brook's public API, in one binary.
 
+#[cfg(all(feature = "client", feature = "http"))]
+mod client_crash;
+#[cfg(all(feature = "client", feature = "http"))]
+mod client_recipes;
 mod concurrency;
 mod corruption;
 mod crash;
 mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
-mod model;
-mod regressions;
-mod util;
-#[cfg(all(feature = "client", feature = "http"))]
-mod client_crash;
-#[cfg(all(feature = "client", feature = "http"))]
-mod client_recipes;
 #[cfg(feature = "http")]
 mod http_ext;
 #[cfg(feature = "http")]
@@ -23,3 +20,6 @@ mod http_seed;
 mod http_sendfile;
 #[cfg(feature = "http")]
 mod http_support;
+mod model;
+mod regressions;
+mod util;

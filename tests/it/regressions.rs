@@ -77,24 +77,49 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
         store.create(&src, json())?;
         let mut cut = Offset::ZERO;
         for i in 0..300u64 {
-            let o = store.append(&src, AppendRequest { data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(), ..Default::default() })?;
+            let o = store.append(
+                &src,
+                AppendRequest {
+                    data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(),
+                    ..Default::default()
+                },
+            )?;
             if i == 199 {
                 cut = o.tail;
             }
         }
         store.publish_snapshot(&src, cut, None, &mut &b"s"[..], None, None)?;
         store.set_retention(&src, cut, None)?;
-        store.create(&fork, CreateOptions { fork: Some(ForkFrom { source: src.clone(), offset: None, sub_offset: 0 }), ..Default::default() })?;
+        store.create(
+            &fork,
+            CreateOptions {
+                fork: Some(ForkFrom {
+                    source: src.clone(),
+                    offset: None,
+                    sub_offset: 0,
+                }),
+                ..Default::default()
+            },
+        )?;
         let info = store.head(&fork, None)?;
         assert_eq!(info.earliest, cut, "segment_bytes {segment_bytes}");
         // From the start: gone, as on the source (the seed: offset=-1 after retention is 410).
         let e = store.read(&fork, &ReadRequest::from(ReadFrom::Start));
-        assert!(matches!(e, Err(Error::OffsetGone { earliest }) if earliest == cut), "{e:?}");
+        assert!(
+            matches!(e, Err(Error::OffsetGone { earliest }) if earliest == cut),
+            "{e:?}"
+        );
         let e = store.read(&fork, &ReadRequest::from(ReadFrom::At(Offset::ZERO)));
-        assert!(matches!(e, Err(Error::OffsetGone { earliest }) if earliest == cut), "{e:?}");
+        assert!(
+            matches!(e, Err(Error::OffsetGone { earliest }) if earliest == cut),
+            "{e:?}"
+        );
         // From the earliest offset: exactly what the source still serves.
         let at = ReadRequest::from(ReadFrom::At(cut));
-        assert_eq!(store.read(&fork, &at)?.to_vec(), store.read(&src, &at)?.to_vec());
+        assert_eq!(
+            store.read(&fork, &at)?.to_vec(),
+            store.read(&src, &at)?.to_vec()
+        );
         drop(store);
         let store = Store::open(dir.path(), Options::default().segment_bytes(segment_bytes))?;
         assert_eq!(store.head(&fork, None)?.earliest, cut);
@@ -112,7 +137,13 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
         let store = Store::open(dir.path(), Options::default())?;
         let n = name("trash/x");
         let c = store.create(&n, json())?;
-        store.append(&n, AppendRequest { data: "[1,2,3]".into(), ..Default::default() })?;
+        store.append(
+            &n,
+            AppendRequest {
+                data: "[1,2,3]".into(),
+                ..Default::default()
+            },
+        )?;
         store.checkpoint()?;
         let sdir = crate::util::files_under(&dir.path().join("streams"))?
             .first()
@@ -126,18 +157,32 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
         // whole and unmarked (its removal not begun).
         let key = sdir.file_name().and_then(|k| k.to_str()).ok_or("key")?;
         let entry = format!("{key}-{}", c.info.incarnation);
-        let trash = image.path().join("trash").join(if marked { format!("{entry}.gone") } else { entry });
+        let trash = image.path().join("trash").join(if marked {
+            format!("{entry}.gone")
+        } else {
+            entry
+        });
         std::fs::create_dir_all(&trash)?;
         for f in std::fs::read_dir(aside.path())? {
             let f = f?;
-            let keep = !marked || f.file_name().to_str().is_some_and(|s| s.starts_with("meta."));
+            let keep = !marked
+                || f.file_name()
+                    .to_str()
+                    .is_some_and(|s| s.starts_with("meta."));
             if keep {
                 std::fs::copy(f.path(), trash.join(f.file_name()))?;
             }
         }
         let store = Store::open(image.path(), Options::default())?;
-        assert!(matches!(store.head(&n, None), Err(Error::NotFound)), "marked {marked}");
-        assert_eq!(std::fs::read_dir(image.path().join("trash"))?.count(), 0, "marked {marked}");
+        assert!(
+            matches!(store.head(&n, None), Err(Error::NotFound)),
+            "marked {marked}"
+        );
+        assert_eq!(
+            std::fs::read_dir(image.path().join("trash"))?.count(),
+            0,
+            "marked {marked}"
+        );
         store.create(&n, json())?;
         assert_eq!(read_to_tail(&store, &n, None)?.0, b"");
     }

@@ -9,7 +9,10 @@ pub type R = std::result::Result<(), Box<dyn std::error::Error>>;
 
 /// Create options with just a content type.
 pub fn typed(content_type: &str) -> CreateOptions {
-    CreateOptions { content_type: Some(content_type.into()), ..Default::default() }
+    CreateOptions {
+        content_type: Some(content_type.into()),
+        ..Default::default()
+    }
 }
 
 /// A stream name known to be valid.
@@ -63,7 +66,9 @@ pub fn crash_image(store: Store, dir: &Path) -> std::io::Result<tempfile::TempDi
 }
 
 /// Every path under `dir` with its length and modification time.
-fn fingerprint(dir: &Path) -> std::io::Result<Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)>> {
+fn fingerprint(
+    dir: &Path,
+) -> std::io::Result<Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
