@@ -858,10 +858,10 @@ fn apply(
             if let Ok(rd) = std::fs::read_dir(&stream.dir) {
                 for e in rd.flatten() {
                     let n = e.file_name();
-                    if let Some(o) = n.to_str().and_then(parse_snapshot_file) {
-                        if !keep.contains(&o) {
-                            after.push(e.path());
-                        }
+                    if let Some(o) = n.to_str().and_then(parse_snapshot_file)
+                        && !keep.contains(&o)
+                    {
+                        after.push(e.path());
                     }
                 }
             }
@@ -1162,10 +1162,10 @@ impl Engine {
             .as_deref()
             .map(normalize_content_type)
             .transpose()?;
-        if let Expiry::Ttl(s) = req.expiry {
-            if s > u64::MAX / 2000 {
-                return Err(Error::InvalidArgument("Stream-TTL is too large".into()));
-            }
+        if let Expiry::Ttl(s) = req.expiry
+            && s > u64::MAX / 2000
+        {
+            return Err(Error::InvalidArgument("Stream-TTL is too large".into()));
         }
         let expiry = match req.expiry {
             Expiry::At(t) => Expiry::At(to_ms(t)),
@@ -1209,10 +1209,10 @@ impl Engine {
                     return Err(Error::ForkSourceNotFound);
                 }
                 let sct = src.config.content_type.clone();
-                if let Some(ct) = &requested_ct {
-                    if *ct != sct {
-                        return Err(Error::ContentTypeMismatch { expected: sct });
-                    }
+                if let Some(ct) = &requested_ct
+                    && *ct != sct
+                {
+                    return Err(Error::ContentTypeMismatch { expected: sct });
                 }
                 let pos = self.fork_position(&src, f)?;
                 let expiry = match (expiry, src.config.expiry) {
@@ -2167,12 +2167,12 @@ impl Engine {
             });
         }
         let latest = core.state.latest_snapshot().cloned();
-        if let Some(want) = expect_digest {
-            if latest.as_ref().map(|l| l.digest.as_str()) != Some(want) {
-                return Err(Error::SnapshotMatchFailed {
-                    current: latest.map(|l| l.digest),
-                });
-            }
+        if let Some(want) = expect_digest
+            && latest.as_ref().map(|l| l.digest.as_str()) != Some(want)
+        {
+            return Err(Error::SnapshotMatchFailed {
+                current: latest.map(|l| l.digest),
+            });
         }
         if let Some(existing) = core
             .state
@@ -2190,10 +2190,10 @@ impl Engine {
             }
             return Err(Error::SnapshotConflict);
         }
-        if let Some(l) = &latest {
-            if l.offset.bytes > offset.bytes {
-                return Err(Error::SnapshotStale { latest: l.offset });
-            }
+        if let Some(l) = &latest
+            && l.offset.bytes > offset.bytes
+        {
+            return Err(Error::SnapshotStale { latest: l.offset });
         }
         drop(core);
         let canonical = self.offset_at(&s, offset.bytes)?;
@@ -2703,28 +2703,27 @@ fn replay_shard(
                     }
                     let sdir = fs::stream_dir(root, &name);
                     // A sidecar of this very incarnation at or past this LSN means the create is checkpointed.
-                    if let Some(sc) = sidecar::load(&sdir)? {
-                        if sc.state.config.incarnation == state.config.incarnation
-                            && sc.applied_lsn >= lsn
-                        {
-                            let segs = SegmentSet::open(
-                                &sdir,
-                                sc.state.base,
-                                sc.state.tail,
-                                options.segment_bytes,
-                            )?;
-                            let s = Stream::new(
-                                sc.state,
-                                sdir,
-                                id,
-                                Some(segs),
-                                sc.applied_lsn,
-                                sc.generation,
-                                true,
-                            );
-                            registry.insert(name.clone(), s);
-                            continue;
-                        }
+                    if let Some(sc) = sidecar::load(&sdir)?
+                        && sc.state.config.incarnation == state.config.incarnation
+                        && sc.applied_lsn >= lsn
+                    {
+                        let segs = SegmentSet::open(
+                            &sdir,
+                            sc.state.base,
+                            sc.state.tail,
+                            options.segment_bytes,
+                        )?;
+                        let s = Stream::new(
+                            sc.state,
+                            sdir,
+                            id,
+                            Some(segs),
+                            sc.applied_lsn,
+                            sc.generation,
+                            true,
+                        );
+                        registry.insert(name.clone(), s);
+                        continue;
                     }
                     let s = Stream::new((**state).clone(), sdir, id, None, 0, 0, true);
                     registry.insert(name.clone(), s.clone());

@@ -291,7 +291,6 @@ pub fn problem_code(body: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};

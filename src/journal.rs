@@ -290,10 +290,10 @@ pub(crate) fn list_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(stem) = name.strip_suffix(".wal") {
-            if let Ok(base) = stem.parse::<u64>() {
-                out.push((base, entry.path()));
-            }
+        if let Some(stem) = name.strip_suffix(".wal")
+            && let Ok(base) = stem.parse::<u64>()
+        {
+            out.push((base, entry.path()));
         }
     }
     out.sort();
@@ -386,7 +386,6 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
     use crate::state::Config;
@@ -402,7 +401,7 @@ mod tests {
                     data: vec![n; 3].into(),
                     ends: vec![1, 3],
                 },
-                close: n % 2 == 0,
+                close: n.is_multiple_of(2),
                 stream_seq: Some(format!("{n:04}")),
                 producer: Some(Producer {
                     id: "p".into(),

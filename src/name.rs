@@ -13,7 +13,7 @@ pub const RESERVED_SEGMENTS: [&str; 3] = ["snapshot", "retention", "bootstrap"];
 
 /// A stream's name: a `/`-separated path such as `v1/stream/chat-42`.
 ///
-/// Valid names are 1 to [`MAX_NAME_LEN`] bytes of UTF-8 without NUL or other control characters,
+/// Valid names are 1 to 1024 bytes of UTF-8 without NUL or other control characters,
 /// with no empty, `.` or `..` segment (a single leading `/` is dropped). The last segment may not be
 /// `snapshot`, `retention` or `bootstrap`, and the second-to-last may not be `snapshot` or
 /// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
@@ -82,12 +82,13 @@ fn percent_decode_lossy(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
         }
         out.push(bytes[i]);
         i += 1;
@@ -286,7 +287,6 @@ pub fn is_json(ct: &str) -> bool {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
 

@@ -96,10 +96,10 @@ pub(crate) fn load(dir: &Path) -> Result<Option<Sidecar>> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e.into()),
         };
-        if let Some(s) = decode(&buf) {
-            if best.as_ref().is_none_or(|b| s.generation > b.generation) {
-                best = Some(s);
-            }
+        if let Some(s) = decode(&buf)
+            && best.as_ref().is_none_or(|b| s.generation > b.generation)
+        {
+            best = Some(s);
         }
     }
     Ok(best)
@@ -126,7 +126,6 @@ pub(crate) fn write(
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
     use crate::name::Offset;

@@ -188,11 +188,12 @@ impl StreamState {
         let known = req
             .producer
             .and_then(|p| self.producers.get(&p.id).map(|s| (p, s)));
-        if let Some((p, s)) = known {
-            if p.epoch == s.epoch && p.seq <= s.seq {
-                let original_tail = (p.seq == s.seq).then_some(s.tail);
-                return Ok(Decision::Answer(AppendStatus::Duplicate { original_tail }));
-            }
+        if let Some((p, s)) = known
+            && p.epoch == s.epoch
+            && p.seq <= s.seq
+        {
+            let original_tail = (p.seq == s.seq).then_some(s.tail);
+            return Ok(Decision::Answer(AppendStatus::Duplicate { original_tail }));
         }
         if self.closed {
             if !req.has_data && req.close {
@@ -200,14 +201,13 @@ impl StreamState {
             }
             return Err(Error::StreamClosed { tail: self.tail });
         }
-        if req.has_data {
-            if let Some(ct) = req.content_type {
-                if ct != self.config.content_type {
-                    return Err(Error::ContentTypeMismatch {
-                        expected: self.config.content_type.clone(),
-                    });
-                }
-            }
+        if req.has_data
+            && let Some(ct) = req.content_type
+            && ct != self.config.content_type
+        {
+            return Err(Error::ContentTypeMismatch {
+                expected: self.config.content_type.clone(),
+            });
         }
         if let Some(p) = req.producer {
             match self.producers.get(&p.id) {
@@ -221,28 +221,25 @@ impl StreamState {
                 Some(s) if p.epoch < s.epoch => {
                     return Err(Error::ProducerEpochStale { current: s.epoch });
                 }
-                Some(s) if p.epoch > s.epoch => {
-                    if p.seq != 0 {
-                        return Err(Error::ProducerEpochSeqNotZero);
-                    }
+                Some(s) if p.epoch > s.epoch && p.seq != 0 => {
+                    return Err(Error::ProducerEpochSeqNotZero);
                 }
-                Some(s) => {
-                    if p.seq != s.seq + 1 {
-                        return Err(Error::ProducerSeqGap {
-                            expected: s.seq + 1,
-                            received: p.seq,
-                        });
-                    }
+                Some(s) if p.epoch == s.epoch && p.seq != s.seq + 1 => {
+                    return Err(Error::ProducerSeqGap {
+                        expected: s.seq + 1,
+                        received: p.seq,
+                    });
                 }
+                Some(_) => {}
             }
         }
-        if let (Some(new), Some(last)) = (req.stream_seq, self.stream_seq.as_deref()) {
-            if new.as_bytes() <= last.as_bytes() {
-                return Err(Error::StreamSeqConflict {
-                    tail: self.tail,
-                    last_seq: last.to_owned(),
-                });
-            }
+        if let (Some(new), Some(last)) = (req.stream_seq, self.stream_seq.as_deref())
+            && new.as_bytes() <= last.as_bytes()
+        {
+            return Err(Error::StreamSeqConflict {
+                tail: self.tail,
+                last_seq: last.to_owned(),
+            });
         }
         match req.body {
             Err(e) => Err(clone_body_error(e)),
@@ -471,7 +468,6 @@ pub(crate) fn to_ms(t: SystemTime) -> SystemTime {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
     use super::*;
 

@@ -142,7 +142,7 @@ fn app_state(
 /// in-flight requests finish and returns. The caller shuts the store down afterwards.
 ///
 /// Each connection is served by hyper's HTTP/1.1 connection loop straight into the handler
-/// (no router or middleware stack per request: the path is parsed once by [`parse_route`]).
+/// (no router or middleware stack per request: the path is parsed once, by `parse_route`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     store: Store,

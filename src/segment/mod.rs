@@ -141,7 +141,7 @@ impl Segment {
         let idx = OpenOptions::new().read(true).write(true).open(&ip)?;
         let log_cap = log.metadata()?.len();
         let idx_len = idx.metadata()?.len();
-        if idx_len < IDX_HEADER || (idx_len - IDX_HEADER) % ENTRY != 0 {
+        if idx_len < IDX_HEADER || !(idx_len - IDX_HEADER).is_multiple_of(ENTRY) {
             return Err(Error::corrupt(
                 ip,
                 "index length is not a whole number of entries",
@@ -219,10 +219,10 @@ impl Segment {
 
     fn map_for(&mut self, end: u64) -> Result<Arc<ReadMap>> {
         let need = end - self.base.bytes;
-        if let Some(m) = &self.read_map {
-            if m.len() as u64 >= need {
-                return Ok(m.clone());
-            }
+        if let Some(m) = &self.read_map
+            && m.len() as u64 >= need
+        {
+            return Ok(m.clone());
         }
         let m = Arc::new(mmap::map_read(&self.log, self.log_cap as usize)?);
         self.read_map = Some(m.clone());

@@ -1,5 +1,4 @@
 //! The engine's behaviour through `Store`, with the reopen pattern wherever state must survive.
-#![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 
 use std::time::Duration;
 

@@ -192,10 +192,12 @@ impl Rng {
     }
 
     /// `true` with probability `1/n`.
+    #[cfg(feature = "fuzzing")]
     pub fn one_in(&mut self, n: u64) -> bool {
         self.below(n) == 0
     }
 
+    #[cfg(feature = "fuzzing")]
     /// Random bytes.
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
