@@ -243,7 +243,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn latency_json(mut v: Vec<f64>, extra: &str) -> String {
-    v.sort_by(|a, b| a.total_cmp(b));
+    v.sort_by(f64::total_cmp);
     format!(
         "{{\"count\":{},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3}{extra}}}",
         v.len(),
@@ -393,7 +393,9 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
                 let used = markers(&carry, &mut ts);
                 carry.drain(..used);
                 if !ts.is_empty() {
-                    let mut l = lat.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut l = lat
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     l.extend(ts.iter().map(|t| now.saturating_sub(*t) as f64 / 1e6));
                 }
                 received.fetch_add(ts.len() as u64, Ordering::Relaxed);
@@ -434,8 +436,12 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
         let _ = t.await;
     }
     let got = received.load(Ordering::Relaxed);
-    let v = std::mem::take(&mut *lat.lock().unwrap_or_else(|e| e.into_inner()));
-    ack.sort_by(|a, b| a.total_cmp(b));
+    let v = std::mem::take(
+        &mut *lat
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    ack.sort_by(f64::total_cmp);
     Ok(latency_json(
         v,
         &format!(
@@ -466,7 +472,7 @@ async fn longpoll(a: &Args, addr: &str) -> Res<String> {
             .ok_or("HEAD without Stream-Next-Offset")?
             .to_owned();
         let q = format!("{path}?offset={tail}&live=long-poll");
-        for c in conns.iter_mut() {
+        for c in &mut conns {
             c.send("GET", &q, &[], b"").await?;
         }
         // Let every request park in the server.
@@ -482,19 +488,16 @@ async fn longpoll(a: &Args, addr: &str) -> Res<String> {
         }
         for wt in waits {
             let (r, at) = wt.await?;
-            match r {
-                Ok(Ok((status, c))) => {
-                    if status == 200 {
-                        lat.push(at.duration_since(t0).as_secs_f64() * 1e3);
-                    } else {
-                        missed += 1;
-                    }
-                    conns.push(c);
-                }
-                _ => {
+            if let Ok(Ok((status, c))) = r {
+                if status == 200 {
+                    lat.push(at.duration_since(t0).as_secs_f64() * 1e3);
+                } else {
                     missed += 1;
-                    conns.push(Conn::open(addr).await?);
                 }
+                conns.push(c);
+            } else {
+                missed += 1;
+                conns.push(Conn::open(addr).await?);
             }
         }
     }

@@ -24,9 +24,7 @@ fn rss_bytes() -> u64 {
 }
 
 fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count())
-        .unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd").map_or(0, std::iter::Iterator::count)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

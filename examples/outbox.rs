@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             Published::AlreadyPublished { last_seq, .. } => {
                 println!(
                     "new owner (epoch 1): fact {n}: already published (Stream-Last-Seq {last_seq})"
-                )
+                );
             }
             other => println!("new owner (epoch 1): fact {n}: {other:?}"),
         }
@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     match old.publish_json(5, &facts[5].1).await {
         Err(Error::ProducerEpochStale { current }) => {
-            println!("old owner: fenced (403), the current epoch is {current}")
+            println!("old owner: fenced (403), the current epoch is {current}");
         }
         other => return Err(format!("the old owner was not fenced: {other:?}").into()),
     }

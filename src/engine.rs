@@ -47,7 +47,10 @@ use crate::state::{
     prepare_body, to_ms, validate_producer,
 };
 use crate::store::Pending;
-use crate::types::*;
+use crate::types::{
+    AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Message,
+    ReadChunk, ReadRequest, Snapshot, SnapshotInfo, StreamInfo,
+};
 
 const STORE_MAGIC: &[u8; 8] = b"BROOK\0\0\x01";
 
@@ -179,8 +182,7 @@ impl Stream {
             }
             Expiry::At(t) => {
                 t.duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0)
+                    .map_or(0, |d| d.as_millis() as u64)
                     <= now
             }
         }
@@ -1068,8 +1070,7 @@ impl Engine {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
+            .map_or(0, |d| d.as_nanos());
         let mut h = sha2::Sha256::new();
         h.update(t.to_le_bytes());
         h.update(n.to_le_bytes());
@@ -1447,8 +1448,7 @@ impl Engine {
         let d = s.data.lock();
         Ok(d.segs
             .as_ref()
-            .map(|g| g.offset_at(pos))
-            .unwrap_or(Offset::new(0, pos)))
+            .map_or(Offset::new(0, pos), |g| g.offset_at(pos)))
     }
 
     fn is_boundary(&self, s: &Arc<Stream>, pos: u64) -> Result<bool> {
@@ -2363,8 +2363,7 @@ impl Engine {
                     let expired = match sc.state.config.expiry {
                         Expiry::At(t) => {
                             t.duration_since(UNIX_EPOCH)
-                                .map(|d| d.as_millis() as u64)
-                                .unwrap_or(0)
+                                .map_or(0, |d| d.as_millis() as u64)
                                 <= now
                         }
                         _ => false,

@@ -51,7 +51,7 @@ pub(crate) fn send_file(
     )]
     // SAFETY: both descriptors are open for the duration of the call (`out` is borrowed, `file`
     // is referenced); `off` is a live, exclusively borrowed off_t that the kernel updates.
-    let n = unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
+    let n = unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &raw mut off, len) };
     usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
 }
 

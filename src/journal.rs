@@ -124,7 +124,7 @@ impl Record {
                 e.u8(3);
                 e.str(name);
                 e.str(incarnation);
-                e.u8(*soft as u8);
+                e.u8(u8::from(*soft));
             }
             Record::Snapshot {
                 name,
@@ -156,7 +156,7 @@ impl Record {
                 e.str(name);
                 e.str(incarnation);
                 e.str(fork);
-                e.u8(*add as u8);
+                e.u8(u8::from(*add));
             }
         }
         *out = e.buf;
@@ -217,7 +217,7 @@ fn encode_append(e: &mut Enc, r: &AppendRecord) {
     for end in &r.body.ends {
         e.u32(*end);
     }
-    e.u8(r.close as u8);
+    e.u8(u8::from(r.close));
     e.opt_str(r.stream_seq.as_deref());
     match &r.producer {
         None => e.u8(0),
@@ -396,7 +396,7 @@ mod tests {
             name: "s".into(),
             incarnation: "i".into(),
             rec: AppendRecord {
-                start: Offset::new(n as u64, n as u64),
+                start: Offset::new(u64::from(n), u64::from(n)),
                 body: Body {
                     data: vec![n; 3].into(),
                     ends: vec![1, 3],
@@ -406,7 +406,7 @@ mod tests {
                 producer: Some(Producer {
                     id: "p".into(),
                     epoch: 1,
-                    seq: n as u64,
+                    seq: u64::from(n),
                 }),
             },
         }

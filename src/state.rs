@@ -311,7 +311,7 @@ impl StreamState {
         }
         e.offset(self.base);
         e.offset(self.tail);
-        e.u8(self.closed as u8);
+        e.u8(u8::from(self.closed));
         e.opt_str(self.stream_seq.as_deref());
         e.u32(self.producers.len() as u32);
         for (id, p) in &self.producers {
@@ -329,7 +329,7 @@ impl StreamState {
         for f in &self.forks {
             e.str(f);
         }
-        e.u8(self.soft_deleted as u8);
+        e.u8(u8::from(self.soft_deleted));
     }
 
     pub(crate) fn decode(d: &mut Dec<'_>) -> Option<StreamState> {
@@ -418,8 +418,7 @@ pub(crate) fn encode_expiry(e: &mut Enc, x: &Expiry) {
             e.u8(2);
             e.u64(
                 t.duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0),
+                    .map_or(0, |d| d.as_millis() as u64),
             );
         }
     }
@@ -454,16 +453,14 @@ pub(crate) fn decode_snapshot(d: &mut Dec<'_>) -> Option<SnapshotInfo> {
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Truncates an instant to whole milliseconds (the precision brook stores).
 pub(crate) fn to_ms(t: SystemTime) -> SystemTime {
     let ms = t
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_millis() as u64);
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 

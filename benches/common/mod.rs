@@ -89,7 +89,7 @@ pub fn du(dir: &Path) -> u64 {
             for e in rd.flatten() {
                 match e.file_type() {
                     Ok(t) if t.is_dir() => stack.push(e.path()),
-                    Ok(_) => total += e.metadata().map(|m| m.len()).unwrap_or(0),
+                    Ok(_) => total += e.metadata().map_or(0, |m| m.len()),
                     Err(_) => {}
                 }
             }

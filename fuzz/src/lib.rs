@@ -228,7 +228,7 @@ impl Ops {
                             "{c:?} for {m:?}"
                         ),
                         (Some(m), Err(Error::ConfigMismatch(_))) => {
-                            assert!(m.json != json || m.closed != closed)
+                            assert!(m.json != json || m.closed != closed);
                         }
                         (m, r) => panic!("create of {n} ({m:?}) answered {r:?}"),
                     }
@@ -266,8 +266,8 @@ impl Ops {
                         let b = input.u8();
                         Producer {
                             id: format!("p{}", b & 1),
-                            epoch: ((b >> 1) % 3) as u64,
-                            seq: ((b >> 3) % 6) as u64,
+                            epoch: u64::from((b >> 1) % 3),
+                            seq: u64::from((b >> 3) % 6),
                         }
                     });
                     let seq = (op % 7 == 3).then(|| format!("{:02}", input.u8() % 100));
@@ -359,7 +359,7 @@ impl Ops {
                             );
                         }
                         (Ok(w), Ok(o)) => {
-                            assert!(*w == o.status && o.tail == m.tail(), "{w:?} but {o:?}")
+                            assert!(*w == o.status && o.tail == m.tail(), "{w:?} but {o:?}");
                         }
                         (Err(w), Err(e)) => assert!(kind(w) == kind(e), "{w:?} but {e:?}"),
                         _ => panic!("append to {n}: model {want:?}, store {r:?}"),
@@ -372,7 +372,7 @@ impl Ops {
                         let b = m.boundaries();
                         m.offset_at(b[k as usize % b.len()])
                     });
-                    let max_bytes = (maxb != 0).then_some(maxb as u64 * 3);
+                    let max_bytes = (maxb != 0).then_some(u64::from(maxb) * 3);
                     let r = self.store().read(
                         n,
                         &ReadRequest {

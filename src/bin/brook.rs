@@ -195,8 +195,8 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
     tokio::select! {
-        _ = interrupt => {}
-        _ = terminate => {}
+        () = interrupt => {}
+        () = terminate => {}
     }
     tracing::info!("shutting down: finishing in-flight requests");
 }

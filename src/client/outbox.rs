@@ -1,5 +1,5 @@
 //! The outbox recipe: publish facts that committed somewhere else (a database transaction, a
-//! SQLite VFS database) to a stream, exactly once and in commit order, across owner failovers.
+//! `SQLite` VFS database) to a stream, exactly once and in commit order, across owner failovers.
 //!
 //! Every append carries both guards: `Producer-Id`, `Producer-Epoch` and `Producer-Seq` make a
 //! retry of the same append a duplicate, and `Stream-Seq` set to the fact's commit number

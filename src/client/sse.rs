@@ -137,8 +137,8 @@ fn decode(raw: RawEvent, base64: bool) -> Result<Option<SseEvent>> {
                     .get("streamCursor")
                     .and_then(|c| c.as_str())
                     .map(str::to_owned),
-                up_to_date: v.get("upToDate").and_then(|b| b.as_bool()) == Some(true),
-                closed: v.get("streamClosed").and_then(|b| b.as_bool()) == Some(true),
+                up_to_date: v.get("upToDate").and_then(serde_json::Value::as_bool) == Some(true),
+                closed: v.get("streamClosed").and_then(serde_json::Value::as_bool) == Some(true),
             })))
         }
         // Unknown event types are for other clients.

@@ -44,7 +44,7 @@ fn header(h: &HeaderMap, name: &str) -> Option<String> {
 }
 
 fn flag(h: &HeaderMap, name: &str) -> bool {
-    parse_closed(h.get(name).map(|v| v.as_bytes()))
+    parse_closed(h.get(name).map(reqwest::header::HeaderValue::as_bytes))
 }
 
 fn incarnation_of(h: &HeaderMap) -> Option<Incarnation> {

@@ -16,7 +16,7 @@ pub(crate) const SEQ_WIDTH: usize = 20;
 /// `n` zero-padded to 20 digits, the fixed width the recipes use for `Stream-Seq`, so bytewise
 /// order (the server's) is numeric order: `stream_seq(3)` is `"00000000000000000003"`.
 pub fn stream_seq(n: u64) -> String {
-    format!("{n:0width$}", width = SEQ_WIDTH)
+    format!("{n:0SEQ_WIDTH$}")
 }
 
 /// The number a zero-padded `Stream-Seq` stands for, when it is one (`None` for values written

@@ -153,7 +153,7 @@ impl SnapshotReply {
 }
 
 /// The blob with its content type, `Stream-Snapshot-Offset`, `Stream-Snapshot-Digest`, the
-/// stream's `Stream-Next-Offset` and `Stream-Incarnation`, and an ETag naming both the
+/// stream's `Stream-Next-Offset` and `Stream-Incarnation`, and an `ETag` naming both the
 /// incarnation and the digest.
 fn snapshot_reply(parts: &Parts, snap: Snapshot, cache_control: &str) -> SnapshotReply {
     let tag = format!("\"{}:{}\"", snap.incarnation, snap.info.digest);
@@ -385,15 +385,12 @@ pub(crate) async fn bootstrap(
         queue: VecDeque::new(),
         finished: false,
     };
-    match snapshot {
-        Some((ct, data, offset)) => {
-            r = r.header(STREAM_SNAPSHOT_OFFSET, &offset.to_string());
-            state.push_part(&ct, data);
-        }
-        None => {
-            r = r.header(STREAM_SNAPSHOT_OFFSET, "-1");
-            state.push_part("application/octet-stream", Bytes::new());
-        }
+    if let Some((ct, data, offset)) = snapshot {
+        r = r.header(STREAM_SNAPSHOT_OFFSET, &offset.to_string());
+        state.push_part(&ct, data);
+    } else {
+        r = r.header(STREAM_SNAPSHOT_OFFSET, "-1");
+        state.push_part("application/octet-stream", Bytes::new());
     }
     let body = futures_util::stream::unfold(state, |mut s| async move {
         let piece = s.step().await?;

@@ -582,7 +582,7 @@ pub(crate) fn absolute_url(app: &AppState, parts: &Parts) -> String {
     }
     let host = text(&parts.headers, header::HOST)
         .map(str::to_owned)
-        .or_else(|| parts.uri.authority().map(|a| a.to_string()))
+        .or_else(|| parts.uri.authority().map(std::string::ToString::to_string))
         .unwrap_or_else(|| "localhost".to_owned());
     let scheme = parts.uri.scheme_str().unwrap_or("http");
     format!("{scheme}://{host}{path}")

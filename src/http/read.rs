@@ -49,7 +49,7 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
         Some(o) => Some(parse_read_from(o)?),
     };
     let live = match single(&q, QUERY_LIVE)? {
-        None | Some("") | Some("false") => Live::CatchUp,
+        None | Some("" | "false") => Live::CatchUp,
         Some("long-poll") => Live::LongPoll,
         Some("sse") => Live::Sse,
         Some(_) => {
@@ -263,8 +263,8 @@ async fn long_poll(
         }
         tokio::select! {
             woke = app.store.wait(&name, at) => woke.map_err(|e| ApiError::Store(e, Op::Read))?,
-            _ = tokio::time::sleep_until(deadline) => return Ok(no_content(false, &chunk.incarnation)),
-            _ = app.shutting_down() => return Ok(no_content(false, &chunk.incarnation)),
+            () = tokio::time::sleep_until(deadline) => return Ok(no_content(false, &chunk.incarnation)),
+            () = app.shutting_down() => return Ok(no_content(false, &chunk.incarnation)),
         }
         let req = ReadRequest {
             from: ReadFrom::At(at),

@@ -182,8 +182,7 @@ impl Segment {
         self.idx_map
             .get(at..at + 8)
             .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(u64::MAX)
+            .map_or(u64::MAX, u64::from_le_bytes)
     }
 
     fn entry_crc(&self, i: u64) -> u32 {
@@ -191,8 +190,7 @@ impl Segment {
         self.idx_map
             .get(at..at + 4)
             .and_then(|b| b.try_into().ok())
-            .map(u32::from_le_bytes)
-            .unwrap_or(0)
+            .map_or(0, u32::from_le_bytes)
     }
 
     fn entry_start(&self, i: u64) -> u64 {
@@ -207,11 +205,11 @@ impl Segment {
     fn count_ending_by(&self, pos: u64) -> u64 {
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
-            let mid = (lo + hi) / 2;
+            let mid = u64::midpoint(lo, hi);
             if self.entry_end(mid) <= pos {
-                lo = mid + 1
+                lo = mid + 1;
             } else {
-                hi = mid
+                hi = mid;
             }
         }
         lo
@@ -432,7 +430,7 @@ impl SegmentSet {
     pub(crate) fn read(&mut self, from: u64, to: u64) -> Result<Option<Vec<Bytes>>> {
         let mut out = Vec::new();
         let mut pos = from;
-        for s in self.segs.iter_mut() {
+        for s in &mut self.segs {
             if pos >= to {
                 break;
             }

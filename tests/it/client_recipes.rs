@@ -119,8 +119,8 @@ impl LossyProxy {
                     };
                     // Either direction ending ends the connection.
                     tokio::select! {
-                        _ = to_server => {}
-                        _ = to_client => {}
+                        () = to_server => {}
+                        () = to_client => {}
                     }
                 });
             }

@@ -205,7 +205,7 @@ fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String>
         let mut pos = 0u64;
         let mut first = 0usize;
         while first < msgs.len() && pos < start.bytes {
-            pos += msgs[first].len() as u64 + *json as u64;
+            pos += msgs[first].len() as u64 + u64::from(*json);
             first += 1;
         }
         if pos != start.bytes || first as u64 != start.messages {
@@ -249,7 +249,7 @@ fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String>
         let bytes: u64 = pos
             + got
                 .iter()
-                .map(|m| m.len() as u64 + *json as u64)
+                .map(|m| m.len() as u64 + u64::from(*json))
                 .sum::<u64>();
         let tail = Offset::new((first + got.len()) as u64, bytes);
         if info.tail != tail {
@@ -364,13 +364,13 @@ fn try_damage(
 fn kind(p: &Path) -> &'static str {
     let n = p.file_name().and_then(|s| s.to_str()).unwrap_or("");
     match () {
-        _ if n == "STORE" => "STORE",
-        _ if n.ends_with(".wal") => "wal",
-        _ if n.starts_with("meta.") => "meta",
-        _ if n.ends_with(".log") => "log",
-        _ if n.ends_with(".idx") => "idx",
-        _ if n.ends_with(".blob") => "blob",
-        _ => "other",
+        () if n == "STORE" => "STORE",
+        () if n.ends_with(".wal") => "wal",
+        () if n.starts_with("meta.") => "meta",
+        () if n.ends_with(".log") => "log",
+        () if n.ends_with(".idx") => "idx",
+        () if n.ends_with(".blob") => "blob",
+        () => "other",
     }
 }
 
@@ -444,7 +444,7 @@ fn run_damage(kinds: &[&str], per_file: usize) -> R {
                 Ok(outcome) => {
                     *tally
                         .entry(format!("{} {outcome}", kind(file)))
-                        .or_default() += 1
+                        .or_default() += 1;
                 }
                 Err(e) => failures.push(format!("{what}: {e}")),
             }

@@ -125,7 +125,7 @@ fn crash_writer_child() -> R {
                     say(&out, format!("TRY {t} {k} {epoch} {pseq}\n"));
                     match store.append(&stream(t), request(t, k, epoch, pseq)) {
                         Ok(o) if o.status == AppendStatus::Appended => {
-                            say(&out, format!("ACK {t} {k} {}\n", o.tail))
+                            say(&out, format!("ACK {t} {k} {}\n", o.tail));
                         }
                         other => {
                             say(&out, format!("ERR {t} {k} {other:?}\n"));
@@ -161,7 +161,7 @@ fn parse(lines: &[String]) -> HashMap<usize, Seen> {
         };
         match f.first() {
             Some(&"TRY") => {
-                seen.entry(num(1) as usize).or_default().last_try = Some((num(2), num(3), num(4)))
+                seen.entry(num(1) as usize).or_default().last_try = Some((num(2), num(3), num(4)));
             }
             Some(&"ACK") => seen.entry(num(1) as usize).or_default().acked.push(num(2)),
             Some(&"ERR") => seen

@@ -153,7 +153,7 @@ fn json_streams_keep_message_boundaries() -> R {
     )?;
     assert_eq!(read_all(&store, &n)?, b"[]");
     store.append(&n, append(r#"[{"a":1},{"b":2}]"#))?;
-    store.append(&n, append(r#"[[1,2]]"#))?;
+    store.append(&n, append(r"[[1,2]]"))?;
     assert_eq!(read_all(&store, &n)?, br#"[{"a":1},{"b":2},[1,2]]"#);
     assert!(matches!(
         store.append(&n, append("[]")),

@@ -130,7 +130,7 @@ fn payloads(wal: &[u8]) -> Vec<Vec<u8>> {
 
 fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     let mut v = seed.to_vec();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..=rng.below(4) {
         match rng.below(5) {
             0 if !v.is_empty() => {
                 let i = rng.below(v.len() as u64) as usize;
@@ -249,7 +249,7 @@ struct Crc(u32);
 impl Crc {
     fn update(&mut self, data: &[u8]) {
         for &b in data {
-            self.0 ^= b as u32;
+            self.0 ^= u32::from(b);
             for _ in 0..8 {
                 self.0 = if self.0 & 1 == 1 {
                     (self.0 >> 1) ^ 0xEDB8_8320
@@ -274,7 +274,7 @@ fn fuzz_journal_scan() -> R {
             // Framed mode: CRC-correct frames around (mutated) real payloads.
             0 => {
                 let mut v = vec![1 | (rng.next() as u8 & 0xfe)];
-                for _ in 0..1 + rng.below(4) {
+                for _ in 0..=rng.below(4) {
                     let p = {
                         let k = rng.below(payload_seeds.len() as u64) as usize;
                         mutate(&mut rng, &payload_seeds[k])
@@ -313,7 +313,7 @@ fn fuzz_operation_sequences() -> R {
         let len = rng.below(120) as usize;
         let mut input = rng.bytes(len);
         // Reopens and checkpoints are opcodes 255 and 254; keep them rare but present.
-        for b in input.iter_mut() {
+        for b in &mut input {
             if *b >= 254 && !rng.one_in(40) {
                 *b = rng.below(254) as u8;
             }

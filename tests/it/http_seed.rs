@@ -111,7 +111,7 @@ async fn stream_seq_over_256_bytes_is_400_and_commits_nothing() -> R {
     Ok(())
 }
 
-/// "An equal or smaller value answers 409 Conflict with the error code STREAM_SEQ_CONFLICT,
+/// "An equal or smaller value answers 409 Conflict with the error code `STREAM_SEQ_CONFLICT`,
 /// and nothing from the request is committed. The 409 carries Stream-Next-Offset set to the
 /// stream's current tail and Stream-Last-Seq set to the stream's last accepted Stream-Seq."
 /// And: "A Stream-Seq 409 carries neither Stream-Closed nor Producer-Expected-Seq."
@@ -365,7 +365,7 @@ async fn a_producer_gap_409_carries_the_expected_seq() -> R {
 }
 
 /// "A Content-Type that differs from the stream's also answers 409, with the code
-/// CONTENT_TYPE_MISMATCH and without Stream-Last-Seq. Types are compared after normalization,
+/// `CONTENT_TYPE_MISMATCH` and without Stream-Last-Seq. Types are compared after normalization,
 /// which keeps parameters, so application/json; charset=utf-8 is not application/json."
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_content_type_mismatch_is_409_without_last_seq() -> R {
@@ -547,7 +547,7 @@ async fn consistency_leader_is_accepted() -> R {
     Ok(())
 }
 
-/// "A read shortened by max_bytes can stop inside a commit": `max_bytes` bounds a read, and a
+/// "A read shortened by `max_bytes` can stop inside a commit": `max_bytes` bounds a read, and a
 /// bounded read that stops short of the tail carries no Stream-Up-To-Date.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_bytes_bounds_a_read_without_up_to_date() -> R {

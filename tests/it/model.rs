@@ -321,7 +321,7 @@ impl MStream {
                 let b: Vec<u64> = self.boundaries().into_iter().filter(|&b| b >= e).collect();
                 self.offset_at(b[k as usize % b.len()])
             }
-            PosSel::Byte(k) => self.offset_at(e + k as u64 % (tail - e + 1)),
+            PosSel::Byte(k) => self.offset_at(e + u64::from(k) % (tail - e + 1)),
             PosSel::Tail => self.tail(),
             PosSel::BeyondTail => Offset::new(self.tail().messages + 1, tail + 1),
             PosSel::BeforeEarliest(k) => {
@@ -368,8 +368,7 @@ impl Model {
             ExpectSel::Right => Some(
                 self.streams[s]
                     .as_ref()
-                    .map(|m| m.incarnation.clone())
-                    .unwrap_or_else(wrong),
+                    .map_or_else(wrong, |m| m.incarnation.clone()),
             ),
             ExpectSel::Wrong => Some(wrong()),
             ExpectSel::Stale => {
@@ -605,7 +604,7 @@ fn make_body(model: &mut Model, json: bool, b: &BodySel) -> Bodies {
     }
     let msgs: Vec<String> = (0..b.n)
         .map(|i| {
-            if (c + i as u64).is_multiple_of(5) {
+            if (c + u64::from(i)).is_multiple_of(5) {
                 format!("[{c},{i},\"{pad}\"]")
             } else {
                 format!("{{\"c\":{c},\"i\":{i},\"p\":\"{pad}\"}}")
@@ -630,7 +629,7 @@ fn make_seq(m: Option<&MStream>, s: &Option<SeqSel>) -> Option<String> {
     Some(match s.as_ref()? {
         SeqSel::Num(n) => format!("{n:020}"),
         SeqSel::Count(d) => {
-            let n = m.map_or(0, |m| m.tail().messages) as i64 + *d as i64;
+            let n = m.map_or(0, |m| m.tail().messages) as i64 + i64::from(*d);
             format!("{:020}", n.max(0))
         }
         SeqSel::Lit(s) => (*s).to_owned(),
@@ -753,7 +752,7 @@ impl Harness {
                     .model
                     .get(*s)
                     .and_then(|m| Model::check_expect(m, &e))
-                    .map(|_| self.model.info(*s));
+                    .map(|()| self.model.info(*s));
                 let got = self.store().head(&name(NAMES[*s]), e.as_ref());
                 compare("head", &want, &got, |m, r| {
                     m.as_ref() == Some(&real_info(r))
@@ -1182,7 +1181,7 @@ impl Harness {
         let e = self.model.expect_token(s, expect);
         let want: Result<(), Error> = self.model.get(s).and_then(|m| Model::check_expect(m, &e));
         let got = self.store().delete(&name(NAMES[s]), e.as_ref());
-        compare("delete", &want, &got, |_, _| true)?;
+        compare("delete", &want, &got, |(), ()| true)?;
         if want.is_ok() {
             if self.model.has_forks(s) {
                 self.model.streams[s].as_mut().expect("exists").soft_deleted = true;
@@ -1197,7 +1196,7 @@ impl Harness {
     }
 
     fn fork(&mut self, s: usize, src: usize, at: Option<PosSel>, sub: u8) -> Result<(), String> {
-        let sub = sub as u64;
+        let sub = u64::from(sub);
         let at_off = match (at, self.model.streams[src].as_ref()) {
             (Some(p), Some(m)) => Some(m.pos(p)),
             (Some(_), None) => Some(Offset::ZERO),
@@ -1437,7 +1436,7 @@ impl Harness {
             }
         })();
         let got = self.store().set_retention(&name(NAMES[s]), offset, None);
-        compare("retention", &want, &got, |_, _| true)?;
+        compare("retention", &want, &got, |(), _| true)?;
         if want.is_ok() {
             let m = self.model.streams[s].as_mut().expect("exists");
             let canonical = m.offset_at(offset.bytes);
@@ -1474,7 +1473,7 @@ impl Harness {
                 let got = crate::util::read_to_tail(self.store(), &n, max).map(|(d, _)| d);
                 let json = self.model.streams[s].as_ref().is_some_and(|m| m.json);
                 compare(
-                    &format!("full read of {} (max {max:?})", nm),
+                    &format!("full read of {nm} (max {max:?})"),
                     &want,
                     &got,
                     |(d, _), r| {
@@ -1489,7 +1488,7 @@ impl Harness {
                 )?;
             }
             let got = self.store().head(&n, None);
-            compare(&format!("head of {}", nm), &want, &got, |(_, i), r| {
+            compare(&format!("head of {nm}"), &want, &got, |(_, i), r| {
                 i.as_ref() == Some(&real_info(r))
             })?;
         }
@@ -1517,7 +1516,7 @@ fn run(ops: &[Op]) -> Result<(), String> {
         h.log.push(format!("#{i} {op:?}"));
         let r = h
             .run(op)
-            .and_then(|_| if i % 8 == 7 { h.verify_all() } else { Ok(()) });
+            .and_then(|()| if i % 8 == 7 { h.verify_all() } else { Ok(()) });
         if let Err(e) = r {
             let tail: Vec<&String> = h.log.iter().rev().take(12).rev().collect();
             return Err(format!(

@@ -147,7 +147,7 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
         store.checkpoint()?;
         let sdir = crate::util::files_under(&dir.path().join("streams"))?
             .first()
-            .and_then(|f| f.parent().map(|p| p.to_path_buf()))
+            .and_then(|f| f.parent().map(std::path::Path::to_path_buf))
             .ok_or("no stream directory")?;
         let aside = tempfile::tempdir()?;
         crate::util::copy_dir(&sdir, aside.path())?;

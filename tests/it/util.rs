@@ -164,8 +164,7 @@ impl Rng {
             .unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
+                    .map_or(1, |d| d.as_nanos() as u64)
             });
         eprintln!("{what}: BROOK_TEST_SEED={seed}");
         Rng::new(seed)
