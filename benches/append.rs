@@ -7,7 +7,7 @@
 //! Each case is named `{mode}/{streams}stream/{body}/{writers}w`; criterion reports elements/s,
 //! one element being one acknowledged append.
 
-#![allow(missing_docs)] // criterion_group! generates undocumented items
+#![expect(missing_docs, reason = "criterion_group! generates undocumented items")]
 
 mod common;
 

@@ -5,9 +5,11 @@
 //!
 //! `cargo bench --bench read`. Criterion reports bytes/s of stream data.
 
-#![allow(missing_docs)] // criterion_group! generates undocumented items
+#![expect(missing_docs, reason = "criterion_group! generates undocumented items")]
 
 mod common;
+
+use std::fmt::Write as _;
 
 use brook::{AppendRequest, CreateOptions, Durability, ReadFrom, ReadRequest, Store, StreamName};
 use bytes::Bytes;
@@ -41,10 +43,11 @@ fn fill(store: &Store, n: &StreamName, json: bool, size: usize) {
                     s.push(',');
                 }
                 // About 100 bytes per message.
-                s.push_str(&format!(
+                let _ = write!(
+                    s,
                     "{{\"id\":{i:>12},\"kind\":\"event\",\"payload\":\"{:0>56}\"}}",
                     i % 1000
-                ));
+                );
                 i += 1;
             }
             s.push(']');

@@ -18,7 +18,7 @@
 //! `cargo bench --bench recover`. Defaults: 256 MiB journal, 10k streams. `BROOK_BENCH_BIG=1`:
 //! 1 GiB journal and 100k streams (slow: minutes, mostly copying directories between samples).
 
-#![allow(missing_docs)] // criterion_group! generates undocumented items
+#![expect(missing_docs, reason = "criterion_group! generates undocumented items")]
 
 mod common;
 

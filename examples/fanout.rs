@@ -25,6 +25,7 @@
 //! Every loop is bounded by a count and a deadline; only loopback addresses are accepted.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -72,10 +73,10 @@ impl Conn {
     ) -> Res<()> {
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
         for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
+            let _ = write!(req, "{k}: {v}\r\n");
         }
         if !body.is_empty() || method == "POST" || method == "PUT" {
-            req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+            let _ = write!(req, "Content-Length: {}\r\n", body.len());
         }
         req.push_str("\r\n");
         let s = self.io.get_mut();
@@ -380,9 +381,8 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
                         Ok(c.io.read(&mut buf).await?)
                     }
                 };
-                let n = match tokio::time::timeout_at(deadline.into(), read).await {
-                    Ok(Ok(n)) => n,
-                    _ => break,
+                let Ok(Ok(n)) = tokio::time::timeout_at(deadline.into(), read).await else {
+                    break;
                 };
                 if n == 0 {
                     break;
@@ -565,10 +565,9 @@ async fn catchup(a: &Args, addr: &str) -> Res<String> {
                         }
                         break;
                     }
-                    offset = r
-                        .header("stream-next-offset")
+                    r.header("stream-next-offset")
                         .ok_or("no Stream-Next-Offset")?
-                        .to_owned();
+                        .clone_into(&mut offset);
                 }
             }
             Ok(())

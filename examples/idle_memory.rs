@@ -100,14 +100,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "rss: {:.1} MiB -> {:.1} MiB, delta {:.1} MiB = {:.0} bytes/stream",
-        rss0 as f64 / 1048576.0,
-        rss1 as f64 / 1048576.0,
-        drss as f64 / 1048576.0,
+        rss0 as f64 / 1_048_576.0,
+        rss1 as f64 / 1_048_576.0,
+        drss as f64 / 1_048_576.0,
         drss as f64 / n as f64
     );
     println!(
         "open fds: {fds0} -> {fds1} (delta {})",
-        fds1 as i64 - fds0 as i64
+        i64::try_from(fds1)? - i64::try_from(fds0)?
     );
     println!("disk: {} files", count_files(dir.path()));
     store.shutdown()?;

@@ -78,6 +78,12 @@ impl<'a> Dec<'a> {
     pub(crate) fn string(&mut self) -> Option<String> {
         String::from_utf8(self.bytes()?.to_vec()).ok()
     }
+    /// An optional string: `Some(None)` when absent, `None` (as for every method here) when the
+    /// input is truncated or malformed.
+    #[expect(
+        clippy::option_option,
+        reason = "the outer `None` is a malformed input, as for every reader method; the inner one an absent string"
+    )]
     pub(crate) fn opt_string(&mut self) -> Option<Option<String>> {
         match self.u8()? {
             0 => Some(None),

@@ -1,6 +1,7 @@
 //! File-system helpers: the store lock, directory syncs, whole-file-system syncs, and (for the
 //! server) `sendfile(2)` from a file to a socket.
 
+use std::fmt::Write as _;
 use std::fs::File;
 use std::path::Path;
 
@@ -114,6 +115,9 @@ pub(crate) fn key(name: &str) -> [u8; 16] {
 /// The directory of a stream: `streams/{k[0]:02x}/{key as 32 hex digits}`.
 pub(crate) fn stream_dir(root: &Path, name: &str) -> std::path::PathBuf {
     let k = key(name);
-    let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = k.iter().fold(String::with_capacity(32), |mut s, b| {
+        let _ = write!(s, "{b:02x}"); // writing to a String cannot fail
+        s
+    });
     root.join("streams").join(&hex[..2]).join(hex)
 }

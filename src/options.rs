@@ -45,6 +45,7 @@ impl Default for Options {
 
 impl Options {
     /// What an acknowledged write survives. Default [`Durability::Sync`].
+    #[must_use]
     pub fn durability(mut self, d: Durability) -> Self {
         self.durability = d;
         self
@@ -53,6 +54,7 @@ impl Options {
     /// Number of journal shards, each with its own file and sync thread, so several syncs are in
     /// flight at once. Default 2, 1 to 64. Fixed when a store is created: reopening with another
     /// value keeps the stored one.
+    #[must_use]
     pub fn journal_shards(mut self, n: usize) -> Self {
         self.journal_shards = n;
         self
@@ -60,6 +62,7 @@ impl Options {
 
     /// Size at which a stream's segment file is rolled. Default 64 MiB, 4 KiB to 1 GiB. Retention
     /// reclaims disk space a whole segment at a time.
+    #[must_use]
     pub fn segment_bytes(mut self, n: u64) -> Self {
         self.segment_bytes = n;
         self
@@ -67,6 +70,7 @@ impl Options {
 
     /// Journal size that triggers a checkpoint (stream files synced, sidecars written, journal
     /// truncated). Bounds recovery work after a crash. Default 64 MiB, 64 KiB to 16 GiB.
+    #[must_use]
     pub fn checkpoint_bytes(mut self, n: u64) -> Self {
         self.checkpoint_bytes = n;
         self
@@ -75,12 +79,14 @@ impl Options {
     /// Streams kept open (file handles and maps) at once; idle clean streams beyond it are closed,
     /// least recently used first. Default 4096, at least 16. Each open stream holds about two file
     /// descriptors per segment it has touched.
+    #[must_use]
     pub fn max_open_streams(mut self, n: usize) -> Self {
         self.max_open_streams = n;
         self
     }
 
     /// Largest append (or create) body. Default 64 MiB, 1 byte to 1 GiB.
+    #[must_use]
     pub fn max_append_bytes(mut self, n: usize) -> Self {
         self.max_append_bytes = n;
         self
@@ -88,12 +94,14 @@ impl Options {
 
     /// Largest body one read returns when the caller sets no smaller bound. Default 8 MiB, at
     /// least 1 KiB. A JSON read always returns at least one whole message.
+    #[must_use]
     pub fn max_read_bytes(mut self, n: u64) -> Self {
         self.max_read_bytes = n;
         self
     }
 
     /// Largest snapshot blob. Default 128 MiB, at most 4 GiB.
+    #[must_use]
     pub fn max_snapshot_bytes(mut self, n: u64) -> Self {
         self.max_snapshot_bytes = n;
         self

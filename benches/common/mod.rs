@@ -1,5 +1,5 @@
 //! Helpers shared by brook's criterion benches (not a bench target itself: `benches/common/`).
-#![allow(dead_code)]
+#![expect(dead_code, reason = "each bench uses only some of the helpers")]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

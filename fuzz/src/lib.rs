@@ -346,7 +346,7 @@ impl Ops {
                             m.msgs.extend(msgs);
                             m.closed |= close;
                             if seq.is_some() {
-                                m.seq = seq.clone();
+                                m.seq.clone_from(&seq);
                             }
                             if let Some(p) = &producer {
                                 m.producers.insert(p.id.clone(), (p.epoch, p.seq, m.tail()));

@@ -97,8 +97,9 @@ impl PrefixCount {
 
     /// The member each event of a commit carries its operation id in (default `op_id`).
     /// Set it before the first commit: events already read are indexed by the old name.
+    #[must_use]
     pub fn op_field(mut self, name: &str) -> PrefixCount {
-        self.op_field = name.to_owned();
+        name.clone_into(&mut self.op_field);
         self.ops.clear();
         for (i, e) in self.events.iter().enumerate() {
             if let Some(id) = e.get(name).and_then(Value::as_str) {
@@ -112,12 +113,14 @@ impl PrefixCount {
 
     /// How many appends one [`commit`](Self::commit) may send before it gives up with
     /// [`Error::TooManyAttempts`] (default 1000).
+    #[must_use]
     pub fn max_attempts(mut self, n: u32) -> PrefixCount {
         self.max_attempts = n.max(1);
         self
     }
 
     /// Bounds each read response to `n` bytes (`max_bytes`); reads still continue to the tail.
+    #[must_use]
     pub fn page_bytes(mut self, n: u64) -> PrefixCount {
         self.page_bytes = Some(n);
         self

@@ -181,7 +181,7 @@ pub(crate) fn events(
                 if let SseEvent::Control(c) = &ev {
                     s.next = c.next.clone();
                     if c.cursor.is_some() {
-                        s.cursor = c.cursor.clone();
+                        s.cursor.clone_from(&c.cursor);
                     }
                     if c.closed {
                         s.done = true;

@@ -118,12 +118,14 @@ impl Create {
     }
 
     /// A sliding time-to-live in seconds (`Stream-TTL`); replaces [`expires_at`](Self::expires_at).
+    #[must_use]
     pub fn ttl(mut self, seconds: u64) -> Create {
         self.expiry = Some(Expiry::Ttl(seconds));
         self
     }
 
     /// An absolute expiry (`Stream-Expires-At`); replaces [`ttl`](Self::ttl).
+    #[must_use]
     pub fn expires_at(mut self, at: SystemTime) -> Create {
         self.expiry = Some(Expiry::At(at));
         self
@@ -132,18 +134,21 @@ impl Create {
     /// Seeds the stream's `Stream-Seq` (stored unchecked by a creating PUT, ignored when the
     /// stream exists). Never seed a prefix-count stream: its first commit sends 0 and would be
     /// refused forever.
+    #[must_use]
     pub fn stream_seq(mut self, value: impl Into<String>) -> Create {
         self.stream_seq = Some(value.into());
         self
     }
 
     /// Creates the stream closed (`Stream-Closed: true`).
+    #[must_use]
     pub fn closed(mut self) -> Create {
         self.closed = true;
         self
     }
 
     /// Initial data, appended as the stream's first message(s).
+    #[must_use]
     pub fn data(mut self, data: impl Into<Bytes>) -> Create {
         self.data = data.into();
         self
@@ -202,6 +207,7 @@ impl Append {
 
     /// `Stream-Seq`: append only if `value` is bytewise greater than the stream's stored one
     /// (see [`stream_seq`] for fixed-width numbers).
+    #[must_use]
     pub fn stream_seq(mut self, value: impl Into<String>) -> Append {
         self.stream_seq = Some(value.into());
         self
@@ -209,18 +215,21 @@ impl Append {
 
     /// `Producer-Id`, `Producer-Epoch`, `Producer-Seq`: a retry of an accepted append with the
     /// same tuple is answered as a duplicate and not written again.
+    #[must_use]
     pub fn producer(mut self, id: impl Into<String>, epoch: u64, seq: u64) -> Append {
         self.producer = Some((id.into(), epoch, seq));
         self
     }
 
     /// Closes the stream with this append (`Stream-Closed: true`).
+    #[must_use]
     pub fn close(mut self) -> Append {
         self.close = true;
         self
     }
 
     /// Sends this `Stream-Incarnation` instead of the one the handle tracks.
+    #[must_use]
     pub fn incarnation(mut self, incarnation: Incarnation) -> Append {
         self.incarnation = Some(incarnation);
         self
@@ -263,6 +272,7 @@ impl Read {
 
     /// Bounds the bytes one response returns (`max_bytes`). A bounded response that stops
     /// short of the tail carries no `Stream-Up-To-Date`: read on from its `next`.
+    #[must_use]
     pub fn max_bytes(mut self, n: u64) -> Read {
         self.max_bytes = Some(n);
         self
@@ -270,6 +280,7 @@ impl Read {
 
     /// `consistency=leader`: answered by the leader, so the read reflects every acknowledged
     /// append (brook is always its own leader).
+    #[must_use]
     pub fn leader(mut self) -> Read {
         self.leader = true;
         self

@@ -9,7 +9,10 @@
 //! HTTP server can have the kernel send the file's pages to a socket (`sendfile(2)`) instead of
 //! copying them out of the map. Because the files never change under a map (above), the file
 //! bytes at that offset are exactly the slice's bytes.
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "the one module that maps files, under the invariants above"
+)]
 
 use std::collections::BTreeMap;
 use std::fs::File;

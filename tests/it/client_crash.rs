@@ -161,7 +161,9 @@ async fn sigkill_during_producer_appends_loses_and_repeats_nothing() -> R {
         match publish_until_answered(out, *in_flight).await? {
             Published::Appended { .. } => {}
             Published::Duplicate => duplicates += 1,
-            other => return Err(format!("the retry of fact {in_flight} answered {other:?}").into()),
+            other @ Published::AlreadyPublished { .. } => {
+                return Err(format!("the retry of fact {in_flight} answered {other:?}").into());
+            }
         }
         acked.push(*in_flight);
         // The producer goes on where it was: the next facts are accepted in order.

@@ -1,7 +1,7 @@
 //! Concurrency tests: the seed's prefix-count recipe run by many threads on one stream, and many
 //! threads appending to many streams at once (with readers tailing them), then a reopen.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,12 +18,12 @@ fn messages(chunk: &ReadChunk) -> std::result::Result<Vec<Value>, serde_json::Er
 /// One writer of the prefix-count recipe: read to the tail counting messages, append a commit
 /// with Stream-Seq = the count, and on a Stream-Seq conflict read on and retry.
 fn committer(
-    store: Store,
-    n: StreamName,
+    store: &Store,
+    n: &StreamName,
     w: u64,
     commits: u64,
     seed: u64,
-    conflicts: Arc<AtomicU64>,
+    conflicts: &AtomicU64,
 ) -> brook::Result<()> {
     let mut rng = Rng::new(seed);
     let mut next = Offset::ZERO;
@@ -34,7 +34,7 @@ fn committer(
             // Read to the tail (small chunks, so reads stop inside commits too).
             loop {
                 let chunk = store.read(
-                    &n,
+                    n,
                     &ReadRequest {
                         from: ReadFrom::At(next),
                         max_bytes: Some(200),
@@ -59,7 +59,7 @@ fn committer(
                 stream_seq: Some(format!("{count:020}")),
                 ..Default::default()
             };
-            match store.append(&n, req) {
+            match store.append(n, req) {
                 Ok(_) => break,
                 Err(Error::StreamSeqConflict { last_seq, .. }) => {
                     // Another writer committed first; its count is at least ours.
@@ -81,7 +81,7 @@ fn committer(
 fn check_serial(store: &Store, n: &StreamName, writers: u64, commits: u64) -> R {
     let (data, _) = read_to_tail(store, n, None)?;
     let all: Vec<Value> = serde_json::from_slice(&[b"[", &data[..], b"]"].concat())?;
-    let mut seen: HashMap<(u64, u64), ()> = HashMap::new();
+    let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut i = 0usize;
     let mut last_seq = None;
     while i < all.len() {
@@ -111,7 +111,7 @@ fn check_serial(store: &Store, n: &StreamName, writers: u64, commits: u64) -> R 
                 .into());
             }
         }
-        if seen.insert((w, c), ()).is_some() {
+        if !seen.insert((w, c)) {
             return Err(format!("commit ({w},{c}) appears twice").into());
         }
         last_seq = Some(seq);
@@ -147,7 +147,7 @@ fn prefix_count_commits_form_a_serial_history() -> R {
         let threads: Vec<_> = (0..writers)
             .map(|w| {
                 let (store, n, conflicts) = (store.clone(), n.clone(), conflicts.clone());
-                std::thread::spawn(move || committer(store, n, w, commits, seed ^ w, conflicts))
+                std::thread::spawn(move || committer(&store, &n, w, commits, seed ^ w, &conflicts))
             })
             .collect();
         for t in threads {

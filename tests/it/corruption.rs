@@ -192,14 +192,12 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
 /// What a store opened on a damaged image serves must be a prefix of what was acknowledged.
 fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String> {
     for (n, json, msgs) in &exp.streams {
-        let info = match store.head(n, None) {
-            Ok(i) => i,
-            Err(_) => continue,
+        let Ok(info) = store.head(n, None) else {
+            continue;
         };
         let start = info.earliest;
-        let data = match read_to_tail(store, n, Some(700)) {
-            Ok((d, _)) => d,
-            Err(_) => continue,
+        let Ok((data, _)) = read_to_tail(store, n, Some(700)) else {
+            continue;
         };
         // The acknowledged messages from the earliest readable one on.
         let mut pos = 0u64;
@@ -363,14 +361,15 @@ fn try_damage(
 
 fn kind(p: &Path) -> &'static str {
     let n = p.file_name().and_then(|s| s.to_str()).unwrap_or("");
-    match () {
-        () if n == "STORE" => "STORE",
-        () if n.ends_with(".wal") => "wal",
-        () if n.starts_with("meta.") => "meta",
-        () if n.ends_with(".log") => "log",
-        () if n.ends_with(".idx") => "idx",
-        () if n.ends_with(".blob") => "blob",
-        () => "other",
+    // brook names its files itself, in lower case: an exact comparison is the right one.
+    match p.extension().and_then(|s| s.to_str()) {
+        _ if n == "STORE" => "STORE",
+        Some("wal") => "wal",
+        _ if n.starts_with("meta.") => "meta",
+        Some("log") => "log",
+        Some("idx") => "idx",
+        Some("blob") => "blob",
+        _ => "other",
     }
 }
 
@@ -405,7 +404,7 @@ fn run_damage(kinds: &[&str], per_file: usize) -> R {
         .filter(|p| kinds.contains(&kind(p)))
         .collect();
     assert!(!files.is_empty(), "no files of kinds {kinds:?}");
-    let mut tally: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut tally = std::collections::BTreeMap::<String, usize>::new();
     let mut failures = Vec::new();
     for file in &files {
         let len = std::fs::metadata(file)?.len();

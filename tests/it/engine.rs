@@ -383,7 +383,7 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     let past = CreateOptions {
         fork: Some(ForkFrom {
             source: s2,
-            offset: Some(Offset::new(9999999999999999, 9999999999999999)),
+            offset: Some(Offset::new(9_999_999_999_999_999, 9_999_999_999_999_999)),
             sub_offset: 0,
         }),
         ..Default::default()

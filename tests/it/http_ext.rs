@@ -2,6 +2,7 @@
 //! the routes, reserved names, disk reclaimed by retention, and a bootstrap (and snapshot) far
 //! larger than the server's memory use.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use brook::Options;
@@ -33,13 +34,12 @@ fn digest_of(content_type: &str, blob: &[u8]) -> String {
     h.update(content_type.as_bytes());
     h.update([0u8]);
     h.update(blob);
-    format!(
-        "sha256:{}",
-        h.finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    )
+    h.finalize()
+        .iter()
+        .fold(String::from("sha256:"), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 // --- publish ----------------------------------------------------------------------------------

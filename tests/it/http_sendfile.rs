@@ -3,6 +3,7 @@
 //! start, across segment boundaries, bounded by `max_bytes`, from a snapshot blob, and from
 //! segments that retention unlinks while the response is on its way.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use brook::Options;
@@ -81,7 +82,7 @@ async fn large_reads_from_any_offset_are_byte_exact() -> R {
         for max in [None, Some(1 << 20), Some(3_333_333), Some(17_000)] {
             let mut url = format!("{p}?offset={}", offset(from));
             if let Some(m) = max {
-                url.push_str(&format!("&max_bytes={m}"));
+                let _ = write!(url, "&max_bytes={m}");
             }
             let r = s.get(&url, &[]).await?;
             assert_eq!(r.status, 200, "{url}: {}", r.text());

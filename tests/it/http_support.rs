@@ -130,7 +130,7 @@ impl Server {
             let r = self.get(&format!("{path}?offset={offset}"), &[]).await?;
             assert_eq!(r.status, 200, "read {path}: {}", r.text());
             out.extend_from_slice(&r.body);
-            offset = r.need("stream-next-offset")?.to_owned();
+            r.need("stream-next-offset")?.clone_into(&mut offset);
             if r.h("stream-up-to-date") == Some("true") {
                 return Ok(out);
             }

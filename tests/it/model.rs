@@ -385,7 +385,7 @@ impl Model {
         }
     }
 
-    fn check_expect(m: &MStream, e: &Option<Incarnation>) -> Result<(), Error> {
+    fn check_expect(m: &MStream, e: Option<&Incarnation>) -> Result<(), Error> {
         match e {
             Some(e) if *e != m.incarnation => Err(Error::IncarnationMismatch {
                 current: m.incarnation.clone(),
@@ -424,7 +424,7 @@ impl Model {
     }
 
     /// Resolves a fork's divergence point in source `src` as the engine must.
-    fn fork_position(&self, src: &MStream, at: Option<Offset>, sub: u64) -> Result<u64, Error> {
+    fn fork_position(src: &MStream, at: Option<Offset>, sub: u64) -> Result<u64, Error> {
         let tail = src.len();
         let bad = |s: &str| Error::InvalidForkPosition(s.to_owned());
         let at = at.map_or(tail, |o| o.bytes);
@@ -625,11 +625,12 @@ fn make_body(model: &mut Model, json: bool, b: &BodySel) -> Bodies {
     }
 }
 
-fn make_seq(m: Option<&MStream>, s: &Option<SeqSel>) -> Option<String> {
-    Some(match s.as_ref()? {
+fn make_seq(m: Option<&MStream>, s: Option<&SeqSel>) -> Option<String> {
+    Some(match s? {
         SeqSel::Num(n) => format!("{n:020}"),
         SeqSel::Count(d) => {
-            let n = m.map_or(0, |m| m.tail().messages) as i64 + i64::from(*d);
+            let count = m.map_or(0, |m| m.tail().messages);
+            let n = i64::try_from(count).expect("a message count fits in an i64") + i64::from(*d);
             format!("{:020}", n.max(0))
         }
         SeqSel::Lit(s) => (*s).to_owned(),
@@ -685,7 +686,8 @@ struct Harness {
     model: Model,
     store: Option<Store>,
     dir: std::path::PathBuf,
-    _dirs: Vec<tempfile::TempDir>,
+    /// The temporary directories of the store and of its crash images, kept until the end.
+    dirs: Vec<tempfile::TempDir>,
     log: Vec<String>,
 }
 
@@ -709,7 +711,7 @@ impl Harness {
             },
             store: Some(store),
             dir,
-            _dirs: vec![d],
+            dirs: vec![d],
             log: Vec::new(),
         })
     }
@@ -727,7 +729,7 @@ impl Harness {
                 closed,
                 seq,
                 expect,
-            } => self.create(*s, *kind, body, *closed, seq, *expect),
+            } => self.create(*s, *kind, body, *closed, seq.as_ref(), *expect),
             Op::Append {
                 s,
                 body,
@@ -736,8 +738,16 @@ impl Harness {
                 seq,
                 producer,
                 expect,
-            } => self.append(*s, Some(body), *ct, *close, seq, producer.as_ref(), *expect),
-            Op::Close { s, expect } => self.append(*s, None, 0, true, &None, None, *expect),
+            } => self.append(
+                *s,
+                Some(body),
+                *ct,
+                *close,
+                seq.as_ref(),
+                producer.as_ref(),
+                *expect,
+            ),
+            Op::Close { s, expect } => self.append(*s, None, 0, true, None, None, *expect),
             Op::Read {
                 s,
                 from,
@@ -751,7 +761,7 @@ impl Harness {
                 let want = self
                     .model
                     .get(*s)
-                    .and_then(|m| Model::check_expect(m, &e))
+                    .and_then(|m| Model::check_expect(m, e.as_ref()))
                     .map(|()| self.model.info(*s));
                 let got = self.store().head(&name(NAMES[*s]), e.as_ref());
                 compare("head", &want, &got, |m, r| {
@@ -785,7 +795,7 @@ impl Harness {
                 let store = self.store.take().expect("store is open");
                 let copy = crash_image(store, &self.dir).map_err(|e| e.to_string())?;
                 self.dir = copy.path().to_path_buf();
-                self._dirs.push(copy);
+                self.dirs.push(copy);
                 self.store = Some(
                     Store::open(&self.dir, options())
                         .map_err(|e| format!("open after crash: {e}"))?,
@@ -801,7 +811,7 @@ impl Harness {
         kind: u8,
         body: &BodySel,
         closed: bool,
-        seq: &Option<SeqSel>,
+        seq: Option<&SeqSel>,
         expect: ExpectSel,
     ) -> Result<(), String> {
         let (ct, norm) = match kind {
@@ -832,7 +842,7 @@ impl Harness {
                 if m.soft_deleted {
                     return Err(Error::ConfigMismatch(""));
                 }
-                Model::check_expect(m, &e)?;
+                Model::check_expect(m, e.as_ref())?;
                 if m.ct != norm || closed != m.closed || m.fork.is_some() {
                     return Err(Error::ConfigMismatch(""));
                 }
@@ -893,14 +903,17 @@ impl Harness {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one argument per field of `Op::Append`, as the harness decodes it"
+    )]
     fn append(
         &mut self,
         s: usize,
         body: Option<&BodySel>,
         ct: u8,
         close: bool,
-        seq: &Option<SeqSel>,
+        seq: Option<&SeqSel>,
         producer: Option<&ProdSel>,
         expect: ExpectSel,
     ) -> Result<(), String> {
@@ -944,7 +957,7 @@ impl Harness {
                 return Err(Error::InvalidArgument(String::new()));
             }
             let m = self.model.get(s)?;
-            Model::check_expect(m, &e)?;
+            Model::check_expect(m, e.as_ref())?;
             let known = prod
                 .as_ref()
                 .and_then(|p| m.producers.get(&p.id).map(|st| (p, *st)));
@@ -1063,6 +1076,8 @@ impl Harness {
         messages: bool,
         expect: ExpectSel,
     ) -> Result<(), String> {
+        // (start, next, body, up_to_date, closed, messages)
+        type Want = (Offset, Offset, Vec<u8>, bool, bool, Vec<(Offset, Vec<u8>)>);
         let e = self.model.expect_token(s, expect);
         let m = self.model.streams[s].as_ref();
         let from = match (tail_sel, from, m) {
@@ -1076,8 +1091,6 @@ impl Harness {
             max_bytes: max,
             expect: e.clone(),
         };
-        // (start, next, body, up_to_date, closed, messages)
-        type Want = (Offset, Offset, Vec<u8>, bool, bool, Vec<(Offset, Vec<u8>)>);
         let want: Result<Want, Error> = (|| {
             let m = self.model.get(s)?;
             let tail = m.tail();
@@ -1101,7 +1114,7 @@ impl Harness {
                 });
             }
             // A read that would answer 404, 410 or 416 still does with Stream-Incarnation.
-            Model::check_expect(m, &e)?;
+            Model::check_expect(m, e.as_ref())?;
             if m.json && !m.is_boundary(start.bytes) && start.bytes != tail.bytes {
                 return Err(Error::InvalidArgument(String::new()));
             }
@@ -1179,7 +1192,10 @@ impl Harness {
 
     fn delete(&mut self, s: usize, expect: ExpectSel) -> Result<(), String> {
         let e = self.model.expect_token(s, expect);
-        let want: Result<(), Error> = self.model.get(s).and_then(|m| Model::check_expect(m, &e));
+        let want: Result<(), Error> = self
+            .model
+            .get(s)
+            .and_then(|m| Model::check_expect(m, e.as_ref()));
         let got = self.store().delete(&name(NAMES[s]), e.as_ref());
         compare("delete", &want, &got, |(), ()| true)?;
         if want.is_ok() {
@@ -1227,7 +1243,7 @@ impl Harness {
                         let srcm = self.model.streams[src]
                             .as_ref()
                             .expect("a fork's source exists");
-                        match self.model.fork_position(srcm, Some(o), sub) {
+                        match Model::fork_position(srcm, Some(o), sub) {
                             Ok(pos) => pos != base.bytes,
                             Err(_) => o.bytes != base.bytes || sub != 0,
                         }
@@ -1244,7 +1260,7 @@ impl Harness {
                 Some(m) if m.soft_deleted => return Err(Error::ForkSourceGone),
                 Some(m) => m,
             };
-            Ok((true, self.model.fork_position(srcm, at_off, sub)?))
+            Ok((true, Model::fork_position(srcm, at_off, sub)?))
         })();
         let got = self.store().create(&name(NAMES[s]), req);
         self.log.push(format!(
