@@ -1,15 +1,12 @@
-//! Appends.
+//! Appends (write-path steps 1 and 2): validation outside any lock, then the order of checks
+//! and the enqueueing of the record under the stream's `core` lock. The blocking entry point
+//! is [`Engine::append`]; the HTTP server's async workers try [`Engine::try_append`] first.
 
 use std::sync::Arc;
-#[cfg(feature = "http")]
-use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
-use crate::journal::Record;
 use crate::name::{StreamName, normalize_content_type};
 use crate::options::Options;
-#[cfg(feature = "http")]
-use crate::state::now_ms;
 use crate::state::{
     AppendCheck, AppendRecord, Decision, filter_stream_seq, prepare_body, validate_producer,
 };
@@ -17,22 +14,37 @@ use crate::store::Pending;
 use crate::types::{AppendOutcome, AppendRequest, AppendStatus};
 
 use super::Engine;
+use super::shard::Shard;
 use super::stream::Stream;
 use super::ticket::Ticket;
 
 /// A refused append, with the durability ticket of the state the refusal rested on (the caller
 /// waits for it before answering, so a refusal never rests on state a crash could roll back).
 pub(crate) struct Refusal {
-    pub(super) error: Error,
-    pub(super) ticket: Option<Ticket>,
+    error: Error,
+    ticket: Option<Ticket>,
 }
 
 impl Refusal {
-    pub(super) fn now(error: Error) -> Refusal {
+    /// A refusal answered at once: it rests on nothing staged.
+    fn now(error: Error) -> Refusal {
         Refusal {
             error,
             ticket: None,
         }
+    }
+
+    /// A refusal by the order of checks on a stream whose staged state reaches `last_lsn`.
+    ///
+    /// Rows 4 to 9 rest on staged guard state (closure, producers, Stream-Seq) that a crash
+    /// could roll back, so they wait until it is durable. Rows 1 to 3 (`NotFound`, `Gone`,
+    /// `IncarnationMismatch`) are answered at once, as a lookup answers them.
+    fn checked(error: Error, shard: &Arc<Shard>, last_lsn: u64) -> Refusal {
+        let ticket = match error {
+            Error::NotFound | Error::Gone | Error::IncarnationMismatch { .. } => None,
+            _ => Some(shard.ticket(last_lsn)),
+        };
+        Refusal { error, ticket }
     }
 }
 
@@ -48,14 +60,16 @@ pub(crate) enum Attempt {
 }
 
 impl Engine {
+    /// Appends to a live stream; the outcome is acknowledged once the returned `Pending`
+    /// resolves. A refusal is returned only once the state it rested on is durable.
     pub(crate) fn append(
         &self,
         name: &StreamName,
-        req: AppendRequest,
+        mut req: AppendRequest,
     ) -> Result<Pending<AppendOutcome>> {
-        Self::validate_append(&self.options, &req)?;
+        Self::validate_append(&self.options, &mut req)?;
         let s = self.live(name)?;
-        match self.append_to(&s, name, req) {
+        match self.append_to(&s, req) {
             Ok(p) => Ok(p),
             Err(Refusal { error, ticket }) => {
                 // A refusal may rest on state that is not durable yet: wait for it first.
@@ -71,9 +85,9 @@ impl Engine {
     /// The append path without any blocking step, for async callers: `Blocking` hands the
     /// request back when the stream is not open (opening reads its files), has expired, or the
     /// body is large enough that validating it belongs on a blocking thread.
-    pub(crate) fn try_append(&self, name: &StreamName, req: AppendRequest) -> Attempt {
+    pub(crate) fn try_append(&self, name: &StreamName, mut req: AppendRequest) -> Attempt {
         const INLINE_BODY: usize = 64 << 10;
-        if let Err(e) = Self::validate_append(&self.options, &req) {
+        if let Err(e) = Self::validate_append(&self.options, &mut req) {
             return Attempt::Refused(e, None);
         }
         if req.data.len() > INLINE_BODY {
@@ -86,6 +100,7 @@ impl Engine {
                 None => return Attempt::Blocking(req),
             }
         };
+        // As `Engine::live` would answer, without deleting an expired stream here.
         {
             let core = s.core.lock();
             if core.gone {
@@ -95,73 +110,66 @@ impl Engine {
                 return Attempt::Refused(Error::Gone, None);
             }
         }
-        if s.expired_at(now_ms()) {
+        if s.expired() {
             return Attempt::Blocking(req);
         }
-        s.last_used.store(now_ms(), Ordering::Relaxed);
-        match self.append_to(&s, name, req) {
+        s.mark_used();
+        match self.append_to(&s, req) {
             Ok(p) => Attempt::Accepted(p),
             Err(Refusal { error, ticket }) => Attempt::Refused(error, ticket),
         }
     }
 
-    pub(super) fn validate_append(options: &Options, req: &AppendRequest) -> Result<()> {
+    /// Row 0 of the order of checks, before the stream is looked up: the body's size, the
+    /// Stream-Seq's length and the producer's bounds. Replaces the request's Stream-Seq with
+    /// its filtered value (a non-printable one is dropped, as if absent).
+    fn validate_append(options: &Options, req: &mut AppendRequest) -> Result<()> {
         if req.data.len() > options.max_append_bytes {
             return Err(Error::TooLarge(format!(
                 "body is larger than {} bytes",
                 options.max_append_bytes
             )));
         }
-        filter_stream_seq(req.stream_seq.clone())?;
+        req.stream_seq = filter_stream_seq(req.stream_seq.take())?;
         if let Some(p) = &req.producer {
             validate_producer(p)?;
         }
         Ok(())
     }
 
-    /// Steps 1 and 2 of the write path for an append to an open, live stream.
-    pub(super) fn append_to(
+    /// Steps 1 and 2 of the write path for a validated append (see
+    /// [`Engine::validate_append`]) to a stream found live: converts the body outside any lock,
+    /// then under `core` runs the whole order of checks on the staged state, stages the change
+    /// and enqueues its record, so journal order is check order.
+    fn append_to(
         &self,
         s: &Arc<Stream>,
-        name: &StreamName,
         req: AppendRequest,
     ) -> Result<Pending<AppendOutcome>, Refusal> {
-        let stream_seq = filter_stream_seq(req.stream_seq).map_err(Refusal::now)?;
         let ct = req
             .content_type
             .as_deref()
             .map(normalize_content_type)
             .transpose()
             .map_err(Refusal::now)?;
-        s.check_expect(req.expect.as_ref()).map_err(Refusal::now)?;
         let has_data = !req.data.is_empty();
-        // Step 1: validate and convert the body outside any lock.
+        // Step 1: validate and convert the body outside any lock; a failure is row 9's.
         let body = prepare_body(s.json, req.data, false);
         let shard = &self.shards[s.shard];
+        // Step 2.
         let mut core = s.core.lock();
-        if core.gone {
-            return Err(Refusal::now(Error::NotFound));
-        }
-        if core.state.soft_deleted {
-            return Err(Refusal::now(Error::Gone));
-        }
         let check = AppendCheck {
             body: &body,
             has_data,
             content_type: ct.as_deref(),
             close: req.close,
-            stream_seq: stream_seq.as_deref(),
+            stream_seq: req.stream_seq.as_deref(),
             producer: req.producer.as_ref(),
         };
-        let decision = match core.state.check_append(&check) {
-            Ok(d) => d,
-            Err(error) => {
-                return Err(Refusal {
-                    error,
-                    ticket: Some(shard.ticket(core.last_lsn)),
-                });
-            }
-        };
+        let decision = core
+            .state
+            .order_of_checks(core.gone, req.expect.as_ref(), &check)
+            .map_err(|e| Refusal::checked(e, shard, core.last_lsn))?;
         s.touch();
         match decision {
             Decision::Answer(status) => {
@@ -183,12 +191,11 @@ impl Engine {
                 })
             }
             Decision::Accept => {
-                let body = body.unwrap_or_default();
                 let rec = AppendRecord {
                     start: core.state.tail,
-                    body,
+                    body: body.unwrap_or_default(),
                     close: req.close,
-                    stream_seq,
+                    stream_seq: req.stream_seq,
                     producer: req.producer,
                 };
                 core.state.apply_append(&rec);
@@ -199,12 +206,7 @@ impl Engine {
                     producer: rec.producer.as_ref().map(|p| (p.epoch, p.seq)),
                     incarnation: s.incarnation.clone(),
                 };
-                let record = Record::Append {
-                    name: name.as_str().to_owned(),
-                    incarnation: s.incarnation.as_str().to_owned(),
-                    rec,
-                };
-                let ticket = shard.push(s, record).map_err(Refusal::now)?;
+                let ticket = shard.push(s, s.append_record(rec)).map_err(Refusal::now)?;
                 core.last_lsn = ticket.lsn;
                 Ok(Pending {
                     value: outcome,

@@ -1,4 +1,6 @@
-//! Applying a journal record to a stream's files and applied state.
+//! Applying a journal record to a stream's files and applied state (write-path step 3, and
+//! recovery's replay: the same function, so a checkpoint stores exactly what replay rebuilds),
+//! and removing the files a durable record made obsolete.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +13,12 @@ use crate::segment::SegmentSet;
 
 use super::stream::Stream;
 
+/// Applies one record at `lsn` to a stream's files and applied state (under its `data` lock).
 /// Paths to remove once the record is durable are pushed to `after`.
+///
+/// Idempotent: a record at or below the stream's applied LSN is skipped (replay after a
+/// checkpoint), except a Create for a stream with no segments yet. Deletes move the directory
+/// to the trash now; it is emptied only once the delete is durable (see [`discard`]).
 pub(super) fn apply(
     root: &Path,
     options: &Options,
@@ -111,6 +118,7 @@ pub(super) fn apply(
     Ok(())
 }
 
+/// The last component of a stream directory (its key), naming its trash directory.
 pub(super) fn dir_key(dir: &Path) -> String {
     dir.file_name()
         .and_then(|s| s.to_str())
@@ -118,10 +126,12 @@ pub(super) fn dir_key(dir: &Path) -> String {
         .to_owned()
 }
 
+/// The file name of the snapshot blob at `offset` (`snap-{offset}.blob`).
 pub(super) fn snapshot_file(offset: Offset) -> String {
     format!("snap-{offset}.blob")
 }
 
+/// The offset of a snapshot blob's file name written by [`snapshot_file`], else `None`.
 pub(super) fn parse_snapshot_file(name: &str) -> Option<Offset> {
     name.strip_prefix("snap-")?
         .strip_suffix(".blob")?

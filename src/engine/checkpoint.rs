@@ -1,14 +1,21 @@
-//! Checkpoints: journal rotation, sidecars, dropping old journal files.
+//! Checkpoints (write-path step 6): the writer rotates the journal and takes each dirty stream's
+//! applied state (6a); the shard's checkpoint thread makes that state durable in the streams'
+//! sidecars and drops the journal files it replaces (6b to 6e), while commits go on.
+//!
+//! One checkpoint runs at a time per shard. A sidecar never claims more than is durable: it is
+//! written after a `syncfs` that covers every file change applied before the rotation, and the
+//! old journal goes only after a second `syncfs` covers the sidecars.
 
 use std::fs::File;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use event_listener::Listener;
 
 use crate::error::{Error, Result};
 use crate::fs;
-use crate::journal::{self};
+use crate::journal;
 use crate::sidecar;
 use crate::state::StreamState;
 
@@ -19,24 +26,28 @@ use super::stream::Stream;
 /// One checkpoint, handed from the writer (which rotated the journal) to the checkpoint thread.
 pub(super) struct CheckpointJob {
     /// The rotation point: every record below it is in the streams' files and in `streams`.
-    pub(super) lsn: u64,
+    lsn: u64,
     /// The checkpoint requests this one answers.
-    pub(super) requests: u64,
+    requests: u64,
     /// Each dirty stream with its applied LSN and state at the rotation.
-    pub(super) streams: Vec<(Arc<Stream>, u64, StreamState)>,
+    streams: Vec<(Arc<Stream>, u64, StreamState)>,
 }
 
+/// The hand-off between a shard's writer and its checkpoint thread (under `Shard::checkpoints`).
 #[derive(Default)]
 pub(super) struct Checkpoints {
-    pub(super) job: Option<CheckpointJob>,
+    /// The posted job, until the checkpoint thread takes it.
+    job: Option<CheckpointJob>,
     /// A job is posted or running.
     pub(super) busy: bool,
+    /// Shutdown: the checkpoint thread exits once no job is left.
     pub(super) stop: bool,
 }
 
 impl Shard {
-    /// Step 5a: later batches go to a new journal file starting at the current LSN; the dirty
-    /// streams' state at this point is what the checkpoint records.
+    /// Step 6a, under `writer` between two batches: later batches go to a new journal file
+    /// starting at the current LSN; the dirty streams' applied state at this point is what the
+    /// checkpoint records. Streams deleted meanwhile are left out.
     pub(super) fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
         let lsn = w.end_lsn;
         if lsn > w.file_base {
@@ -62,12 +73,29 @@ impl Shard {
         })
     }
 
-    /// The checkpoint thread: runs the jobs the writer posts, one at a time.
+    /// Hands a rotated job to the checkpoint thread (which must be idle: see `busy`).
+    pub(super) fn post_checkpoint(&self, job: CheckpointJob) {
+        let mut c = self.checkpoints.lock();
+        c.job = Some(job);
+        c.busy = true;
+        self.checkpoints_cv.notify_all();
+    }
+
+    /// Waits until no checkpoint is posted or running.
+    pub(super) fn wait_checkpoints(&self) {
+        let mut c = self.checkpoints.lock();
+        while c.busy {
+            self.checkpoints_cv.wait(&mut c);
+        }
+    }
+
+    /// The checkpoint thread: runs the jobs the writer posts, one at a time, until shutdown. A
+    /// failed checkpoint poisons the shard; a job on a poisoned shard only answers its requests.
     pub(super) fn checkpointer(self: Arc<Self>) {
         let syncer = match File::open(&self.dir) {
             Ok(f) => f,
-            Err(_e) => {
-                self.poison();
+            Err(e) => {
+                self.poison(e.into());
                 return;
             }
         };
@@ -84,8 +112,10 @@ impl Shard {
                     self.checkpoints_cv.wait(&mut c);
                 }
             };
-            if self.poisoned.load(Ordering::Acquire) || self.checkpoint(&syncer, &job).is_err() {
-                self.poison();
+            if self.poisoned().is_none()
+                && let Err(e) = self.checkpoint(&syncer, &job)
+            {
+                self.poison(e);
             }
             self.checkpointed.fetch_max(job.requests, Ordering::AcqRel);
             drop(job);
@@ -95,13 +125,15 @@ impl Shard {
         }
     }
 
-    /// Steps 5b-5d: makes the job's streams' files and sidecars durable and drops the journal
-    /// files before its rotation point. Runs beside the writer, which goes on committing.
+    /// Steps 6b to 6e: makes the job's streams' files and sidecars durable and drops the journal
+    /// files before its rotation point. Runs beside the writer, which goes on committing; takes
+    /// one stream's `data` at a time.
     pub(super) fn checkpoint(&self, syncer: &File, job: &CheckpointJob) -> Result<()> {
-        // 5b. Everything applied before the rotation (segments, indexes, directories) becomes
-        // durable (and whatever was applied since: sidecars never claim more than that).
+        let started = Instant::now();
+        // 6b [sync]. Everything applied before the rotation (segments, indexes, directories)
+        // becomes durable (and whatever was applied since: sidecars never claim more than that).
         fs::sync_fs(syncer)?;
-        // 5c. Sidecars record each stream's state at the rotation.
+        // 6c. Sidecars record each stream's state at the rotation.
         for (s, lsn, state) in &job.streams {
             let mut d = s.data.lock();
             if d.deleted {
@@ -111,19 +143,32 @@ impl Shard {
             sidecar::write(&s.dir, d.generation, *lsn, state)?;
             d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
         }
-        // 5d. The sidecars become durable; only then may the journal they replace go.
+        // 6d [sync]. The sidecars become durable; only then may the journal they replace go.
         fs::sync_fs(syncer)?;
+        // 6e. Drop the replaced journal files, durably.
+        let mut dropped = 0u64;
         for (base, path) in journal::list_files(&self.dir)? {
             if base < job.lsn {
+                dropped += std::fs::metadata(&path).map_or(0, |m| m.len());
                 std::fs::remove_file(path)?;
             }
         }
         fs::sync_dir(&self.dir)?;
+        tracing::debug!(
+            shard = self.id,
+            streams = job.streams.len(),
+            journal_bytes_dropped = dropped,
+            elapsed = ?started.elapsed(),
+            "checkpoint"
+        );
         Ok(())
     }
 }
 
 impl Engine {
+    /// Checkpoints every shard (step 6) and waits until each checkpoint is done: afterwards
+    /// every acknowledged change is in the streams' sidecars and recovery replays nothing
+    /// written before the call. Fails on a poisoned shard, with its cause.
     pub(crate) fn checkpoint(&self) -> Result<()> {
         for shard in &self.shards {
             let n = {
@@ -136,16 +181,14 @@ impl Engine {
             };
             shard.wake.notify_one();
             loop {
-                if shard.poisoned.load(Ordering::Acquire) {
-                    return Err(Error::Poisoned);
+                if let Some(e) = shard.poisoned() {
+                    return Err(e);
                 }
                 if shard.checkpointed.load(Ordering::Acquire) >= n {
                     break;
                 }
                 let l = shard.checkpoint_done.listen();
-                if shard.checkpointed.load(Ordering::Acquire) >= n
-                    || shard.poisoned.load(Ordering::Acquire)
-                {
+                if shard.checkpointed.load(Ordering::Acquire) >= n || shard.poisoned().is_some() {
                     continue;
                 }
                 l.wait();

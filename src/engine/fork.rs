@@ -1,4 +1,13 @@
-//! Fork-chain reads.
+//! Fork-chain reads: positions, boundaries and data of a stream, following its fork chain.
+//!
+//! A fork's own segments start at its base (the divergence point); every position below the
+//! base is its source's, and so on up the chain. Each helper here answers from the stream's own
+//! segments at or past its base and recurses into the source (via [`Engine::source_of`]) below
+//! it. The recursion ends because a chain is finite and acyclic: a fork is created after its
+//! source and names it, and a stream with no fork has base zero, so no position is below it. A
+//! soft-deleted source is still found (it is kept for its forks); a missing one is `Corrupt`.
+//!
+//! Each helper takes one stream's `data` lock at a time, never two at once.
 
 use std::sync::Arc;
 
@@ -11,6 +20,8 @@ use super::Engine;
 use super::stream::Stream;
 
 impl Engine {
+    /// The source a fork reads its inherited range from (`Corrupt` if `s` is not a fork or its
+    /// source is missing: a source with forks is only soft-deleted).
     pub(super) fn source_of(&self, s: &Stream) -> Result<Arc<Stream>> {
         let (src, _) = s
             .config
@@ -21,6 +32,10 @@ impl Engine {
             .ok_or_else(|| Error::corrupt(&s.dir, "fork source is missing"))
     }
 
+    /// The offset (messages and bytes) of byte position `pos`, which must be a message boundary.
+    ///
+    /// Recursion: below the base the source answers. A fork's base itself is answered with its
+    /// stored base offset (the source's offset of the fork point), without recursing.
     pub(super) fn offset_at(&self, s: &Arc<Stream>, pos: u64) -> Result<Offset> {
         let base = s.base();
         if pos < base.bytes || (pos == base.bytes && s.config.fork.is_some()) {
@@ -35,6 +50,9 @@ impl Engine {
             .map_or(Offset::new(0, pos), |g| g.offset_at(pos)))
     }
 
+    /// Whether byte position `pos` is a message boundary (a position brook returned).
+    ///
+    /// Recursion: the base is a boundary; below it the source decides.
     pub(super) fn is_boundary(&self, s: &Arc<Stream>, pos: u64) -> Result<bool> {
         let base = s.base();
         if pos == base.bytes {
@@ -47,6 +65,10 @@ impl Engine {
         Ok(d.segs.as_ref().is_some_and(|g| g.is_boundary(pos)))
     }
 
+    /// The first message boundary after byte position `pos`, or `None` past the last message.
+    ///
+    /// Recursion: below the base the source answers, capped at the base (which is always a
+    /// boundary of the fork, whatever the source holds past it).
     pub(super) fn next_boundary(&self, s: &Arc<Stream>, pos: u64) -> Result<Option<u64>> {
         let base = s.base();
         if pos < base.bytes {
@@ -57,6 +79,14 @@ impl Engine {
         Ok(d.segs.as_ref().and_then(|g| g.next_boundary_after(pos)))
     }
 
+    /// Where a JSON read from `from` that may return bytes up to `limit` ends: the last message
+    /// boundary at or before `limit`, or the end of the first message if that alone is longer
+    /// (a read returns at least one whole message); never past `tail`.
+    ///
+    /// Recursion: a read starting below the base is first bounded in the source, up to the base.
+    /// If it ends before the base (or may not pass it), that is the answer; if the whole
+    /// inherited range fits, it continues into the fork's own data, where the second call (from
+    /// the base, so it does not recurse again) may add whole messages within `limit`.
     pub(super) fn read_boundary(
         &self,
         s: &Arc<Stream>,
@@ -85,6 +115,11 @@ impl Engine {
             .min(tail))
     }
 
+    /// Appends views of bytes `from..to` to `out`, in order, without copying. A range reaching
+    /// below the retained start is `OffsetGone`.
+    ///
+    /// Recursion: the part below the base is read from the source (up to the base), then the
+    /// rest from the stream's own segments (that call starts at the base and does not recurse).
     pub(super) fn read_range(
         &self,
         s: &Arc<Stream>,
@@ -114,6 +149,10 @@ impl Engine {
         }
     }
 
+    /// Appends the byte range of every message in `from..to` to `out`, in order.
+    ///
+    /// Recursion: the part below the base comes from the source (up to the base), then the
+    /// stream's own messages from the base on.
     pub(super) fn message_ranges(
         &self,
         s: &Arc<Stream>,

@@ -1,4 +1,9 @@
-//! Create, fork, delete.
+//! A stream's lifecycle: create (and fork, a create with a source), confirming an existing
+//! stream, delete (soft while forks read from it), and releasing a fork's source.
+//!
+//! Lock order here, as everywhere: registry → `core` (of the source, then of the new stream;
+//! one stream's `core` at a time otherwise). Forks record themselves in their source's fork list
+//! (a `ForkRef` record in the source's shard) before their own Create record is enqueued.
 
 use std::sync::Arc;
 
@@ -6,18 +11,26 @@ use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::Record;
 use crate::name::{Incarnation, Offset, StreamName, is_json, normalize_content_type};
-use crate::state::{
-    AppendRecord, Config, StreamState, filter_stream_seq, now_ms, prepare_body, to_ms,
-};
+use crate::state::{AppendRecord, Config, StreamState, filter_stream_seq, prepare_body, to_ms};
 use crate::store::Pending;
 use crate::types::{CreateOptions, Created, Expiry, ForkFrom};
 
 use super::Engine;
-use super::registry::evict;
 use super::stream::Stream;
 
 impl Engine {
-    pub(crate) fn create(&self, name: &StreamName, req: CreateOptions) -> Result<Pending<Created>> {
+    /// Creates a stream (a fork when `req.fork` names a source), or answers for an existing
+    /// one: idempotent success if the request matches its configuration, `ConfigMismatch` if
+    /// not (see [`Engine::confirm_existing`]). An expired stream in the way is deleted first.
+    ///
+    /// The new stream is registered (and so visible to checks) at once, but nothing of it is
+    /// readable until its Create record is durable; the returned `Pending` resolves then. A
+    /// fork waits here for its `ForkRef` record in the source's shard.
+    pub(crate) fn create(
+        &self,
+        name: &StreamName,
+        mut req: CreateOptions,
+    ) -> Result<Pending<Created>> {
         if req.data.len() > self.options.max_append_bytes {
             return Err(Error::TooLarge(format!(
                 "body is larger than {} bytes",
@@ -42,7 +55,7 @@ impl Engine {
 
         // An existing stream: idempotent success or a conflict.
         if let Some(existing) = self.lookup(name.as_str())? {
-            let expired = existing.expired_at(now_ms());
+            let expired = existing.expired();
             if expired && !existing.core.lock().state.soft_deleted {
                 self.expire(&existing);
             } else {
@@ -72,7 +85,7 @@ impl Engine {
                 if src.core.lock().state.soft_deleted {
                     return Err(Error::ForkSourceGone);
                 }
-                if src.expired_at(now_ms()) {
+                if src.expired() {
                     self.expire(&src);
                     return Err(Error::ForkSourceNotFound);
                 }
@@ -97,7 +110,7 @@ impl Engine {
             }
         };
         let json = is_json(&content_type);
-        let body = prepare_body(json, req.data.clone(), true)?;
+        let body = prepare_body(json, std::mem::take(&mut req.data), true)?;
         let config = Config {
             name: name.as_str().to_owned(),
             incarnation: self.new_incarnation(name.as_str()),
@@ -124,12 +137,7 @@ impl Engine {
             if core.gone || core.state.soft_deleted {
                 return Err(Error::ForkSourceGone);
             }
-            let rec = Record::ForkRef {
-                name: src.name.as_str().to_owned(),
-                incarnation: src.incarnation.as_str().to_owned(),
-                fork: name.as_str().to_owned(),
-                add: true,
-            };
+            let rec = src.fork_ref_record(name, true);
             core.state.forks.insert(name.as_str().to_owned());
             let t = self.shards[src.shard].push(src, rec)?;
             core.last_lsn = t.lsn;
@@ -158,11 +166,14 @@ impl Engine {
             core.last_lsn = t.lsn;
             t
         };
-        reg.insert(name.as_str().to_owned(), stream.clone());
-        if reg.len() > self.options.max_open_streams {
-            evict(&mut reg, self.options.max_open_streams);
-        }
+        self.register(&mut reg, name.as_str(), stream.clone());
         drop(reg);
+        tracing::debug!(
+            stream = name.as_str(),
+            incarnation = stream.incarnation.as_str(),
+            fork = stream.config.fork.as_ref().map(|(src, _)| src.as_str()),
+            "create stream"
+        );
         if let Some(t) = fork_ticket {
             t.wait()?;
         }
@@ -176,6 +187,11 @@ impl Engine {
         })
     }
 
+    /// Answers a create that found `s` (with `ct` the request's normalized content type and
+    /// `expiry` its expiry): success without writing (`created: false`, durable once `s`'s
+    /// staged state is) if the request's configuration matches, else `ConfigMismatch` naming
+    /// the difference, or `IncarnationMismatch` for a wrong `expect`. A soft-deleted stream
+    /// matches no request.
     pub(super) fn confirm_existing(
         &self,
         s: &Arc<Stream>,
@@ -292,23 +308,20 @@ impl Engine {
         self.offset_at(src, pos)
     }
 
+    /// Deletes a live stream (see [`Engine::live`]) in the `expect`ed incarnation. A stream that
+    /// live forks read from is only soft-deleted: it answers `Gone` to clients and goes once
+    /// its last fork does. The returned `Pending` resolves once the delete record is durable.
     pub(crate) fn delete(
         &self,
         name: &StreamName,
         expect: Option<&Incarnation>,
     ) -> Result<Pending<()>> {
-        let s = self.lookup(name.as_str())?.ok_or(Error::NotFound)?;
-        if s.core.lock().state.soft_deleted {
-            return Err(Error::Gone);
-        }
-        if s.expired_at(now_ms()) {
-            self.expire(&s);
-            return Err(Error::NotFound);
-        }
+        let s = self.live(name)?;
         self.delete_stream(&s, expect, false)
     }
 
-    /// Forks of `s` that still exist and still read from it.
+    /// The names among `names` (from `s`'s fork list, which may be stale) of forks that still
+    /// exist and still read from `s`. Looks each one up: call without holding any lock.
     pub(super) fn live_forks(&self, s: &Stream, names: &[String]) -> Vec<String> {
         names
             .iter()
@@ -320,6 +333,10 @@ impl Engine {
             .collect()
     }
 
+    /// Deletes `s`: soft if live forks read from it, else hard (the stream becomes a tombstone
+    /// and its source, if it is a fork, is released). `expiring` skips the incarnation check
+    /// (the reaper's delete). Under the registry lock and `s`'s `core`, so no lookup finds the
+    /// stream between the check and the record.
     pub(super) fn delete_stream(
         &self,
         s: &Arc<Stream>,
@@ -341,12 +358,7 @@ impl Engine {
         }
         let shard = &self.shards[s.shard];
         let soft = !live.is_empty();
-        let record = Record::Delete {
-            name: s.name.as_str().to_owned(),
-            incarnation: s.incarnation.as_str().to_owned(),
-            soft,
-        };
-        let ticket = shard.push(s, record)?;
+        let ticket = shard.push(s, s.delete_record(soft))?;
         core.last_lsn = ticket.lsn;
         if soft {
             core.state.soft_deleted = true;
@@ -355,6 +367,7 @@ impl Engine {
         }
         drop(core);
         drop(reg);
+        tracing::debug!(stream = s.name.as_str(), soft, expiring, "delete stream");
         s.event.notify(usize::MAX);
         if !soft {
             self.release_source(s)?;
@@ -364,6 +377,10 @@ impl Engine {
 
     /// After a fork is gone: drop it from its source's fork list, and collect a soft-deleted
     /// source that no live fork reads any more (cascading up the chain).
+    ///
+    /// Recursion: collecting a source hard-deletes it, which releases *its* source in turn; it
+    /// stops at the first source that is not soft-deleted or still has a live fork, and at the
+    /// root of the chain (a stream that is no fork). Waits for each record to be durable.
     pub(super) fn release_source(&self, fork: &Stream) -> Result<()> {
         let Some((src_name, _)) = &fork.config.fork else {
             return Ok(());
@@ -376,12 +393,7 @@ impl Engine {
             if core.gone {
                 return Ok(());
             }
-            let rec = Record::ForkRef {
-                name: src.name.as_str().to_owned(),
-                incarnation: src.incarnation.as_str().to_owned(),
-                fork: fork.name.as_str().to_owned(),
-                add: false,
-            };
+            let rec = src.fork_ref_record(&fork.name, false);
             core.state.forks.remove(fork.name.as_str());
             let t = self.shards[src.shard].push(&src, rec)?;
             core.last_lsn = t.lsn;
@@ -397,16 +409,15 @@ impl Engine {
             if core.gone {
                 return Ok(());
             }
-            let rec = Record::Delete {
-                name: src.name.as_str().to_owned(),
-                incarnation: src.incarnation.as_str().to_owned(),
-                soft: false,
-            };
-            let t = self.shards[src.shard].push(&src, rec)?;
+            let t = self.shards[src.shard].push(&src, src.delete_record(false))?;
             core.last_lsn = t.lsn;
             core.gone = true;
             drop(core);
             drop(reg);
+            tracing::debug!(
+                stream = src.name.as_str(),
+                "delete stream: its last fork is gone"
+            );
             src.event.notify(usize::MAX);
             t.wait()?;
             self.release_source(&src)?;

@@ -1,4 +1,8 @@
-//! Reads and waits.
+//! Reads and waits: planning a read against a stream's durable view, serving it as views of
+//! the segment maps (no copy), and waiting for a stream to pass an offset.
+//!
+//! Readers see only the durable view (`visible`): nothing is readable before it is
+//! acknowledged. A read renews a sliding TTL; `head` does not.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,14 +12,14 @@ use event_listener::Listener;
 
 use crate::error::{Error, Result};
 use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
-use crate::state::now_ms;
 use crate::types::{Message, ReadChunk, ReadRequest, StreamInfo};
 
 use super::Engine;
 use super::stream::{Stream, Visible};
 
 impl Engine {
-    pub(super) fn read_plan(
+    /// The plan of a read of `name` (see [`Engine::read_plan_of`]), after the live-stream check.
+    fn read_plan(
         &self,
         name: &StreamName,
         req: &ReadRequest,
@@ -24,7 +28,12 @@ impl Engine {
     }
 
     /// The range a read of the live stream `s` covers, with the view it was planned on.
-    pub(super) fn read_plan_of(
+    /// Plans a read of the live stream `s`: the byte range `from..to` it covers, with the view
+    /// it was planned on. Resolves the start, refuses starts past the tail (`OffsetBeyondTail`)
+    /// or before the retained start (`OffsetGone`; once retention has trimmed anything, `Start`
+    /// itself), checks the incarnation, bounds the end by `max_bytes` and moves a JSON end
+    /// back to a message boundary (at least one whole message).
+    fn read_plan_of(
         &self,
         s: Arc<Stream>,
         req: &ReadRequest,
@@ -76,6 +85,8 @@ impl Engine {
         Ok((s, vis, start.bytes, end))
     }
 
+    /// Reads a live stream: the range [`Engine::read_plan_of`] plans, as views of the segment
+    /// maps (a JSON range wrapped as an array).
     pub(crate) fn read(&self, name: &StreamName, req: &ReadRequest) -> Result<ReadChunk> {
         let (s, vis, from, to) = self.read_plan(name, req)?;
         self.read_planned(&s, &vis, from, to)
@@ -92,7 +103,7 @@ impl Engine {
         req: &ReadRequest,
     ) -> Option<Result<ReadChunk>> {
         let s = self.registry.lock().get(name.as_str()).cloned()?;
-        if s.config.fork.is_some() || s.expired_at(now_ms()) {
+        if s.config.fork.is_some() || s.expired() {
             return None;
         }
         {
@@ -117,7 +128,8 @@ impl Engine {
         Some(self.read_planned(&s, &vis, from, to))
     }
 
-    pub(super) fn read_planned(
+    /// Serves a planned range of `s` as a chunk (a JSON range wrapped as an array).
+    fn read_planned(
         &self,
         s: &Arc<Stream>,
         vis: &Visible,
@@ -131,7 +143,9 @@ impl Engine {
         self.chunk(s, vis, from, to, body, data_len)
     }
 
-    pub(super) fn chunk(
+    /// The chunk for range `from..to` of `s` read on view `vis`, with `body` and its data length;
+    /// `up_to_date` (and `closed`) when it reaches the view's tail.
+    fn chunk(
         &self,
         s: &Arc<Stream>,
         vis: &Visible,
@@ -163,6 +177,8 @@ impl Engine {
         })
     }
 
+    /// Reads a live stream as separate messages, each with its start offset (a JSON message
+    /// without its separator), plus the chunk describing the range (with an empty body).
     pub(crate) fn read_messages(
         &self,
         name: &StreamName,
@@ -194,6 +210,7 @@ impl Engine {
         Ok((msgs, chunk))
     }
 
+    /// The offset `from` names on a live stream's durable view (`Start` is the retained start).
     pub(crate) fn resolve(&self, name: &StreamName, from: ReadFrom) -> Result<Offset> {
         let s = self.live(name)?;
         let vis = s.visible();
@@ -204,6 +221,8 @@ impl Engine {
         })
     }
 
+    /// A live stream's description as of its durable view, after the incarnation check. Does
+    /// not count as an access (a sliding TTL is not renewed).
     pub(crate) fn head(
         &self,
         name: &StreamName,
@@ -214,6 +233,7 @@ impl Engine {
         Ok(s.info(&s.visible()))
     }
 
+    /// Counts as an access of a live stream: renews a sliding TTL.
     pub(crate) fn touch(&self, name: &StreamName) -> Result<()> {
         self.live(name)?.touch();
         Ok(())
@@ -221,27 +241,34 @@ impl Engine {
 
     // --- wait -------------------------------------------------------------------------------
 
-    pub(super) fn wait_ready(&self, s: &Stream, after: Offset) -> bool {
-        let v = s.visible.lock();
-        v.tail.bytes > after.bytes
-            || v.closed
-            || v.deleted
-            || v.soft_deleted
-            || s.core.lock().gone
-            || s.expired_at(now_ms())
+    /// Whether a waiter on `s` for data past `after` should wake: the durable tail passed it, or
+    /// the stream is closed, deleted, soft-deleted, a tombstone or expired.
+    ///
+    /// Takes `visible`, lets go, then `core`: never both, as `visible` ranks below `core` in the
+    /// lock order. Every condition only ever turns true, so looking at them one at a time
+    /// answers as a look at all of them at once would.
+    fn wait_ready(s: &Stream, after: Offset) -> bool {
+        let visible_ready = {
+            let v = s.visible.lock();
+            v.tail.bytes > after.bytes || v.closed || v.deleted || v.soft_deleted
+        };
+        visible_ready || s.core.lock().gone || s.expired()
     }
 
+    /// Waits (without blocking a thread) until [`Engine::wait_ready`] holds for a live stream.
+    /// The listener is registered before each look, so no notification is missed.
     pub(crate) async fn wait(&self, name: &StreamName, after: Offset) -> Result<()> {
         let s = self.live(name)?;
         loop {
             let l = s.event.listen();
-            if self.wait_ready(&s, after) {
+            if Self::wait_ready(&s, after) {
                 return Ok(());
             }
             l.await;
         }
     }
 
+    /// [`Engine::wait`] on this thread, for at most `timeout`: false if it timed out.
     pub(crate) fn wait_blocking(
         &self,
         name: &StreamName,
@@ -252,17 +279,17 @@ impl Engine {
         let deadline = Instant::now() + timeout;
         loop {
             let l = s.event.listen();
-            if self.wait_ready(&s, after) {
+            if Self::wait_ready(&s, after) {
                 return Ok(true);
             }
-            if l.wait_deadline(deadline).is_none() && !self.wait_ready(&s, after) {
+            if l.wait_deadline(deadline).is_none() && !Self::wait_ready(&s, after) {
                 return Ok(false);
             }
         }
     }
 }
 /// Wraps a JSON stream's stored messages (`m1,m2,`) as an array (`[m1,m2]`) without copying them.
-pub(super) fn json_array(mut pieces: Vec<Bytes>) -> Vec<Bytes> {
+fn json_array(mut pieces: Vec<Bytes>) -> Vec<Bytes> {
     // Drop the separator after the last message.
     while let Some(last) = pieces.last_mut() {
         if last.is_empty() {

@@ -1,6 +1,9 @@
-//! Recovery.
+//! Recovery (DESIGN.md, "Recovery"): the store manifest, restoring the trash of deletes that
+//! never became durable, and replaying each shard's journal into the registry with the same
+//! `apply` the write path uses. The checkpoint that follows (`Engine::open`) makes the replayed
+//! state durable in sidecars, so each journal is replayed at most once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
@@ -10,13 +13,12 @@ use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::{self, Record};
 use crate::options::Options;
-use crate::segment::SegmentSet;
-use crate::sidecar;
 
 use super::apply::{apply, discard};
 use super::stream::{Stream, Visible};
 
-pub(super) const STORE_MAGIC: &[u8; 8] = b"BROOK\0\0\x01";
+/// The first 8 bytes of `STORE`; a shard count (`u32`) follows.
+const STORE_MAGIC: &[u8; 8] = b"BROOK\0\0\x01";
 
 /// Reads or writes the store manifest (`STORE`): magic and the journal shard count.
 pub(super) fn store_manifest(root: &Path, shards: usize) -> Result<usize> {
@@ -78,7 +80,7 @@ pub(super) fn restore_trash(root: &Path) -> Result<()> {
     for e in std::fs::read_dir(root.join("trash"))?.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.ends_with(".gone") {
+        if Path::new(name).extension().is_some_and(|x| x == "gone") {
             // Its delete was durable and it was being emptied (see `discard`): finish.
             std::fs::remove_dir_all(e.path())?;
             continue;
@@ -102,13 +104,33 @@ pub(super) fn restore_trash(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Replays one shard's journal into the registry; returns the LSN after its last valid record.
+/// What replaying the journals found, for the recovery log line.
+#[derive(Default)]
+pub(super) struct Replayed {
+    /// Journal bytes scanned (valid frames only).
+    pub(super) bytes: u64,
+    /// Valid records scanned, applied or skipped.
+    pub(super) records: u64,
+    /// The streams a replayed record was applied to.
+    pub(super) streams: HashSet<String>,
+}
+
+/// Replays one shard's journal (directory `dir`) into `registry`; returns the LSN after its
+/// last valid record.
+///
+/// Files are scanned in LSN order. Only the newest may end in a torn or corrupt frame: that
+/// tail is cut off (it was never acknowledged); a bad frame in an older file is `Corrupt` (it
+/// was synced before rotation). A record is applied to the stream of its incarnation, loaded
+/// from its sidecar on first mention (or created from a Create record); records of other
+/// incarnations are skipped, and so are records at or below a stream's sidecar LSN (inside
+/// `apply`). Each stream's staged state and view are set to the replayed state.
 pub(super) fn replay_shard(
     root: &Path,
     options: &Options,
     id: usize,
     dir: &Path,
     registry: &mut HashMap<String, Arc<Stream>>,
+    replayed: &mut Replayed,
 ) -> Result<u64> {
     let files = journal::list_files(dir)?;
     let mut end = 0;
@@ -137,73 +159,13 @@ pub(super) fn replay_shard(
         if i == 0 || scanned.base_lsn >= end {
             end = end.max(scanned.base_lsn);
         }
+        replayed.bytes += scanned.end_lsn.saturating_sub(scanned.base_lsn);
         for (lsn, record) in scanned.records {
             end = lsn;
+            replayed.records += 1;
             let name = record.name().to_owned();
-            let stream = match (&record, registry.get(&name)) {
-                (Record::Create { state, .. }, existing) => {
-                    let same = existing.is_some_and(|s| {
-                        s.incarnation.as_str() == state.config.incarnation
-                            && s.data.lock().applied_lsn >= lsn
-                    });
-                    if same {
-                        continue;
-                    }
-                    let sdir = fs::stream_dir(root, &name);
-                    // A sidecar of this very incarnation at or past this LSN means the create is checkpointed.
-                    if let Some(sc) = sidecar::load(&sdir)?
-                        && sc.state.config.incarnation == state.config.incarnation
-                        && sc.applied_lsn >= lsn
-                    {
-                        let segs = SegmentSet::open(
-                            &sdir,
-                            sc.state.base,
-                            sc.state.tail,
-                            options.segment_bytes,
-                        )?;
-                        let s = Stream::new(
-                            sc.state,
-                            sdir,
-                            id,
-                            Some(segs),
-                            sc.applied_lsn,
-                            sc.generation,
-                            true,
-                        );
-                        registry.insert(name.clone(), s);
-                        continue;
-                    }
-                    let s = Stream::new((**state).clone(), sdir, id, None, 0, 0, true);
-                    registry.insert(name.clone(), s.clone());
-                    s
-                }
-                (_, Some(s)) => s.clone(),
-                (_, None) => {
-                    let sdir = fs::stream_dir(root, &name);
-                    let Some(sc) = sidecar::load(&sdir)? else {
-                        continue;
-                    };
-                    if sc.state.config.incarnation != record.incarnation() {
-                        continue;
-                    }
-                    let segs = SegmentSet::open(
-                        &sdir,
-                        sc.state.base,
-                        sc.state.tail,
-                        options.segment_bytes,
-                    )?;
-                    let s = Stream::new(
-                        sc.state,
-                        sdir,
-                        id,
-                        Some(segs),
-                        sc.applied_lsn,
-                        sc.generation,
-                        true,
-                    );
-                    registry.insert(name.clone(), s.clone());
-                    s
-                }
+            let Some(stream) = replay_target(root, options, id, registry, lsn, &record)? else {
+                continue;
             };
             if stream.incarnation.as_str() != record.incarnation() {
                 continue;
@@ -227,9 +189,59 @@ pub(super) fn replay_shard(
             if deleted {
                 registry.remove(&name);
             }
+            replayed.streams.insert(name);
         }
         end = end.max(scanned.end_lsn);
     }
-    // Streams replayed here must be checkpointed; mark them by leaving checkpointed_lsn behind.
     Ok(end)
+}
+
+/// The stream a replayed `record` at `lsn` applies to, registering it on first mention; `None`
+/// when the record has nothing to apply to.
+///
+/// A Create makes its stream unless that incarnation is already registered at or past `lsn`
+/// (then `None`), or its sidecar shows the create checkpointed (then the stream is loaded from
+/// it, and the record itself is not applied: `None`). Any other record applies to the
+/// registered stream, else to the stream loaded from its sidecar if that is the record's
+/// incarnation (`None` if there is no such sidecar: the stream was deleted since).
+fn replay_target(
+    root: &Path,
+    options: &Options,
+    id: usize,
+    registry: &mut HashMap<String, Arc<Stream>>,
+    lsn: u64,
+    record: &Record,
+) -> Result<Option<Arc<Stream>>> {
+    let name = record.name();
+    let sdir = fs::stream_dir(root, name);
+    if let Record::Create { state, .. } = record {
+        let registered = registry.get(name).is_some_and(|s| {
+            s.incarnation.as_str() == state.config.incarnation && s.data.lock().applied_lsn >= lsn
+        });
+        if registered {
+            return Ok(None);
+        }
+        // A sidecar of this very incarnation at or past this LSN means the create is
+        // checkpointed.
+        let checkpointed = Stream::load(sdir.clone(), id, options.segment_bytes, |sc| {
+            Ok(sc.state.config.incarnation == state.config.incarnation && sc.applied_lsn >= lsn)
+        })?;
+        if let Some(s) = checkpointed {
+            registry.insert(name.to_owned(), s);
+            return Ok(None);
+        }
+        let s = Stream::new((**state).clone(), sdir, id, None, 0, 0, true);
+        registry.insert(name.to_owned(), s.clone());
+        return Ok(Some(s));
+    }
+    if let Some(s) = registry.get(name) {
+        return Ok(Some(s.clone()));
+    }
+    let loaded = Stream::load(sdir, id, options.segment_bytes, |sc| {
+        Ok(sc.state.config.incarnation == record.incarnation())
+    })?;
+    if let Some(s) = &loaded {
+        registry.insert(name.to_owned(), s.clone());
+    }
+    Ok(loaded)
 }

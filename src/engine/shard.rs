@@ -1,12 +1,18 @@
-//! A journal shard: the queue, the writer and group commit.
+//! A journal shard: the queue records wait in, the writer that commits them as one batch (group
+//! commit, write-path steps 3 to 5), the shard thread, and poisoning.
+//!
+//! A shard's records are committed in queue order, which is the order their checks ran in (each
+//! record is enqueued under its stream's `core` lock). One `fdatasync` covers a whole batch, on
+//! any number of streams. The first failure on the durability path poisons the shard: it is kept
+//! as the cause of every later refusal (`Error::Poisoned`) until the store is reopened.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use parking_lot::{Condvar, Mutex};
@@ -21,31 +27,43 @@ use super::checkpoint::Checkpoints;
 use super::stream::{Stream, Visible};
 use super::ticket::{Batch, Ticket};
 
+/// How long the shard thread leaves queued records to their writers (Buffered mode) before it
+/// commits them itself: the bound on the delay of a record whose `Pending` nobody waits on.
+const LINGER: Duration = Duration::from_millis(20);
+
+/// A journal sync slower than this is logged (at warn): the disk is struggling.
+const SLOW_SYNC: Duration = Duration::from_millis(100);
+
+/// A record waiting in the queue, with the LSN just past its frame.
 pub(super) struct Queued {
     pub(super) stream: Arc<Stream>,
     pub(super) record: Record,
     pub(super) lsn: u64,
 }
 
+/// What writers hand to the committer; guarded by the shard lock (`Shard::queue`).
 pub(super) struct Queue {
-    pub(super) buf: Vec<u8>,
-    pub(super) items: Vec<Queued>,
+    /// The encoded frames of `items`, in order: the next batch's bytes.
+    buf: Vec<u8>,
+    items: Vec<Queued>,
     /// The completion signal of the batch now forming.
-    pub(super) batch: Arc<Batch>,
-    pub(super) next_lsn: u64,
+    batch: Arc<Batch>,
+    /// The LSN just past the last queued frame.
+    next_lsn: u64,
     pub(super) shutdown: bool,
-    /// Checkpoints asked for by [`Engine::checkpoint`] (a count; see `Shard::checkpointed`).
+    /// Checkpoints asked for by `Engine::checkpoint` (a count; see `Shard::checkpointed`).
     pub(super) checkpoint_requests: u64,
     /// A writer committing its own batch found a checkpoint due (Buffered mode).
-    pub(super) checkpoint_due: bool,
+    checkpoint_due: bool,
     /// The shard thread sleeps until a push wakes it (Buffered mode: writers commit their own
     /// batches, so only the first push after an idle spell wakes the thread).
-    pub(super) idle: bool,
+    idle: bool,
 }
 
 /// The journal file and what is written to it; held while a batch is written and applied.
 pub(super) struct Writer {
     pub(super) file: File,
+    /// The LSN of the current file's first record byte (its name).
     pub(super) file_base: u64,
     /// LSN just past the last byte written. Records still queued have higher LSNs, so a rotation
     /// starts the new file here, not at the queue's next LSN.
@@ -55,42 +73,98 @@ pub(super) struct Writer {
     /// The file was created by a rotation and its directory entry is not durable yet.
     pub(super) fresh: bool,
     /// Buffers swapped with the queue's, so a batch allocates nothing.
-    pub(super) spare_buf: Vec<u8>,
-    pub(super) spare_items: Vec<Queued>,
-    pub(super) touched: Vec<Arc<Stream>>,
+    spare_buf: Vec<u8>,
+    spare_items: Vec<Queued>,
+    /// The streams of the batch being committed, each once.
+    touched: Vec<Arc<Stream>>,
 }
 
-/// How long the shard thread leaves queued records to their writers (Buffered mode) before it
-/// commits them itself: the bound on the delay of a record whose [`Pending`] nobody waits on.
-pub(super) const LINGER: Duration = Duration::from_millis(20);
-
+/// One journal shard: its queue, its writer, its durable LSN and its checkpoint hand-off.
+///
+/// Lock order inside a shard: `queue` is a leaf (held only to push or take the queue); `writer`
+/// is taken before any stream's `data` and `visible`, never while holding `queue`.
 pub(crate) struct Shard {
     pub(super) id: usize,
+    /// The shard's journal directory (`journal/NN`).
     pub(super) dir: PathBuf,
-    pub(super) root: PathBuf,
+    /// The store's root directory (for the trash a delete moves a stream to).
+    root: PathBuf,
     pub(super) options: Options,
     /// Buffered mode: a writer commits the queue itself when it waits (no thread hand-off).
     pub(super) inline: bool,
     pub(super) queue: Mutex<Queue>,
+    /// Wakes the shard thread: records were queued, a checkpoint was asked for, or shutdown.
     pub(super) wake: Condvar,
     pub(super) writer: Mutex<Writer>,
+    /// The LSN up to which this shard's journal is durable (as the durability mode promises).
     pub(super) durable_lsn: AtomicU64,
+    /// Notified when `durable_lsn` advances or the shard is poisoned.
     pub(super) durable: Event,
-    pub(super) poisoned: AtomicBool,
+    /// The first failure on the durability path; once set, nothing more is committed.
+    poison: OnceLock<Arc<std::io::Error>>,
     pub(super) checkpoints: Mutex<Checkpoints>,
     pub(super) checkpoints_cv: Condvar,
     /// The checkpoint requests answered so far.
     pub(super) checkpointed: AtomicU64,
+    /// Notified when a checkpoint finishes or the shard is poisoned.
     pub(super) checkpoint_done: Event,
     /// Streams whose applied state is newer than their sidecar (changed under `writer`).
     pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
 }
 
 impl Shard {
-    /// Encodes and enqueues a record; returns its ticket. Called with the stream's `core` held.
+    /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`).
+    pub(super) fn new(
+        id: usize,
+        dir: PathBuf,
+        root: PathBuf,
+        options: &Options,
+        file: File,
+        end: u64,
+    ) -> Shard {
+        Shard {
+            id,
+            dir,
+            root,
+            options: options.clone(),
+            inline: options.durability == Durability::Buffered,
+            queue: Mutex::new(Queue {
+                buf: Vec::with_capacity(64 << 10),
+                items: Vec::new(),
+                batch: Batch::new(),
+                next_lsn: end,
+                shutdown: false,
+                checkpoint_requests: 0,
+                checkpoint_due: false,
+                idle: false,
+            }),
+            wake: Condvar::new(),
+            writer: Mutex::new(Writer {
+                file,
+                file_base: end,
+                end_lsn: end,
+                written: 0,
+                fresh: false,
+                spare_buf: Vec::with_capacity(64 << 10),
+                spare_items: Vec::new(),
+                touched: Vec::new(),
+            }),
+            durable_lsn: AtomicU64::new(end),
+            durable: Event::new(),
+            poison: OnceLock::new(),
+            checkpoints: Mutex::new(Checkpoints::default()),
+            checkpoints_cv: Condvar::new(),
+            checkpointed: AtomicU64::new(0),
+            checkpoint_done: Event::new(),
+            dirty: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Encodes and enqueues a record (step 2's end); returns its ticket. Called with the
+    /// stream's `core` held, so the record's place in the journal is its place in check order.
     pub(super) fn push(self: &Arc<Self>, stream: &Arc<Stream>, record: Record) -> Result<Ticket> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned);
+        if let Some(e) = self.poisoned() {
+            return Err(e);
         }
         let mut q = self.queue.lock();
         if q.shutdown {
@@ -110,29 +184,53 @@ impl Shard {
         if wake {
             self.wake.notify_one();
         }
-        Ok(Ticket {
-            shard: Some(self.clone()),
-            lsn,
-            batch: Some(batch),
+        Ok(Ticket::for_batch(self.clone(), lsn, batch))
+    }
+
+    /// A ticket for state already staged up to `lsn` (a refusal, a duplicate, an idempotent
+    /// create): durable once the shard's durable LSN reaches it.
+    pub(super) fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
+        Ticket::for_lsn(self.clone(), lsn)
+    }
+
+    /// The error every write on a poisoned shard gets (carrying the first failure), or `None`
+    /// while the shard is healthy.
+    pub(super) fn poisoned(&self) -> Option<Error> {
+        self.poison.get().map(|cause| Error::Poisoned {
+            source: cause.clone(),
         })
     }
 
-    pub(super) fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
-        Ticket {
-            shard: Some(self.clone()),
-            lsn,
-            batch: None,
-        }
+    /// The error of a write that failed because the shard is poisoned. The cause is recorded
+    /// before any batch fails, so the fallback (a cause of unknown origin) is never expected.
+    pub(super) fn poisoned_error(&self) -> Error {
+        self.poisoned().unwrap_or_else(|| Error::Poisoned {
+            source: Arc::new(std::io::Error::other("journal batch failed")),
+        })
     }
 
-    pub(super) fn poison(&self) {
-        self.poisoned.store(true, Ordering::Release);
+    /// Poisons the shard with `cause` and wakes everyone waiting on it. Only the first cause is
+    /// kept (and logged); later failures are consequences of it.
+    pub(super) fn poison(&self, cause: Error) {
+        let mut first = false;
+        let kept = self.poison.get_or_init(|| {
+            first = true;
+            Arc::new(cause.into_io())
+        });
+        if first {
+            tracing::error!(
+                shard = self.id,
+                error = %kept,
+                "journal shard poisoned: nothing more is acknowledged on it until the store is reopened"
+            );
+        }
         self.durable.notify(usize::MAX);
         self.checkpoint_done.notify(usize::MAX);
     }
 
     /// Buffered mode: commits the queue on the caller's thread unless another thread is
-    /// committing (which then commits what was queued meanwhile, too).
+    /// committing (which then commits what was queued meanwhile, too). A checkpoint found due is
+    /// handed to the shard thread, which rotates the journal.
     pub(super) fn commit_inline(&self) {
         loop {
             let Some(mut w) = self.writer.try_lock() else {
@@ -154,7 +252,8 @@ impl Shard {
         }
     }
 
-    /// Commits everything queued as one batch (steps 3 and 4); false when the queue was empty.
+    /// Commits everything queued as one batch (steps 3 to 5) and finishes the batch's signal:
+    /// durable, or failed if the shard is (or becomes) poisoned. False when the queue was empty.
     pub(super) fn drain(&self, w: &mut Writer) -> bool {
         let (buf, items, batch) = {
             let mut q = self.queue.lock();
@@ -167,10 +266,11 @@ impl Shard {
             let batch = std::mem::replace(&mut q.batch, Batch::new());
             (buf, items, batch)
         };
-        if self.poisoned.load(Ordering::Acquire) {
+        if self.poison.get().is_some() {
             batch.finish(false);
-        } else if let Err(_e) = self.commit(w, &buf, &items) {
-            self.poison();
+        } else if let Err(e) = self.commit(w, &buf, &items) {
+            // The cause is recorded before the batch fails, so its writers see it.
+            self.poison(e);
             batch.finish(false);
         } else {
             batch.finish(true);
@@ -193,44 +293,16 @@ impl Shard {
     }
 
     /// The shard thread: group commit (Sync mode) or the stragglers (Buffered mode), and the
-    /// rotations that start checkpoints, until shutdown.
+    /// rotations that start checkpoints (step 6a), until shutdown. At shutdown it commits what
+    /// is queued, posts a last checkpoint, waits for it and stops the checkpoint thread.
     pub(super) fn run(self: Arc<Self>) {
         let mut answered = 0;
         loop {
-            let (requests, due, shutdown) = {
-                let mut q = self.queue.lock();
-                loop {
-                    if q.shutdown || q.checkpoint_requests > answered || q.checkpoint_due {
-                        break;
-                    }
-                    if !self.inline {
-                        if !q.items.is_empty() {
-                            break;
-                        }
-                        self.wake.wait(&mut q);
-                        continue;
-                    }
-                    if q.items.is_empty() {
-                        q.idle = true;
-                        self.wake.wait(&mut q);
-                        q.idle = false;
-                        continue;
-                    }
-                    // Writers commit their own batches; take what they leave after a while.
-                    self.wake.wait_for(&mut q, LINGER);
-                    break;
-                }
-                (
-                    q.checkpoint_requests,
-                    std::mem::take(&mut q.checkpoint_due),
-                    q.shutdown,
-                )
-            };
+            let (requests, due, shutdown) = self.next_work(answered);
             let mut w = self.writer.lock();
             self.drain(&mut w);
             let forced = requests > answered || shutdown;
-            if !(forced || due || self.checkpoint_due(&w)) || self.poisoned.load(Ordering::Acquire)
-            {
+            if !(forced || due || self.checkpoint_due(&w)) || self.poison.get().is_some() {
                 if shutdown {
                     break;
                 }
@@ -246,37 +318,61 @@ impl Shard {
                 self.drain(&mut w);
             }
             match self.rotate(&mut w, requests) {
-                Ok(job) => {
-                    let mut c = self.checkpoints.lock();
-                    c.job = Some(job);
-                    c.busy = true;
-                    self.checkpoints_cv.notify_all();
-                }
-                Err(_e) => self.poison(),
+                Ok(job) => self.post_checkpoint(job),
+                Err(e) => self.poison(e),
             }
             answered = requests;
             if shutdown {
                 break;
             }
         }
-        // Shutdown: the last batches are committed; wait for the final checkpoint, then stop the
-        // checkpoint thread.
         self.wait_checkpoints();
         self.checkpoints.lock().stop = true;
         self.checkpoints_cv.notify_all();
         self.checkpoint_done.notify(usize::MAX);
     }
 
-    /// Waits until no checkpoint is posted or running.
-    pub(super) fn wait_checkpoints(&self) {
-        let mut c = self.checkpoints.lock();
-        while c.busy {
-            self.checkpoints_cv.wait(&mut c);
+    /// Sleeps until the shard thread has something to do; returns the checkpoint requests so
+    /// far, whether a writer found a checkpoint due, and whether the store is shutting down.
+    ///
+    /// Sync mode wakes on every enqueue. Buffered mode leaves batches to their writers: it
+    /// sleeps while the queue is empty, and otherwise commits what is left after [`LINGER`].
+    fn next_work(&self, answered: u64) -> (u64, bool, bool) {
+        let mut q = self.queue.lock();
+        loop {
+            if q.shutdown || q.checkpoint_requests > answered || q.checkpoint_due {
+                break;
+            }
+            if !self.inline {
+                if !q.items.is_empty() {
+                    break;
+                }
+                self.wake.wait(&mut q);
+                continue;
+            }
+            if q.items.is_empty() {
+                q.idle = true;
+                self.wake.wait(&mut q);
+                q.idle = false;
+                continue;
+            }
+            self.wake.wait_for(&mut q, LINGER);
+            break;
         }
+        (
+            q.checkpoint_requests,
+            std::mem::take(&mut q.checkpoint_due),
+            q.shutdown,
+        )
     }
 
-    /// Step 3 and 4 for one batch: write it, apply it, sync it (Sync mode), publish it.
-    pub(super) fn commit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
+    /// Steps 3 to 5 for one batch: write it to the journal, apply each record to its stream's
+    /// files and applied state, sync the journal (Sync mode), publish each touched stream's
+    /// durable view, advance the durable LSN, and remove the files the batch made obsolete.
+    ///
+    /// Called under `writer`; takes each stream's `data` then `visible` (never `core`).
+    fn commit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
+        // Step 3: one write for the batch, then the records' effects on the streams' files.
         w.file.write_all(buf)?;
         let mut after: Vec<PathBuf> = Vec::new();
         w.touched.clear();
@@ -299,14 +395,26 @@ impl Shard {
                 w.touched.push(it.stream.clone());
             }
         }
+        // Step 4 [sync].
         if self.options.durability == Durability::Sync {
+            let started = Instant::now();
             w.file.sync_data()?;
+            let took = started.elapsed();
+            if took > SLOW_SYNC {
+                tracing::warn!(
+                    shard = self.id,
+                    ?took,
+                    bytes = buf.len(),
+                    "slow journal sync"
+                );
+            }
             if w.fresh {
                 // The first sync of a rotated journal makes its name durable too.
                 fs::sync_dir(&self.dir)?;
                 w.fresh = false;
             }
         }
+        // Step 5: publish, wake readers and writers, then drop what the batch made obsolete.
         for s in &w.touched {
             let d = s.data.lock();
             *s.visible.lock() = Visible::of(&d.state, d.deleted);
@@ -325,7 +433,8 @@ impl Shard {
     }
 }
 
-/// A new journal file with its header (not yet synced: see `Writer::fresh`).
+/// Creates a journal file named `base_lsn` with its header (not yet synced: see
+/// `Writer::fresh`). An existing file of that name is truncated.
 pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let path = journal::file_path(dir, base_lsn);
     let mut f = OpenOptions::new()
@@ -337,6 +446,8 @@ pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Resu
     Ok(f)
 }
 
+/// Creates a journal file like [`open_journal_file`] and makes it and its name durable (at
+/// open, before anything is written to it).
 pub(super) fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let f = open_journal_file(dir, shard, base_lsn)?;
     f.sync_all()?;

@@ -1,20 +1,36 @@
-//! Snapshots and retention.
+//! Snapshots and retention: publishing a snapshot blob at an offset, serving one, refusing to
+//! delete the latest, and moving a stream's retained start forward to a snapshot.
+//!
+//! A snapshot's blob is streamed to a temporary file, synced, renamed into place and its
+//! directory synced before its record is enqueued (so a durable record never names a missing
+//! blob). Snapshots are immutable per offset; their digest is `sha256:` and the hex SHA-256 of
+//! the content type, a NUL and the blob.
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::fs;
-use crate::journal::Record;
 use crate::name::{Incarnation, Offset, StreamName, normalize_content_type};
 use crate::types::{Snapshot, SnapshotInfo, StreamInfo};
 
-use super::Engine;
 use super::apply::snapshot_file;
+use super::stream::Stream;
+use super::{Engine, hex};
 
 impl Engine {
+    /// Publishes a snapshot of `name` at `offset` (a message boundary or the tail) whose
+    /// content is read from `blob`, and waits until its record is durable. Returns the
+    /// snapshot (at the canonical offset) and the stream's description.
+    ///
+    /// What can be refused without the blob is refused before it is read (see
+    /// `StreamState::check_snapshot`); everything is checked again under `core` once it is
+    /// written. Republishing the same content at the same offset succeeds without writing; other
+    /// content there is `SnapshotConflict`.
     pub(crate) fn publish_snapshot(
         &self,
         name: &StreamName,
@@ -24,44 +40,84 @@ impl Engine {
         expect_digest: Option<&str>,
         expect: Option<&Incarnation>,
     ) -> Result<(SnapshotInfo, StreamInfo)> {
-        use sha2::Digest;
         let s = self.live(name)?;
         s.check_expect(expect)?;
         let ct = normalize_content_type(content_type.unwrap_or("application/octet-stream"))?;
-        // Refuse what can be refused before streaming a blob of up to `max_snapshot_bytes` to
-        // disk; everything is checked again under the lock below.
-        {
-            let core = s.core.lock();
-            let st = &core.state;
-            let latest = st.latest_snapshot();
-            let republish = st.snapshots.iter().any(|x| x.offset.bytes == offset.bytes);
-            if offset.bytes > st.tail.bytes {
-                return Err(Error::OffsetBeyondTail { tail: st.tail });
-            }
-            if offset.bytes < st.earliest.bytes {
-                return Err(Error::OffsetGone {
-                    earliest: st.earliest,
-                });
-            }
-            if expect_digest.is_some_and(|want| latest.map(|l| l.digest.as_str()) != Some(want)) {
-                return Err(Error::SnapshotMatchFailed {
-                    current: latest.map(|l| l.digest.clone()),
-                });
-            }
-            if let Some(l) = latest.filter(|l| l.offset.bytes > offset.bytes && !republish) {
-                return Err(Error::SnapshotStale { latest: l.offset });
-            }
+        // Refuse what can be refused before streaming a blob of up to `max_snapshot_bytes`.
+        s.core.lock().state.check_snapshot(offset, expect_digest)?;
+        let (tmp, digest, len) = self.write_blob(&s, &ct, blob)?;
+        let core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
         }
-        // Stream the blob to a temporary file, hashing as it goes.
-        let tmp = s.dir.join(format!(
+        core.state.check_snapshot(offset, expect_digest)?;
+        let tail = core.state.tail;
+        if let Some(existing) = core
+            .state
+            .snapshots
+            .iter()
+            .find(|x| x.offset.bytes == offset.bytes)
+        {
+            if existing.digest == digest && existing.content_type == ct {
+                let info = existing.clone();
+                let t = self.shards[s.shard].ticket(core.last_lsn);
+                let sinfo = s.staged_info(&core.state);
+                drop(core);
+                t.wait()?;
+                return Ok((info, sinfo));
+            }
+            return Err(Error::SnapshotConflict);
+        }
+        drop(core);
+        let canonical = self.offset_at(&s, offset.bytes)?;
+        if !self.is_boundary(&s, offset.bytes)? && offset.bytes != tail.bytes {
+            return Err(Error::NotOnBoundary(offset));
+        }
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        // Another publication got in while the lock was released for the boundary lookups.
+        if core
+            .state
+            .snapshots
+            .iter()
+            .any(|x| x.offset.bytes >= offset.bytes)
+        {
+            return Err(Error::SnapshotConflict);
+        }
+        let info = SnapshotInfo {
+            offset: canonical,
+            digest,
+            content_type: ct,
+            len,
+        };
+        tmp.persist(&s.dir.join(snapshot_file(canonical)))?;
+        fs::sync_dir(&s.dir)?;
+        core.state.apply_snapshot(&info);
+        let t = self.shards[s.shard].push(&s, s.snapshot_record(info.clone()))?;
+        core.last_lsn = t.lsn;
+        let sinfo = s.staged_info(&core.state);
+        drop(core);
+        t.wait()?;
+        Ok((info, sinfo))
+    }
+
+    /// Streams `blob` into a synced temporary file in `s`'s directory, hashing it as it goes;
+    /// returns the file, the digest (of `ct` and the blob) and the length. A blob over
+    /// `max_snapshot_bytes` is `TooLarge`. The file is removed unless it is persisted.
+    fn write_blob(
+        &self,
+        s: &Stream,
+        ct: &str,
+        blob: &mut dyn Read,
+    ) -> Result<(TempFile, String, u64)> {
+        let tmp = TempFile::new(s.dir.join(format!(
             "snap-tmp-{}",
             self.counter.fetch_add(1, Ordering::Relaxed)
-        ));
-        let cleanup = TempFile(tmp.clone());
-        let mut f = File::create(&tmp)?;
-        let mut hasher = sha2::Sha256::new();
-        hasher.update(ct.as_bytes());
-        hasher.update([0u8]);
+        )));
+        let mut f = File::create(&tmp.path)?;
+        let mut hasher = digest_hasher(ct);
         let mut buf = vec![0u8; 256 << 10];
         let mut len = 0u64;
         loop {
@@ -80,97 +136,11 @@ impl Engine {
             f.write_all(&buf[..n])?;
         }
         f.sync_all()?;
-        drop(f);
-        let digest = format!(
-            "sha256:{}",
-            hasher
-                .finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
-        let core = s.core.lock();
-        if core.gone {
-            return Err(Error::NotFound);
-        }
-        let tail = core.state.tail;
-        if offset.bytes > tail.bytes {
-            return Err(Error::OffsetBeyondTail { tail });
-        }
-        if offset.bytes < core.state.earliest.bytes {
-            return Err(Error::OffsetGone {
-                earliest: core.state.earliest,
-            });
-        }
-        let latest = core.state.latest_snapshot().cloned();
-        if let Some(want) = expect_digest
-            && latest.as_ref().map(|l| l.digest.as_str()) != Some(want)
-        {
-            return Err(Error::SnapshotMatchFailed {
-                current: latest.map(|l| l.digest),
-            });
-        }
-        if let Some(existing) = core
-            .state
-            .snapshots
-            .iter()
-            .find(|x| x.offset.bytes == offset.bytes)
-        {
-            if existing.digest == digest && existing.content_type == ct {
-                let info = existing.clone();
-                let t = self.shards[s.shard].ticket(core.last_lsn);
-                let sinfo = s.staged_info(&core.state);
-                drop(core);
-                t.wait()?;
-                return Ok((info, sinfo));
-            }
-            return Err(Error::SnapshotConflict);
-        }
-        if let Some(l) = &latest
-            && l.offset.bytes > offset.bytes
-        {
-            return Err(Error::SnapshotStale { latest: l.offset });
-        }
-        drop(core);
-        let canonical = self.offset_at(&s, offset.bytes)?;
-        if !self.is_boundary(&s, offset.bytes)? && offset.bytes != tail.bytes {
-            return Err(Error::NotOnBoundary(offset));
-        }
-        let mut core = s.core.lock();
-        if core.gone {
-            return Err(Error::NotFound);
-        }
-        if core
-            .state
-            .snapshots
-            .iter()
-            .any(|x| x.offset.bytes >= offset.bytes)
-        {
-            return Err(Error::SnapshotConflict);
-        }
-        let info = SnapshotInfo {
-            offset: canonical,
-            digest,
-            content_type: ct,
-            len,
-        };
-        std::fs::rename(&tmp, s.dir.join(snapshot_file(canonical)))?;
-        std::mem::forget(cleanup);
-        fs::sync_dir(&s.dir)?;
-        core.state.apply_snapshot(&info);
-        let record = Record::Snapshot {
-            name: name.as_str().to_owned(),
-            incarnation: s.incarnation.as_str().to_owned(),
-            info: info.clone(),
-        };
-        let t = self.shards[s.shard].push(&s, record)?;
-        core.last_lsn = t.lsn;
-        let sinfo = s.staged_info(&core.state);
-        drop(core);
-        t.wait()?;
-        Ok((info, sinfo))
+        Ok((tmp, digest_string(hasher), len))
     }
 
+    /// The snapshot at `offset` (the latest if `None`) of a live stream, as a mapped view of
+    /// its blob, checked against its length and digest before it is served.
     pub(crate) fn snapshot(
         &self,
         name: &StreamName,
@@ -216,6 +186,9 @@ impl Engine {
         })
     }
 
+    /// Refuses to delete a snapshot: snapshots are immutable, so deleting the latest is
+    /// `SnapshotDeleteRefused` and any other offset `SnapshotNotFound` (older ones go only
+    /// with retention).
     pub(crate) fn delete_snapshot(
         &self,
         name: &StreamName,
@@ -234,6 +207,10 @@ impl Engine {
         }
     }
 
+    /// Moves the stream's retained start forward to `offset` (a message boundary at or before
+    /// the latest snapshot) and waits until its record is durable; the segments and snapshots
+    /// behind it are removed once it is (none while the stream has forks). Retention never
+    /// moves back: an offset at or before the current start succeeds without writing.
     pub(crate) fn set_retention(
         &self,
         name: &StreamName,
@@ -262,12 +239,7 @@ impl Engine {
             return Ok(info);
         }
         core.state.apply_retention(canonical);
-        let record = Record::Retention {
-            name: name.as_str().to_owned(),
-            incarnation: s.incarnation.as_str().to_owned(),
-            to: canonical,
-        };
-        let t = self.shards[s.shard].push(&s, record)?;
+        let t = self.shards[s.shard].push(&s, s.retention_record(canonical))?;
         core.last_lsn = t.lsn;
         let info = s.staged_info(&core.state);
         drop(core);
@@ -275,27 +247,53 @@ impl Engine {
         Ok(info)
     }
 }
-/// A snapshot's digest: `sha256:` and the hex SHA-256 of its content type, a NUL, and the blob.
-pub(super) fn snapshot_digest(content_type: &str, blob: &[u8]) -> String {
-    use sha2::Digest;
-    let mut h = sha2::Sha256::new();
+
+/// A hasher for a snapshot digest, fed the content type and its NUL separator.
+fn digest_hasher(content_type: &str) -> Sha256 {
+    let mut h = Sha256::new();
     h.update(content_type.as_bytes());
     h.update([0u8]);
-    h.update(blob);
-    format!(
-        "sha256:{}",
-        h.finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    )
+    h
 }
 
-/// Removes a temporary file when dropped (unless forgotten).
-pub(super) struct TempFile(PathBuf);
+/// The digest string (`sha256:` and lowercase hex) of a fed hasher.
+fn digest_string(h: Sha256) -> String {
+    format!("sha256:{}", hex(&h.finalize()))
+}
+
+/// A snapshot's digest: `sha256:` and the hex SHA-256 of its content type, a NUL, and the blob.
+fn snapshot_digest(content_type: &str, blob: &[u8]) -> String {
+    let mut h = digest_hasher(content_type);
+    h.update(blob);
+    digest_string(h)
+}
+
+/// A temporary file, removed when dropped unless it was persisted.
+struct TempFile {
+    path: PathBuf,
+    /// Persisted: the path is no longer ours to remove.
+    kept: bool,
+}
+
+impl TempFile {
+    /// Takes charge of the (not yet created) file at `path`.
+    fn new(path: PathBuf) -> TempFile {
+        TempFile { path, kept: false }
+    }
+
+    /// Renames the file to `to` (not synced: the caller syncs the directory) and keeps it.
+    fn persist(mut self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to)?;
+        self.kept = true;
+        Ok(())
+    }
+}
 
 impl Drop for TempFile {
+    /// Removes the file unless it was persisted (a failed or refused publication).
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }

@@ -1,32 +1,48 @@
 //! Durability tickets and the batches they wait on.
+//!
+//! Every accepted write returns a [`Ticket`] inside its `Pending`: the caller acknowledges only
+//! once the ticket resolves, so nothing is acknowledged before it is durable (write-path step 5).
+//! A ticket resolves to `Err(Error::Poisoned)`, carrying the shard's first failure, if its shard
+//! was poisoned before the ticket's record became durable.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 
-use event_listener::{Event, Listener};
+use event_listener::{Event, EventListener, Listener};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 use super::shard::Shard;
+
+/// [`Batch::state`] before the batch is committed.
+const PENDING: u8 = 0;
+/// [`Batch::state`] once the batch is durable.
+const DURABLE: u8 = 1;
+/// [`Batch::state`] once the batch failed (its shard is poisoned).
+const FAILED: u8 = 2;
 
 /// The completion of one journal batch: every record in it becomes durable (or fails) at once,
 /// so only the writers waiting on this batch are woken when it is synced.
 pub(super) struct Batch {
-    /// 0 pending, 1 durable, 2 failed (the shard is poisoned).
-    pub(super) state: std::sync::atomic::AtomicU8,
-    pub(super) event: Event,
+    /// [`PENDING`], then [`DURABLE`] or [`FAILED`], set once.
+    state: AtomicU8,
+    event: Event,
 }
 
 impl Batch {
+    /// A new, pending batch signal (the queue's batch now forming).
     pub(super) fn new() -> Arc<Batch> {
         Arc::new(Batch {
-            state: std::sync::atomic::AtomicU8::new(0),
+            state: AtomicU8::new(PENDING),
             event: Event::new(),
         })
     }
 
+    /// Marks the batch durable (`ok`) or failed and wakes its writers. On failure the shard's
+    /// cause must already be recorded, so a woken writer finds it.
     pub(super) fn finish(&self, ok: bool) {
-        self.state.store(if ok { 1 } else { 2 }, Ordering::Release);
+        self.state
+            .store(if ok { DURABLE } else { FAILED }, Ordering::Release);
         self.event.notify(usize::MAX);
     }
 }
@@ -34,65 +50,78 @@ impl Batch {
 /// A durability ticket: what a caller must see durable before acknowledging. A writer's ticket
 /// names its batch; a ticket for state read from the stream names an LSN.
 pub(crate) struct Ticket {
-    pub(super) shard: Option<Arc<Shard>>,
+    shard: Arc<Shard>,
+    /// The LSN just past the record (or the staged state) this ticket waits for.
     pub(super) lsn: u64,
-    pub(super) batch: Option<Arc<Batch>>,
+    /// The batch the record was queued in; `None` for a ticket on already staged state.
+    batch: Option<Arc<Batch>>,
 }
 
 impl Ticket {
-    pub(super) fn poll(&self) -> Option<Result<()>> {
-        if let Some(b) = &self.batch {
-            return match b.state.load(Ordering::Acquire) {
-                0 => None,
-                1 => Some(Ok(())),
-                _ => Some(Err(Error::Poisoned)),
-            };
+    /// The ticket of a record queued at `lsn` in `batch`.
+    pub(super) fn for_batch(shard: Arc<Shard>, lsn: u64, batch: Arc<Batch>) -> Ticket {
+        Ticket {
+            shard,
+            lsn,
+            batch: Some(batch),
         }
-        let shard = self.shard.as_ref()?;
-        if shard.durable_lsn.load(Ordering::Acquire) >= self.lsn {
-            return Some(Ok(()));
-        }
-        if shard.poisoned.load(Ordering::Acquire) {
-            return Some(Err(Error::Poisoned));
-        }
-        None
     }
 
-    pub(super) fn listen(&self) -> Option<event_listener::EventListener> {
-        match (&self.batch, &self.shard) {
-            (Some(b), _) => Some(b.event.listen()),
-            (None, Some(shard)) => Some(shard.durable.listen()),
-            (None, None) => None,
+    /// A ticket on state staged up to `lsn`: resolves once the shard is durable that far.
+    pub(super) fn for_lsn(shard: Arc<Shard>, lsn: u64) -> Ticket {
+        Ticket {
+            shard,
+            lsn,
+            batch: None,
+        }
+    }
+
+    /// The outcome, if it is known yet: durable, or the shard's poisoning.
+    fn poll(&self) -> Option<Result<()>> {
+        if let Some(b) = &self.batch {
+            return match b.state.load(Ordering::Acquire) {
+                PENDING => None,
+                DURABLE => Some(Ok(())),
+                _ => Some(Err(self.shard.poisoned_error())),
+            };
+        }
+        if self.shard.durable_lsn.load(Ordering::Acquire) >= self.lsn {
+            return Some(Ok(()));
+        }
+        self.shard.poisoned().map(Err)
+    }
+
+    /// A listener for the event that resolves this ticket: its batch's, or the shard's durable
+    /// LSN advancing.
+    fn listen(&self) -> EventListener {
+        match &self.batch {
+            Some(b) => b.event.listen(),
+            None => self.shard.durable.listen(),
         }
     }
 
     /// Buffered mode: commits the batch on this thread unless another one is at it.
-    pub(super) fn help(&self) {
-        if let (Some(shard), Some(_)) = (&self.shard, &self.batch)
-            && shard.inline
-            && self.poll().is_none()
-        {
-            shard.commit_inline();
+    fn help(&self) {
+        if self.batch.is_some() && self.shard.inline && self.poll().is_none() {
+            self.shard.commit_inline();
         }
     }
 
     /// The outcome if there is one, else a listener registered before a last look (so no
     /// completion can slip between the look and the sleep).
-    pub(super) fn outcome_or_listener(
-        &self,
-    ) -> std::result::Result<Result<()>, event_listener::EventListener> {
+    fn outcome_or_listener(&self) -> std::result::Result<Result<()>, EventListener> {
         if let Some(r) = self.poll() {
             return Ok(r);
         }
-        let Some(l) = self.listen() else {
-            return Ok(Ok(()));
-        };
+        let l = self.listen();
         match self.poll() {
             Some(r) => Ok(r),
             None => Err(l),
         }
     }
 
+    /// Blocks until the ticket's record (or state) is durable; `Err(Poisoned)` if it never will
+    /// be. In Buffered mode this thread commits the batch itself first (step 3).
     pub(crate) fn wait(&self) -> Result<()> {
         self.help();
         loop {
@@ -103,6 +132,7 @@ impl Ticket {
         }
     }
 
+    /// [`Ticket::wait`] without blocking a thread while the sync is in flight.
     pub(crate) async fn wait_async(&self) -> Result<()> {
         self.help();
         loop {
