@@ -1,6 +1,7 @@
 //! The crate's error type: every refusal names what happened and carries what a caller needs.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::name::{Incarnation, Offset};
 
@@ -145,8 +146,15 @@ pub enum Error {
         reason: String,
     },
     /// An earlier I/O failure on the durability path; nothing more is acknowledged until reopen.
+    ///
+    /// Every write refused by the same poisoned journal shard carries the same `source`: the
+    /// first failure on that shard (a failure that was not an I/O error, such as corruption found
+    /// while applying a record, is wrapped as an [`std::io::Error`] of kind `Other`).
     #[error("the store is poisoned by an earlier I/O failure on the durability path; reopen it")]
-    Poisoned,
+    Poisoned {
+        /// The failure that poisoned the shard.
+        source: Arc<std::io::Error>,
+    },
     /// The store was shut down.
     #[error("the store is shut down")]
     ShutDown,
@@ -156,10 +164,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// An `Error::Corrupt` for `path`: on-disk data failed validation for `reason`.
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
         Error::Corrupt {
             path: path.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// This error as an [`std::io::Error`], for recording as the cause of a poisoned shard: an
+    /// I/O error is kept as it is, anything else is wrapped.
+    pub(crate) fn into_io(self) -> std::io::Error {
+        match self {
+            Error::Io(e) => e,
+            other => std::io::Error::other(other),
         }
     }
 
@@ -195,7 +213,7 @@ impl Error {
             Error::SnapshotDeleteRefused => "SNAPSHOT_DELETE_REFUSED",
             Error::Locked(_) => "STORE_LOCKED",
             Error::Corrupt { .. } => "CORRUPT",
-            Error::Poisoned => "POISONED",
+            Error::Poisoned { .. } => "POISONED",
             Error::ShutDown => "SHUT_DOWN",
             Error::Io(_) => "IO_ERROR",
         }

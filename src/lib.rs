@@ -25,9 +25,9 @@
 #[cfg(feature = "client")]
 pub mod client; // a Rust client for any Durable Streams server, with the conditional-write recipes
 mod codec; // little-endian encoding helpers for the on-disk formats
-mod engine; // the store's machinery: streams, journal shards, checkpoints, recovery
+mod engine; // the store's machinery: registry, streams, group commit and the fsync protocol, checkpoints, recovery
 mod error; // Error, Result
-mod fs; // file-system helpers and the fsync protocol
+mod fs; // file-system helpers: the store lock, stream directories, directory and file-system syncs, sendfile
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing; // the on-disk decoders, exposed to the fuzz crate (feature "fuzzing")
@@ -35,12 +35,12 @@ pub mod fuzzing; // the on-disk decoders, exposed to the fuzz crate (feature "fu
 pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]
 pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping
-mod journal; // journal records, shard files, group commit
+mod journal; // journal records and files: frames, encoding, scanning
 mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability
 mod segment; // per-stream segment logs and mmap'd indexes
 mod sidecar; // the per-stream metadata checkpoint record
-mod state; // conditional state (Stream-Seq, producers, closure) and its checks
+mod state; // a stream's state (Stream-Seq, producers, closure) and the whole order of checks, pure
 mod store; // Store, the public entry point
 mod types; // requests and outcomes
 

@@ -1,6 +1,12 @@
 //! A stream's state (configuration, tail, closure, Stream-Seq, producer table, snapshots, forks)
 //! and the pure functions that check a request against it and apply a journal record to it.
 //!
+//! The whole order of checks for an append (DESIGN.md, "Order of checks") is
+//! [`StreamState::order_of_checks`]; the engine runs it on the *staged* state under the stream's
+//! `core` lock, after the request's syntax checks (row 0: [`filter_stream_seq`],
+//! [`validate_producer`], the body size) and with the body already converted by
+//! [`prepare_body`] outside the lock (its failure is reported only at row 9).
+//!
 //! The same `apply` runs when the journal thread commits a record and when recovery replays it,
 //! so the state a checkpoint stores is exactly the state replay would rebuild.
 
@@ -12,7 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::codec::{Dec, Enc};
 use crate::error::{Error, Result};
-use crate::name::Offset;
+use crate::name::{Incarnation, Offset};
 use crate::types::{AppendStatus, Expiry, Producer, SnapshotInfo};
 
 /// Longest Stream-Seq value (the seed: at most 256 bytes).
@@ -71,6 +77,7 @@ pub(crate) struct Body {
 }
 
 impl Body {
+    /// The number of messages in the body.
     pub(crate) fn messages(&self) -> u64 {
         self.ends.len() as u64
     }
@@ -148,12 +155,29 @@ pub(crate) fn validate_producer(p: &Producer) -> Result<()> {
 
 /// An append as the checks see it.
 pub(crate) struct AppendCheck<'a> {
+    /// The body converted by [`prepare_body`], or why it could not be (reported at row 9).
     pub(crate) body: &'a Result<Body>,
+    /// The request carries data (a non-empty body).
     pub(crate) has_data: bool,
+    /// The request's normalized content type, if it named one.
     pub(crate) content_type: Option<&'a str>,
+    /// The request closes the stream.
     pub(crate) close: bool,
+    /// The request's Stream-Seq, already filtered by [`filter_stream_seq`].
     pub(crate) stream_seq: Option<&'a str>,
+    /// The request's producer, already bounds-checked by [`validate_producer`].
     pub(crate) producer: Option<&'a Producer>,
+}
+
+/// Checks a caller's `expect`ed incarnation against the stream's `current` one (row 3 of the
+/// order of checks, and the same check on every other request that names an incarnation).
+pub(crate) fn check_incarnation(current: &str, expect: Option<&Incarnation>) -> Result<()> {
+    match expect {
+        Some(e) if e.as_str() != current => Err(Error::IncarnationMismatch {
+            current: Incarnation::from_raw(current.to_owned()),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// What the checks decided for an append that is not refused.
@@ -166,6 +190,8 @@ pub(crate) enum Decision {
 }
 
 impl StreamState {
+    /// The state of a new, empty incarnation whose own data starts at `base` (a fork's
+    /// divergence point, or zero).
     pub(crate) fn new(config: Config, base: Offset) -> Self {
         StreamState {
             config,
@@ -181,9 +207,38 @@ impl StreamState {
         }
     }
 
-    /// Checks an append in the documented order (DESIGN.md, "Order of checks"), after the
-    /// existence and incarnation checks: producer duplicate, closed, content type, producer
-    /// validity, Stream-Seq, body validation.
+    /// Runs the whole order of checks for an append (DESIGN.md, "Order of checks") on this
+    /// staged state, first failure wins:
+    ///
+    /// 1. the stream still exists (`gone`: deleted or expired since it was looked up) — `NotFound`;
+    /// 2. it is not soft-deleted — `Gone`;
+    /// 3. `expect`, if given, is its incarnation — `IncarnationMismatch`;
+    /// 4. to 9. the guards of [`StreamState::check_append`].
+    ///
+    /// Row 0 (header syntax and body size) runs before the stream is looked up. The expiry half
+    /// of row 1 is decided by the engine when it looks the stream up, before this, because
+    /// expiring a stream deletes it (under the registry lock, which ranks above `core`); so a
+    /// soft-deleted stream answers `Gone` even once it is past its expiry.
+    ///
+    /// Pure: a refusal changes nothing, and the caller applies an accepted append itself.
+    pub(crate) fn order_of_checks(
+        &self,
+        gone: bool,
+        expect: Option<&Incarnation>,
+        req: &AppendCheck<'_>,
+    ) -> Result<Decision> {
+        if gone {
+            return Err(Error::NotFound);
+        }
+        if self.soft_deleted {
+            return Err(Error::Gone);
+        }
+        check_incarnation(&self.config.incarnation, expect)?;
+        self.check_append(req)
+    }
+
+    /// Rows 4 to 9 of the order of checks, for a stream that exists in the expected incarnation:
+    /// producer duplicate, closed, content type, producer validity, Stream-Seq, body validation.
     pub(crate) fn check_append(&self, req: &AppendCheck<'_>) -> Result<Decision> {
         let known = req
             .producer
@@ -272,10 +327,44 @@ impl StreamState {
         }
     }
 
+    /// The newest published snapshot, if any.
     pub(crate) fn latest_snapshot(&self) -> Option<&SnapshotInfo> {
         self.snapshots.last()
     }
 
+    /// Checks a snapshot publication at `offset` against this state, as far as it can be
+    /// checked without the blob: `offset` within the retained data (`OffsetBeyondTail`,
+    /// `OffsetGone`), `expect_digest` is the latest snapshot's (`SnapshotMatchFailed`), and not
+    /// older than the latest snapshot unless it republishes one at the same offset
+    /// (`SnapshotStale`). Whether a republication matches is up to the caller, which has the
+    /// blob's digest.
+    pub(crate) fn check_snapshot(&self, offset: Offset, expect_digest: Option<&str>) -> Result<()> {
+        let latest = self.latest_snapshot();
+        let republish = self
+            .snapshots
+            .iter()
+            .any(|x| x.offset.bytes == offset.bytes);
+        if offset.bytes > self.tail.bytes {
+            return Err(Error::OffsetBeyondTail { tail: self.tail });
+        }
+        if offset.bytes < self.earliest.bytes {
+            return Err(Error::OffsetGone {
+                earliest: self.earliest,
+            });
+        }
+        if expect_digest.is_some_and(|want| latest.map(|l| l.digest.as_str()) != Some(want)) {
+            return Err(Error::SnapshotMatchFailed {
+                current: latest.map(|l| l.digest.clone()),
+            });
+        }
+        if let Some(l) = latest.filter(|l| l.offset.bytes > offset.bytes && !republish) {
+            return Err(Error::SnapshotStale { latest: l.offset });
+        }
+        Ok(())
+    }
+
+    /// Adds a published snapshot (a replayed one already present is left as it is), keeping
+    /// the list sorted by offset.
     pub(crate) fn apply_snapshot(&mut self, info: &SnapshotInfo) {
         if !self.snapshots.iter().any(|s| s.offset == info.offset) {
             self.snapshots.push(info.clone());
@@ -283,6 +372,8 @@ impl StreamState {
         }
     }
 
+    /// Moves the earliest readable offset forward to `to` (never back) and forgets snapshots
+    /// older than it, except the newest.
     pub(crate) fn apply_retention(&mut self, to: Offset) {
         if to > self.earliest {
             self.earliest = to;
@@ -294,7 +385,7 @@ impl StreamState {
             .retain(|s| s.offset >= earliest || Some(s.offset) == latest);
     }
 
-    // Sidecar payload codec (layout in DESIGN.md, "Sidecar").
+    /// Encodes the state as a sidecar payload (layout in DESIGN.md, "Sidecar").
     pub(crate) fn encode(&self, e: &mut Enc) {
         let c = &self.config;
         e.str(&c.name);
@@ -332,6 +423,7 @@ impl StreamState {
         e.u8(u8::from(self.soft_deleted));
     }
 
+    /// Decodes a sidecar payload written by [`StreamState::encode`]; `None` if it is malformed.
     pub(crate) fn decode(d: &mut Dec<'_>) -> Option<StreamState> {
         let config = Config {
             name: d.string()?,
@@ -398,6 +490,7 @@ pub(crate) struct AppendRecord {
     pub(crate) producer: Option<Producer>,
 }
 
+/// A copy of a [`prepare_body`] failure (which only ever fails with the variants kept here).
 fn clone_body_error(e: &Error) -> Error {
     match e {
         Error::InvalidJson(s) => Error::InvalidJson(s.clone()),
@@ -407,6 +500,7 @@ fn clone_body_error(e: &Error) -> Error {
     }
 }
 
+/// Encodes an expiry: `u8` 0 never, 1 then TTL seconds `u64`, 2 then ms since the epoch `u64`.
 pub(crate) fn encode_expiry(e: &mut Enc, x: &Expiry) {
     match x {
         Expiry::Never => e.u8(0),
@@ -424,6 +518,7 @@ pub(crate) fn encode_expiry(e: &mut Enc, x: &Expiry) {
     }
 }
 
+/// Decodes an expiry written by [`encode_expiry`]; `None` if it is malformed.
 pub(crate) fn decode_expiry(d: &mut Dec<'_>) -> Option<Expiry> {
     Some(match d.u8()? {
         0 => Expiry::Never,
@@ -433,6 +528,7 @@ pub(crate) fn decode_expiry(d: &mut Dec<'_>) -> Option<Expiry> {
     })
 }
 
+/// Encodes a snapshot's description: offset, digest, content type, length.
 pub(crate) fn encode_snapshot(e: &mut Enc, s: &SnapshotInfo) {
     e.offset(s.offset);
     e.str(&s.digest);
@@ -440,6 +536,7 @@ pub(crate) fn encode_snapshot(e: &mut Enc, s: &SnapshotInfo) {
     e.u64(s.len);
 }
 
+/// Decodes a snapshot's description written by [`encode_snapshot`]; `None` if malformed.
 pub(crate) fn decode_snapshot(d: &mut Dec<'_>) -> Option<SnapshotInfo> {
     Some(SnapshotInfo {
         offset: d.offset()?,

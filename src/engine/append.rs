@@ -1,0 +1,218 @@
+//! Appends (write-path steps 1 and 2): validation outside any lock, then the order of checks
+//! and the enqueueing of the record under the stream's `core` lock. The blocking entry point
+//! is [`Engine::append`]; the HTTP server's async workers try [`Engine::try_append`] first.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::name::{StreamName, normalize_content_type};
+use crate::options::Options;
+use crate::state::{
+    AppendCheck, AppendRecord, Decision, filter_stream_seq, prepare_body, validate_producer,
+};
+use crate::store::Pending;
+use crate::types::{AppendOutcome, AppendRequest, AppendStatus};
+
+use super::Engine;
+use super::shard::Shard;
+use super::stream::Stream;
+use super::ticket::Ticket;
+
+/// A refused append, with the durability ticket of the state the refusal rested on (the caller
+/// waits for it before answering, so a refusal never rests on state a crash could roll back).
+pub(crate) struct Refusal {
+    error: Error,
+    ticket: Option<Ticket>,
+}
+
+impl Refusal {
+    /// A refusal answered at once: it rests on nothing staged.
+    fn now(error: Error) -> Refusal {
+        Refusal {
+            error,
+            ticket: None,
+        }
+    }
+
+    /// A refusal by the order of checks on a stream whose staged state reaches `last_lsn`.
+    ///
+    /// Rows 4 to 9 rest on staged guard state (closure, producers, Stream-Seq) that a crash
+    /// could roll back, so they wait until it is durable. Rows 1 to 3 (`NotFound`, `Gone`,
+    /// `IncarnationMismatch`) are answered at once, as a lookup answers them.
+    fn checked(error: Error, shard: &Arc<Shard>, last_lsn: u64) -> Refusal {
+        let ticket = match error {
+            Error::NotFound | Error::Gone | Error::IncarnationMismatch { .. } => None,
+            _ => Some(shard.ticket(last_lsn)),
+        };
+        Refusal { error, ticket }
+    }
+}
+
+#[cfg(feature = "http")]
+/// What [`Engine::try_append`] did.
+pub(crate) enum Attempt {
+    /// Accepted (or answered without writing): wait on the pending outcome.
+    Accepted(Pending<AppendOutcome>),
+    /// Refused: wait on the ticket, if any, then answer with the error.
+    Refused(Error, Option<Ticket>),
+    /// Needs a blocking thread: call [`Engine::append`] there with the request.
+    Blocking(AppendRequest),
+}
+
+impl Engine {
+    /// Appends to a live stream; the outcome is acknowledged once the returned `Pending`
+    /// resolves. A refusal is returned only once the state it rested on is durable.
+    pub(crate) fn append(
+        &self,
+        name: &StreamName,
+        mut req: AppendRequest,
+    ) -> Result<Pending<AppendOutcome>> {
+        Self::validate_append(&self.options, &mut req)?;
+        let s = self.live(name)?;
+        match self.append_to(&s, req) {
+            Ok(p) => Ok(p),
+            Err(Refusal { error, ticket }) => {
+                // A refusal may rest on state that is not durable yet: wait for it first.
+                if let Some(t) = ticket {
+                    t.wait()?;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    #[cfg(feature = "http")]
+    /// The append path without any blocking step, for async callers: `Blocking` hands the
+    /// request back when the stream is not open (opening reads its files), has expired, or the
+    /// body is large enough that validating it belongs on a blocking thread.
+    pub(crate) fn try_append(&self, name: &StreamName, mut req: AppendRequest) -> Attempt {
+        const INLINE_BODY: usize = 64 << 10;
+        if let Err(e) = Self::validate_append(&self.options, &mut req) {
+            return Attempt::Refused(e, None);
+        }
+        if req.data.len() > INLINE_BODY {
+            return Attempt::Blocking(req);
+        }
+        let s = {
+            let reg = self.registry.lock();
+            match reg.get(name.as_str()) {
+                Some(s) => s.clone(),
+                None => return Attempt::Blocking(req),
+            }
+        };
+        // As `Engine::live` would answer, without deleting an expired stream here.
+        {
+            let core = s.core.lock();
+            if core.gone {
+                return Attempt::Refused(Error::NotFound, None);
+            }
+            if core.state.soft_deleted {
+                return Attempt::Refused(Error::Gone, None);
+            }
+        }
+        if s.expired() {
+            return Attempt::Blocking(req);
+        }
+        s.mark_used();
+        match self.append_to(&s, req) {
+            Ok(p) => Attempt::Accepted(p),
+            Err(Refusal { error, ticket }) => Attempt::Refused(error, ticket),
+        }
+    }
+
+    /// Row 0 of the order of checks, before the stream is looked up: the body's size, the
+    /// Stream-Seq's length and the producer's bounds. Replaces the request's Stream-Seq with
+    /// its filtered value (a non-printable one is dropped, as if absent).
+    fn validate_append(options: &Options, req: &mut AppendRequest) -> Result<()> {
+        if req.data.len() > options.max_append_bytes {
+            return Err(Error::TooLarge(format!(
+                "body is larger than {} bytes",
+                options.max_append_bytes
+            )));
+        }
+        req.stream_seq = filter_stream_seq(req.stream_seq.take())?;
+        if let Some(p) = &req.producer {
+            validate_producer(p)?;
+        }
+        Ok(())
+    }
+
+    /// Steps 1 and 2 of the write path for a validated append (see
+    /// [`Engine::validate_append`]) to a stream found live: converts the body outside any lock,
+    /// then under `core` runs the whole order of checks on the staged state, stages the change
+    /// and enqueues its record, so journal order is check order.
+    fn append_to(
+        &self,
+        s: &Arc<Stream>,
+        req: AppendRequest,
+    ) -> Result<Pending<AppendOutcome>, Refusal> {
+        let ct = req
+            .content_type
+            .as_deref()
+            .map(normalize_content_type)
+            .transpose()
+            .map_err(Refusal::now)?;
+        let has_data = !req.data.is_empty();
+        // Step 1: validate and convert the body outside any lock; a failure is row 9's.
+        let body = prepare_body(s.json, req.data, false);
+        let shard = &self.shards[s.shard];
+        // Step 2.
+        let mut core = s.core.lock();
+        let check = AppendCheck {
+            body: &body,
+            has_data,
+            content_type: ct.as_deref(),
+            close: req.close,
+            stream_seq: req.stream_seq.as_deref(),
+            producer: req.producer.as_ref(),
+        };
+        let decision = core
+            .state
+            .order_of_checks(core.gone, req.expect.as_ref(), &check)
+            .map_err(|e| Refusal::checked(e, shard, core.last_lsn))?;
+        s.touch();
+        match decision {
+            Decision::Answer(status) => {
+                let echo = req
+                    .producer
+                    .as_ref()
+                    .and_then(|p| core.state.producers.get(&p.id).map(|x| (x.epoch, x.seq)));
+                let outcome = AppendOutcome {
+                    status,
+                    tail: core.state.tail,
+                    closed: core.state.closed,
+                    producer: echo,
+                    incarnation: s.incarnation.clone(),
+                };
+                let ticket = shard.ticket(core.last_lsn);
+                Ok(Pending {
+                    value: outcome,
+                    ticket,
+                })
+            }
+            Decision::Accept => {
+                let rec = AppendRecord {
+                    start: core.state.tail,
+                    body: body.unwrap_or_default(),
+                    close: req.close,
+                    stream_seq: req.stream_seq,
+                    producer: req.producer,
+                };
+                core.state.apply_append(&rec);
+                let outcome = AppendOutcome {
+                    status: AppendStatus::Appended,
+                    tail: core.state.tail,
+                    closed: core.state.closed,
+                    producer: rec.producer.as_ref().map(|p| (p.epoch, p.seq)),
+                    incarnation: s.incarnation.clone(),
+                };
+                let ticket = shard.push(s, s.append_record(rec)).map_err(Refusal::now)?;
+                core.last_lsn = ticket.lsn;
+                Ok(Pending {
+                    value: outcome,
+                    ticket,
+                })
+            }
+        }
+    }
+}

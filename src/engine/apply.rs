@@ -1,0 +1,161 @@
+//! Applying a journal record to a stream's files and applied state (write-path step 3, and
+//! recovery's replay: the same function, so a checkpoint stores exactly what replay rebuilds),
+//! and removing the files a durable record made obsolete.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::fs;
+use crate::journal::Record;
+use crate::name::Offset;
+use crate::options::Options;
+use crate::segment::SegmentSet;
+
+use super::stream::Stream;
+
+/// Applies one record at `lsn` to a stream's files and applied state (under its `data` lock).
+/// Paths to remove once the record is durable are pushed to `after`.
+///
+/// Idempotent: a record at or below the stream's applied LSN is skipped (replay after a
+/// checkpoint), except a Create for a stream with no segments yet. Deletes move the directory
+/// to the trash now; it is emptied only once the delete is durable (see [`discard`]).
+pub(super) fn apply(
+    root: &Path,
+    options: &Options,
+    stream: &Stream,
+    lsn: u64,
+    record: &Record,
+    after: &mut Vec<PathBuf>,
+) -> Result<()> {
+    let mut d = stream.data.lock();
+    if lsn <= d.applied_lsn && !matches!(record, Record::Create { .. }) {
+        return Ok(());
+    }
+    match record {
+        Record::Create { state, initial } => {
+            if d.segs.is_some() && lsn <= d.applied_lsn {
+                return Ok(());
+            }
+            // Only replay finds the directory already there, holding this incarnation's files from
+            // before the crash (an earlier incarnation's directory went to the trash with its
+            // delete, which precedes this create in the same journal). Its segments are rebuilt
+            // from here; its snapshot blobs were made durable before their records and stay.
+            if stream.dir.exists() {
+                for e in std::fs::read_dir(&stream.dir)?.flatten() {
+                    let keep = e
+                        .file_name()
+                        .to_str()
+                        .is_some_and(|n| parse_snapshot_file(n).is_some());
+                    if keep {
+                        continue;
+                    }
+                    if e.path().is_dir() {
+                        std::fs::remove_dir_all(e.path())?;
+                    } else {
+                        std::fs::remove_file(e.path())?;
+                    }
+                }
+            }
+            std::fs::create_dir_all(&stream.dir)?;
+            let mut segs = SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?;
+            segs.append(initial.start, &initial.body)?;
+            d.state = (**state).clone();
+            d.state.apply_append(initial);
+            d.segs = Some(segs);
+        }
+        Record::Append { rec, .. } => {
+            let segs = d
+                .segs
+                .as_mut()
+                .ok_or_else(|| Error::corrupt(&stream.dir, "append before create"))?;
+            segs.append(rec.start, &rec.body)?;
+            d.state.apply_append(rec);
+        }
+        Record::Delete { soft: true, .. } => d.state.soft_deleted = true,
+        Record::Delete { soft: false, .. } => {
+            d.deleted = true;
+            d.segs = None;
+            // Move the directory aside now, so a later create of the same name starts clean; the
+            // trash is emptied once the delete is durable (and restored by recovery if it is not).
+            let trash =
+                root.join("trash")
+                    .join(format!("{}-{}", dir_key(&stream.dir), stream.incarnation));
+            if stream.dir.exists() {
+                std::fs::rename(&stream.dir, &trash)?;
+            }
+            after.push(trash);
+        }
+        Record::Snapshot { info, .. } => d.state.apply_snapshot(info),
+        Record::Retention { to, .. } => {
+            d.state.apply_retention(*to);
+            // Forks read their inherited range from this stream's segments: while any fork
+            // exists, retention moves the earliest offset but reclaims nothing.
+            let reclaim = d.state.forks.is_empty();
+            if let Some(segs) = d.segs.as_mut().filter(|_| reclaim) {
+                after.extend(segs.retain(to.bytes));
+            }
+            let keep: Vec<Offset> = d.state.snapshots.iter().map(|s| s.offset).collect();
+            if let Ok(rd) = std::fs::read_dir(&stream.dir) {
+                for e in rd.flatten() {
+                    let n = e.file_name();
+                    if let Some(o) = n.to_str().and_then(parse_snapshot_file)
+                        && !keep.contains(&o)
+                    {
+                        after.push(e.path());
+                    }
+                }
+            }
+        }
+        Record::ForkRef { fork, add, .. } => {
+            if *add {
+                d.state.forks.insert(fork.clone());
+            } else {
+                d.state.forks.remove(fork);
+            }
+        }
+    }
+    d.applied_lsn = lsn;
+    Ok(())
+}
+
+/// The last component of a stream directory (its key), naming its trash directory.
+pub(super) fn dir_key(dir: &Path) -> String {
+    dir.file_name()
+        .and_then(|s| s.to_str())
+        .unwrap_or("unknown")
+        .to_owned()
+}
+
+/// The file name of the snapshot blob at `offset` (`snap-{offset}.blob`).
+pub(super) fn snapshot_file(offset: Offset) -> String {
+    format!("snap-{offset}.blob")
+}
+
+/// The offset of a snapshot blob's file name written by [`snapshot_file`], else `None`.
+pub(super) fn parse_snapshot_file(name: &str) -> Option<Offset> {
+    name.strip_prefix("snap-")?
+        .strip_suffix(".blob")?
+        .parse()
+        .ok()
+}
+
+/// Removes a file or trash directory that a durable record made obsolete. A directory is first
+/// renamed to `*.gone` and the rename synced, so a crash while it is being emptied leaves a
+/// directory that recovery finishes removing, never a partial one that it would restore.
+pub(super) fn discard(p: &Path) {
+    if !p.is_dir() {
+        let _ = std::fs::remove_file(p);
+        return;
+    }
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let gone = p.with_file_name(format!("{name}.gone"));
+    if std::fs::rename(p, &gone).is_err() {
+        return;
+    }
+    if let Some(parent) = gone.parent() {
+        let _ = fs::sync_dir(parent);
+    }
+    let _ = std::fs::remove_dir_all(&gone);
+}

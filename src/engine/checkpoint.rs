@@ -1,0 +1,199 @@
+//! Checkpoints (write-path step 6): the writer rotates the journal and takes each dirty stream's
+//! applied state (6a); the shard's checkpoint thread makes that state durable in the streams'
+//! sidecars and drops the journal files it replaces (6b to 6e), while commits go on.
+//!
+//! One checkpoint runs at a time per shard. A sidecar never claims more than is durable: it is
+//! written after a `syncfs` that covers every file change applied before the rotation, and the
+//! old journal goes only after a second `syncfs` covers the sidecars.
+
+use std::fs::File;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use event_listener::Listener;
+
+use crate::error::{Error, Result};
+use crate::fs;
+use crate::journal;
+use crate::sidecar;
+use crate::state::StreamState;
+
+use super::Engine;
+use super::shard::{Shard, Writer, open_journal_file};
+use super::stream::Stream;
+
+/// One checkpoint, handed from the writer (which rotated the journal) to the checkpoint thread.
+pub(super) struct CheckpointJob {
+    /// The rotation point: every record below it is in the streams' files and in `streams`.
+    lsn: u64,
+    /// The checkpoint requests this one answers.
+    requests: u64,
+    /// Each dirty stream with its applied LSN and state at the rotation.
+    streams: Vec<(Arc<Stream>, u64, StreamState)>,
+}
+
+/// The hand-off between a shard's writer and its checkpoint thread (under `Shard::checkpoints`).
+#[derive(Default)]
+pub(super) struct Checkpoints {
+    /// The posted job, until the checkpoint thread takes it.
+    job: Option<CheckpointJob>,
+    /// A job is posted or running.
+    pub(super) busy: bool,
+    /// Shutdown: the checkpoint thread exits once no job is left.
+    pub(super) stop: bool,
+}
+
+impl Shard {
+    /// Step 6a, under `writer` between two batches: later batches go to a new journal file
+    /// starting at the current LSN; the dirty streams' applied state at this point is what the
+    /// checkpoint records. Streams deleted meanwhile are left out.
+    pub(super) fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
+        let lsn = w.end_lsn;
+        if lsn > w.file_base {
+            w.file = open_journal_file(&self.dir, self.id, lsn)?;
+            w.file_base = lsn;
+            w.written = 0;
+            w.fresh = true;
+        }
+        let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
+        let mut streams = Vec::with_capacity(dirty.len());
+        for s in dirty {
+            let d = s.data.lock();
+            if !d.deleted {
+                let (lsn, state) = (d.applied_lsn, d.state.clone());
+                drop(d);
+                streams.push((s, lsn, state));
+            }
+        }
+        Ok(CheckpointJob {
+            lsn,
+            requests,
+            streams,
+        })
+    }
+
+    /// Hands a rotated job to the checkpoint thread (which must be idle: see `busy`).
+    pub(super) fn post_checkpoint(&self, job: CheckpointJob) {
+        let mut c = self.checkpoints.lock();
+        c.job = Some(job);
+        c.busy = true;
+        self.checkpoints_cv.notify_all();
+    }
+
+    /// Waits until no checkpoint is posted or running.
+    pub(super) fn wait_checkpoints(&self) {
+        let mut c = self.checkpoints.lock();
+        while c.busy {
+            self.checkpoints_cv.wait(&mut c);
+        }
+    }
+
+    /// The checkpoint thread: runs the jobs the writer posts, one at a time, until shutdown. A
+    /// failed checkpoint poisons the shard; a job on a poisoned shard only answers its requests.
+    pub(super) fn checkpointer(self: Arc<Self>) {
+        let syncer = match File::open(&self.dir) {
+            Ok(f) => f,
+            Err(e) => {
+                self.poison(e.into());
+                return;
+            }
+        };
+        loop {
+            let job = {
+                let mut c = self.checkpoints.lock();
+                loop {
+                    if let Some(job) = c.job.take() {
+                        break job;
+                    }
+                    if c.stop {
+                        return;
+                    }
+                    self.checkpoints_cv.wait(&mut c);
+                }
+            };
+            if self.poisoned().is_none()
+                && let Err(e) = self.checkpoint(&syncer, &job)
+            {
+                self.poison(e);
+            }
+            self.checkpointed.fetch_max(job.requests, Ordering::AcqRel);
+            drop(job);
+            self.checkpoints.lock().busy = false;
+            self.checkpoints_cv.notify_all();
+            self.checkpoint_done.notify(usize::MAX);
+        }
+    }
+
+    /// Steps 6b to 6e: makes the job's streams' files and sidecars durable and drops the journal
+    /// files before its rotation point. Runs beside the writer, which goes on committing; takes
+    /// one stream's `data` at a time.
+    pub(super) fn checkpoint(&self, syncer: &File, job: &CheckpointJob) -> Result<()> {
+        let started = Instant::now();
+        // 6b [sync]. Everything applied before the rotation (segments, indexes, directories)
+        // becomes durable (and whatever was applied since: sidecars never claim more than that).
+        fs::sync_fs(syncer)?;
+        // 6c. Sidecars record each stream's state at the rotation.
+        for (s, lsn, state) in &job.streams {
+            let mut d = s.data.lock();
+            if d.deleted {
+                continue;
+            }
+            d.generation += 1;
+            sidecar::write(&s.dir, d.generation, *lsn, state)?;
+            d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
+        }
+        // 6d [sync]. The sidecars become durable; only then may the journal they replace go.
+        fs::sync_fs(syncer)?;
+        // 6e. Drop the replaced journal files, durably.
+        let mut dropped = 0u64;
+        for (base, path) in journal::list_files(&self.dir)? {
+            if base < job.lsn {
+                dropped += std::fs::metadata(&path).map_or(0, |m| m.len());
+                std::fs::remove_file(path)?;
+            }
+        }
+        fs::sync_dir(&self.dir)?;
+        tracing::debug!(
+            shard = self.id,
+            streams = job.streams.len(),
+            journal_bytes_dropped = dropped,
+            elapsed = ?started.elapsed(),
+            "checkpoint"
+        );
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Checkpoints every shard (step 6) and waits until each checkpoint is done: afterwards
+    /// every acknowledged change is in the streams' sidecars and recovery replays nothing
+    /// written before the call. Fails on a poisoned shard, with its cause.
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        for shard in &self.shards {
+            let n = {
+                let mut q = shard.queue.lock();
+                if q.shutdown {
+                    return Err(Error::ShutDown);
+                }
+                q.checkpoint_requests += 1;
+                q.checkpoint_requests
+            };
+            shard.wake.notify_one();
+            loop {
+                if let Some(e) = shard.poisoned() {
+                    return Err(e);
+                }
+                if shard.checkpointed.load(Ordering::Acquire) >= n {
+                    break;
+                }
+                let l = shard.checkpoint_done.listen();
+                if shard.checkpointed.load(Ordering::Acquire) >= n || shard.poisoned().is_some() {
+                    continue;
+                }
+                l.wait();
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,287 @@
+//! The store's machinery: the stream registry, per-stream locks, journal shards with group
+//! commit, checkpoints, recovery and expiry. `Store` is its public face.
+//!
+//! # Modules
+//!
+//! | module | what |
+//! |---|---|
+//! | `stream` | the in-memory `Stream`: `core` (staged), `data` (applied, files), `visible` (durable) |
+//! | `registry` | lookup and loading, the live-stream check, eviction, listing |
+//! | `ticket` | durability tickets and the batch signals they wait on |
+//! | `shard` | a journal shard: queue, writer, group commit (steps 3 to 5), poisoning |
+//! | `checkpoint` | journal rotation and the checkpoint thread (step 6) |
+//! | `apply` | applying one journal record to a stream's files and applied state |
+//! | `recovery` | the store manifest, trash restore, journal replay |
+//! | `lifecycle` | create, fork, confirm an existing stream, delete, release a fork's source |
+//! | `fork` | positions, boundaries and data along a fork chain |
+//! | `append` | appends (steps 1 and 2) |
+//! | `read` | reads and waits |
+//! | `snapshot` | snapshots and retention |
+//! | `expiry` | expiring streams, the reaper thread |
+//!
+//! # Write path
+//!
+//! Numbered as DESIGN.md ("Write path") and the comments in this module's files cite it; sync
+//! points are marked **\[sync\]**.
+//!
+//! 1. The caller prepares the body (JSON validation and flattening) without any lock.
+//! 2. Under the stream's `core` lock it runs the whole order of checks against the *staged*
+//!    state (`StreamState::order_of_checks`), applies the change to that state, encodes the
+//!    journal record into its shard's queue (shard lock, a memcpy) and notes the record's LSN.
+//!    Holding `core` while enqueueing keeps journal order equal to the order of the checks.
+//! 3. A committer takes the whole queue as one batch under the shard's `writer` lock, writes it
+//!    to the journal file with one `write`, and applies each record to its stream's files and
+//!    *applied* state (`data` lock), with the same `apply` recovery uses. The committer is the
+//!    shard thread in Sync mode; in Buffered mode it is the writer that waits on (or drops) its
+//!    ticket, on its own thread.
+//! 4. **\[sync\]** It `fdatasync`s the journal (Sync mode only): one sync for every record in
+//!    the batch, on any stream.
+//! 5. It publishes each touched stream's durable view (`visible`), wakes its waiters, advances
+//!    the shard's durable LSN and finishes the batch, waking the writers waiting on it: only then
+//!    is anything acknowledged or readable. Files the batch made obsolete are removed now.
+//! 6. Checkpoint, when the journal passes `checkpoint_bytes` or the dirty streams reach their
+//!    bound, on `Store::checkpoint`, after recovery and at shutdown: (a) under `writer`, between
+//!    two batches, the committer rotates the journal and takes each dirty stream's applied
+//!    state; the shard's checkpoint thread then (b) **\[sync\]** `syncfs`, (c) writes the
+//!    sidecars, (d) **\[sync\]** `syncfs`, (e) deletes the journal files before the rotation
+//!    point and syncs the journal directory, while commits go on.
+//!
+//! # Lock order
+//!
+//! registry → stream `core` → (shard `queue` | shard `writer` → stream `data` → stream
+//! `visible`). A lock is only ever taken while holding locks to its left:
+//!
+//! * writers hold `core` while they push to `queue` (a leaf); committers take `writer`, then
+//!   `data` and `visible` of the streams in their batch, never `core` (a Buffered writer commits
+//!   only after it let go of `core`, in `Ticket::wait` or its drop);
+//! * the checkpoint thread takes one stream's `data` at a time;
+//! * readers take `data` (to slice segments) and `visible` (a copy of the view), never with
+//!   `core`; waiters look at `visible` and `core` one after the other, never holding both;
+//! * eviction only *tries* `data` and `core` under the registry lock, so it never waits.
+//!
+//! So writers, committers, readers and the checkpoint thread cannot deadlock.
+
+mod append;
+mod apply;
+mod checkpoint;
+mod expiry;
+mod fork;
+mod lifecycle;
+mod read;
+mod recovery;
+mod registry;
+mod shard;
+mod snapshot;
+mod stream;
+mod ticket;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::Result;
+use crate::fs;
+use crate::options::Options;
+
+#[cfg(feature = "http")]
+pub(crate) use append::Attempt;
+use expiry::reaper;
+use recovery::{Replayed, replay_shard, restore_trash, store_manifest};
+use shard::{Shard, new_journal_file};
+use stream::Stream;
+pub(crate) use ticket::Ticket;
+
+/// An open store: its streams, its journal shards and the threads that serve them.
+pub(crate) struct Engine {
+    /// The data directory (canonical).
+    root: PathBuf,
+    options: Options,
+    /// The directory's `LOCK` file, `flock`ed while the store is open.
+    _lock: File,
+    /// Open streams (and tombstones) by name: see `registry`.
+    registry: Mutex<HashMap<String, Arc<Stream>>>,
+    shards: Vec<Arc<Shard>>,
+    /// The shard, checkpoint and reaper threads, joined at shutdown.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// `shutdown` ran.
+    stopped: AtomicBool,
+    /// Makes incarnation tokens and temporary file names unique within the process.
+    counter: AtomicU64,
+    /// Tells the reaper thread to stop.
+    reaper_stop: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Drop for Engine {
+    /// Shuts the store down (a poisoned shard's error is lost here: call `shutdown` to see it).
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Engine {
+    /// Opens (creating if needed) the store in `dir`: takes its lock, reads or writes the
+    /// manifest, restores the trash, replays each shard's journal and checkpoints the replayed
+    /// state (DESIGN.md, "Recovery"), then starts the shard, checkpoint and reaper threads.
+    pub(crate) fn open(dir: &Path, options: Options) -> Result<Arc<Engine>> {
+        let started = Instant::now();
+        options.validate()?;
+        std::fs::create_dir_all(dir)?;
+        let root = dir.canonicalize()?;
+        let lock = fs::lock(&root)?;
+        let mut options = options;
+        options.journal_shards = store_manifest(&root, options.journal_shards)?;
+        std::fs::create_dir_all(root.join("streams"))?;
+        std::fs::create_dir_all(root.join("trash"))?;
+        restore_trash(&root)?;
+
+        let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
+        let mut replayed = Replayed::default();
+        let mut shards = Vec::new();
+        for id in 0..options.journal_shards {
+            let jdir = root.join("journal").join(format!("{id:02}"));
+            std::fs::create_dir_all(&jdir)?;
+            let end = replay_shard(&root, &options, id, &jdir, &mut registry, &mut replayed)?;
+            let file = new_journal_file(&jdir, id, end)?;
+            let shard = Arc::new(Shard::new(
+                id,
+                jdir.clone(),
+                root.clone(),
+                &options,
+                file,
+                end,
+            ));
+            // Streams replayed from this shard's journal are dirty until the first checkpoint.
+            {
+                let mut dirty = shard.dirty.lock();
+                for (name, s) in &registry {
+                    let dirty_now = s.shard == id && {
+                        let d = s.data.lock();
+                        d.applied_lsn > d.checkpointed_lsn
+                    };
+                    if dirty_now {
+                        dirty.insert(name.clone(), s.clone());
+                    }
+                }
+            }
+            // Make the replayed state a checkpoint right away, so the old journal can go.
+            let job = shard.rotate(&mut shard.writer.lock(), 0)?;
+            shard.checkpoint(&File::open(&jdir)?, &job)?;
+            shards.push(shard);
+        }
+        registry.retain(|_, s| !s.data.lock().deleted);
+        tracing::info!(
+            journal_bytes = replayed.bytes,
+            records = replayed.records,
+            streams = replayed.streams.len(),
+            elapsed = ?started.elapsed(),
+            "recovered store"
+        );
+        let mut threads = Vec::new();
+        for shard in &shards {
+            let (s, name) = (shard.clone(), format!("brook-journal-{}", shard.id));
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || s.run())?,
+            );
+            let (s, name) = (shard.clone(), format!("brook-checkpoint-{}", shard.id));
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || s.checkpointer())?,
+            );
+        }
+        let engine = Arc::new(Engine {
+            root,
+            options,
+            _lock: lock,
+            registry: Mutex::new(registry),
+            shards,
+            threads: Mutex::new(threads),
+            stopped: AtomicBool::new(false),
+            counter: AtomicU64::new(0),
+            reaper_stop: Arc::new((Mutex::new(false), Condvar::new())),
+        });
+        let weak = Arc::downgrade(&engine);
+        let stop = engine.reaper_stop.clone();
+        let reaper = std::thread::Builder::new()
+            .name("brook-expiry".into())
+            .spawn(move || reaper(&weak, &stop))?;
+        engine.threads.lock().push(reaper);
+        Ok(engine)
+    }
+
+    /// The options the store runs with (the shard count as the manifest fixed it).
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The shard a stream's records go to: by the hash of its name, so it never changes.
+    fn shard_of(&self, name: &str) -> usize {
+        let k = fs::key(name);
+        (u64::from_le_bytes([k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]])
+            % self.shards.len() as u64) as usize
+    }
+
+    /// A new incarnation token for `name`: the creation time in ms (hex), then 80 bits of a hash
+    /// of the time, a process-wide counter, the process id and the name (unique in practice).
+    fn new_incarnation(&self, name: &str) -> String {
+        use sha2::Digest;
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let mut h = sha2::Sha256::new();
+        h.update(t.to_le_bytes());
+        h.update(n.to_le_bytes());
+        h.update(std::process::id().to_le_bytes());
+        h.update(name.as_bytes());
+        let d = h.finalize();
+        format!("{:x}-{}", t / 1_000_000, hex(&d[..10]))
+    }
+
+    /// Stops the store: stops the reaper, lets each shard thread commit what is queued and run
+    /// a last checkpoint, and joins the threads. Idempotent. Fails with a poisoned shard's
+    /// error (and its cause) if any shard is poisoned.
+    pub(crate) fn shutdown(&self) -> Result<()> {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let (m, cv) = &*self.reaper_stop;
+            *m.lock() = true;
+            cv.notify_all();
+        }
+        for shard in &self.shards {
+            shard.queue.lock().shutdown = true;
+            shard.wake.notify_one();
+        }
+        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock());
+        let me = std::thread::current().id();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        match self.shards.iter().find_map(|s| s.poisoned()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}

@@ -1,0 +1,456 @@
+//! A journal shard: the queue records wait in, the writer that commits them as one batch (group
+//! commit, write-path steps 3 to 5), the shard thread, and poisoning.
+//!
+//! A shard's records are committed in queue order, which is the order their checks ran in (each
+//! record is enqueued under its stream's `core` lock). One `fdatasync` covers a whole batch, on
+//! any number of streams. The first failure on the durability path poisons the shard: it is kept
+//! as the cause of every later refusal (`Error::Poisoned`) until the store is reopened.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use event_listener::Event;
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::fs;
+use crate::journal::{self, Record};
+use crate::options::{Durability, Options};
+
+use super::apply::{apply, discard};
+use super::checkpoint::Checkpoints;
+use super::stream::{Stream, Visible};
+use super::ticket::{Batch, Ticket};
+
+/// How long the shard thread leaves queued records to their writers (Buffered mode) before it
+/// commits them itself: the bound on the delay of a record whose `Pending` nobody waits on.
+const LINGER: Duration = Duration::from_millis(20);
+
+/// A journal sync slower than this is logged (at warn): the disk is struggling.
+const SLOW_SYNC: Duration = Duration::from_millis(100);
+
+/// A record waiting in the queue, with the LSN just past its frame.
+pub(super) struct Queued {
+    pub(super) stream: Arc<Stream>,
+    pub(super) record: Record,
+    pub(super) lsn: u64,
+}
+
+/// What writers hand to the committer; guarded by the shard lock (`Shard::queue`).
+pub(super) struct Queue {
+    /// The encoded frames of `items`, in order: the next batch's bytes.
+    buf: Vec<u8>,
+    items: Vec<Queued>,
+    /// The completion signal of the batch now forming.
+    batch: Arc<Batch>,
+    /// The LSN just past the last queued frame.
+    next_lsn: u64,
+    pub(super) shutdown: bool,
+    /// Checkpoints asked for by `Engine::checkpoint` (a count; see `Shard::checkpointed`).
+    pub(super) checkpoint_requests: u64,
+    /// A writer committing its own batch found a checkpoint due (Buffered mode).
+    checkpoint_due: bool,
+    /// The shard thread sleeps until a push wakes it (Buffered mode: writers commit their own
+    /// batches, so only the first push after an idle spell wakes the thread).
+    idle: bool,
+}
+
+/// The journal file and what is written to it; held while a batch is written and applied.
+pub(super) struct Writer {
+    pub(super) file: File,
+    /// The LSN of the current file's first record byte (its name).
+    pub(super) file_base: u64,
+    /// LSN just past the last byte written. Records still queued have higher LSNs, so a rotation
+    /// starts the new file here, not at the queue's next LSN.
+    pub(super) end_lsn: u64,
+    /// Bytes written since the last rotation.
+    pub(super) written: u64,
+    /// The file was created by a rotation and its directory entry is not durable yet.
+    pub(super) fresh: bool,
+    /// Buffers swapped with the queue's, so a batch allocates nothing.
+    spare_buf: Vec<u8>,
+    spare_items: Vec<Queued>,
+    /// The streams of the batch being committed, each once.
+    touched: Vec<Arc<Stream>>,
+}
+
+/// One journal shard: its queue, its writer, its durable LSN and its checkpoint hand-off.
+///
+/// Lock order inside a shard: `queue` is a leaf (held only to push or take the queue); `writer`
+/// is taken before any stream's `data` and `visible`, never while holding `queue`.
+pub(crate) struct Shard {
+    pub(super) id: usize,
+    /// The shard's journal directory (`journal/NN`).
+    pub(super) dir: PathBuf,
+    /// The store's root directory (for the trash a delete moves a stream to).
+    root: PathBuf,
+    pub(super) options: Options,
+    /// Buffered mode: a writer commits the queue itself when it waits (no thread hand-off).
+    pub(super) inline: bool,
+    pub(super) queue: Mutex<Queue>,
+    /// Wakes the shard thread: records were queued, a checkpoint was asked for, or shutdown.
+    pub(super) wake: Condvar,
+    pub(super) writer: Mutex<Writer>,
+    /// The LSN up to which this shard's journal is durable (as the durability mode promises).
+    pub(super) durable_lsn: AtomicU64,
+    /// Notified when `durable_lsn` advances or the shard is poisoned.
+    pub(super) durable: Event,
+    /// The first failure on the durability path; once set, nothing more is committed.
+    poison: OnceLock<Arc<std::io::Error>>,
+    pub(super) checkpoints: Mutex<Checkpoints>,
+    pub(super) checkpoints_cv: Condvar,
+    /// The checkpoint requests answered so far.
+    pub(super) checkpointed: AtomicU64,
+    /// Notified when a checkpoint finishes or the shard is poisoned.
+    pub(super) checkpoint_done: Event,
+    /// Streams whose applied state is newer than their sidecar (changed under `writer`).
+    pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
+}
+
+impl Shard {
+    /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`).
+    pub(super) fn new(
+        id: usize,
+        dir: PathBuf,
+        root: PathBuf,
+        options: &Options,
+        file: File,
+        end: u64,
+    ) -> Shard {
+        Shard {
+            id,
+            dir,
+            root,
+            options: options.clone(),
+            inline: options.durability == Durability::Buffered,
+            queue: Mutex::new(Queue {
+                buf: Vec::with_capacity(64 << 10),
+                items: Vec::new(),
+                batch: Batch::new(),
+                next_lsn: end,
+                shutdown: false,
+                checkpoint_requests: 0,
+                checkpoint_due: false,
+                idle: false,
+            }),
+            wake: Condvar::new(),
+            writer: Mutex::new(Writer {
+                file,
+                file_base: end,
+                end_lsn: end,
+                written: 0,
+                fresh: false,
+                spare_buf: Vec::with_capacity(64 << 10),
+                spare_items: Vec::new(),
+                touched: Vec::new(),
+            }),
+            durable_lsn: AtomicU64::new(end),
+            durable: Event::new(),
+            poison: OnceLock::new(),
+            checkpoints: Mutex::new(Checkpoints::default()),
+            checkpoints_cv: Condvar::new(),
+            checkpointed: AtomicU64::new(0),
+            checkpoint_done: Event::new(),
+            dirty: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Encodes and enqueues a record (step 2's end); returns its ticket. Called with the
+    /// stream's `core` held, so the record's place in the journal is its place in check order.
+    pub(super) fn push(self: &Arc<Self>, stream: &Arc<Stream>, record: Record) -> Result<Ticket> {
+        if let Some(e) = self.poisoned() {
+            return Err(e);
+        }
+        let mut q = self.queue.lock();
+        if q.shutdown {
+            return Err(Error::ShutDown);
+        }
+        let len = record.encode_frame(&mut q.buf) as u64;
+        q.next_lsn += len;
+        let lsn = q.next_lsn;
+        q.items.push(Queued {
+            stream: stream.clone(),
+            record,
+            lsn,
+        });
+        let batch = q.batch.clone();
+        let wake = !self.inline || std::mem::take(&mut q.idle);
+        drop(q);
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(Ticket::for_batch(self.clone(), lsn, batch))
+    }
+
+    /// A ticket for state already staged up to `lsn` (a refusal, a duplicate, an idempotent
+    /// create): durable once the shard's durable LSN reaches it.
+    pub(super) fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
+        Ticket::for_lsn(self.clone(), lsn)
+    }
+
+    /// The error every write on a poisoned shard gets (carrying the first failure), or `None`
+    /// while the shard is healthy.
+    pub(super) fn poisoned(&self) -> Option<Error> {
+        self.poison.get().map(|cause| Error::Poisoned {
+            source: cause.clone(),
+        })
+    }
+
+    /// The error of a write that failed because the shard is poisoned. The cause is recorded
+    /// before any batch fails, so the fallback (a cause of unknown origin) is never expected.
+    pub(super) fn poisoned_error(&self) -> Error {
+        self.poisoned().unwrap_or_else(|| Error::Poisoned {
+            source: Arc::new(std::io::Error::other("journal batch failed")),
+        })
+    }
+
+    /// Poisons the shard with `cause` and wakes everyone waiting on it. Only the first cause is
+    /// kept (and logged); later failures are consequences of it.
+    pub(super) fn poison(&self, cause: Error) {
+        let mut first = false;
+        let kept = self.poison.get_or_init(|| {
+            first = true;
+            Arc::new(cause.into_io())
+        });
+        if first {
+            tracing::error!(
+                shard = self.id,
+                error = %kept,
+                "journal shard poisoned: nothing more is acknowledged on it until the store is reopened"
+            );
+        }
+        self.durable.notify(usize::MAX);
+        self.checkpoint_done.notify(usize::MAX);
+    }
+
+    /// Buffered mode: commits the queue on the caller's thread unless another thread is
+    /// committing (which then commits what was queued meanwhile, too). A checkpoint found due is
+    /// handed to the shard thread, which rotates the journal.
+    pub(super) fn commit_inline(&self) {
+        loop {
+            let Some(mut w) = self.writer.try_lock() else {
+                return;
+            };
+            self.drain(&mut w);
+            let due = self.checkpoint_due(&w);
+            drop(w);
+            let mut q = self.queue.lock();
+            if due && !q.checkpoint_due && !self.checkpoints.lock().busy {
+                q.checkpoint_due = true;
+                drop(q);
+                self.wake.notify_one();
+                return;
+            }
+            if q.items.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Commits everything queued as one batch (steps 3 to 5) and finishes the batch's signal:
+    /// durable, or failed if the shard is (or becomes) poisoned. False when the queue was empty.
+    pub(super) fn drain(&self, w: &mut Writer) -> bool {
+        let (buf, items, batch) = {
+            let mut q = self.queue.lock();
+            if q.items.is_empty() {
+                return false;
+            }
+            w.spare_buf.clear();
+            let buf = std::mem::replace(&mut q.buf, std::mem::take(&mut w.spare_buf));
+            let items = std::mem::replace(&mut q.items, std::mem::take(&mut w.spare_items));
+            let batch = std::mem::replace(&mut q.batch, Batch::new());
+            (buf, items, batch)
+        };
+        if self.poison.get().is_some() {
+            batch.finish(false);
+        } else if let Err(e) = self.commit(w, &buf, &items) {
+            // The cause is recorded before the batch fails, so its writers see it.
+            self.poison(e);
+            batch.finish(false);
+        } else {
+            batch.finish(true);
+            w.written += buf.len() as u64;
+            w.end_lsn += buf.len() as u64;
+        }
+        w.spare_buf = buf;
+        w.spare_items = items;
+        w.spare_items.clear();
+        true
+    }
+
+    /// Whether the journal or the dirty set has grown enough for a checkpoint.
+    pub(super) fn checkpoint_due(&self, w: &Writer) -> bool {
+        // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
+        // them too: otherwise touching many streams between checkpoints keeps every one of them
+        // open (two descriptors each) and exhausts `ulimit -n`.
+        let dirty_cap = (self.options.max_open_streams / (2 * self.options.journal_shards)).max(8);
+        w.written >= self.options.checkpoint_bytes || self.dirty.lock().len() >= dirty_cap
+    }
+
+    /// The shard thread: group commit (Sync mode) or the stragglers (Buffered mode), and the
+    /// rotations that start checkpoints (step 6a), until shutdown. At shutdown it commits what
+    /// is queued, posts a last checkpoint, waits for it and stops the checkpoint thread.
+    pub(super) fn run(self: Arc<Self>) {
+        let mut answered = 0;
+        loop {
+            let (requests, due, shutdown) = self.next_work(answered);
+            let mut w = self.writer.lock();
+            self.drain(&mut w);
+            let forced = requests > answered || shutdown;
+            if !(forced || due || self.checkpoint_due(&w)) || self.poison.get().is_some() {
+                if shutdown {
+                    break;
+                }
+                continue;
+            }
+            if self.checkpoints.lock().busy {
+                if !forced {
+                    continue;
+                }
+                drop(w);
+                self.wait_checkpoints();
+                w = self.writer.lock();
+                self.drain(&mut w);
+            }
+            match self.rotate(&mut w, requests) {
+                Ok(job) => self.post_checkpoint(job),
+                Err(e) => self.poison(e),
+            }
+            answered = requests;
+            if shutdown {
+                break;
+            }
+        }
+        self.wait_checkpoints();
+        self.checkpoints.lock().stop = true;
+        self.checkpoints_cv.notify_all();
+        self.checkpoint_done.notify(usize::MAX);
+    }
+
+    /// Sleeps until the shard thread has something to do; returns the checkpoint requests so
+    /// far, whether a writer found a checkpoint due, and whether the store is shutting down.
+    ///
+    /// Sync mode wakes on every enqueue. Buffered mode leaves batches to their writers: it
+    /// sleeps while the queue is empty, and otherwise commits what is left after [`LINGER`].
+    fn next_work(&self, answered: u64) -> (u64, bool, bool) {
+        let mut q = self.queue.lock();
+        loop {
+            if q.shutdown || q.checkpoint_requests > answered || q.checkpoint_due {
+                break;
+            }
+            if !self.inline {
+                if !q.items.is_empty() {
+                    break;
+                }
+                self.wake.wait(&mut q);
+                continue;
+            }
+            if q.items.is_empty() {
+                q.idle = true;
+                self.wake.wait(&mut q);
+                q.idle = false;
+                continue;
+            }
+            self.wake.wait_for(&mut q, LINGER);
+            break;
+        }
+        (
+            q.checkpoint_requests,
+            std::mem::take(&mut q.checkpoint_due),
+            q.shutdown,
+        )
+    }
+
+    /// Steps 3 to 5 for one batch: write it to the journal, apply each record to its stream's
+    /// files and applied state, sync the journal (Sync mode), publish each touched stream's
+    /// durable view, advance the durable LSN, and remove the files the batch made obsolete.
+    ///
+    /// Called under `writer`; takes each stream's `data` then `visible` (never `core`).
+    fn commit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
+        // Step 3: one write for the batch, then the records' effects on the streams' files.
+        w.file.write_all(buf)?;
+        let mut after: Vec<PathBuf> = Vec::new();
+        w.touched.clear();
+        for it in items {
+            apply(
+                &self.root,
+                &self.options,
+                &it.stream,
+                it.lsn,
+                &it.record,
+                &mut after,
+            )?;
+            let mut dirty = self.dirty.lock();
+            if it.stream.data.lock().deleted {
+                dirty.remove(it.stream.name.as_str());
+            } else if !dirty.contains_key(it.stream.name.as_str()) {
+                dirty.insert(it.stream.name.as_str().to_owned(), it.stream.clone());
+            }
+            if !w.touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
+                w.touched.push(it.stream.clone());
+            }
+        }
+        // Step 4 [sync].
+        if self.options.durability == Durability::Sync {
+            let started = Instant::now();
+            w.file.sync_data()?;
+            let took = started.elapsed();
+            if took > SLOW_SYNC {
+                tracing::warn!(
+                    shard = self.id,
+                    ?took,
+                    bytes = buf.len(),
+                    "slow journal sync"
+                );
+            }
+            if w.fresh {
+                // The first sync of a rotated journal makes its name durable too.
+                fs::sync_dir(&self.dir)?;
+                w.fresh = false;
+            }
+        }
+        // Step 5: publish, wake readers and writers, then drop what the batch made obsolete.
+        for s in &w.touched {
+            let d = s.data.lock();
+            *s.visible.lock() = Visible::of(&d.state, d.deleted);
+            drop(d);
+            s.event.notify(usize::MAX);
+        }
+        w.touched.clear();
+        if let Some(last) = items.last() {
+            self.durable_lsn.store(last.lsn, Ordering::Release);
+        }
+        self.durable.notify(usize::MAX);
+        for p in after {
+            discard(&p);
+        }
+        Ok(())
+    }
+}
+
+/// Creates a journal file named `base_lsn` with its header (not yet synced: see
+/// `Writer::fresh`). An existing file of that name is truncated.
+pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
+    let path = journal::file_path(dir, base_lsn);
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&path)?;
+    f.write_all(&journal::file_header(shard as u32, base_lsn))?;
+    Ok(f)
+}
+
+/// Creates a journal file like [`open_journal_file`] and makes it and its name durable (at
+/// open, before anything is written to it).
+pub(super) fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
+    let f = open_journal_file(dir, shard, base_lsn)?;
+    f.sync_all()?;
+    fs::sync_dir(dir)?;
+    Ok(f)
+}

@@ -1,0 +1,299 @@
+//! Snapshots and retention: publishing a snapshot blob at an offset, serving one, refusing to
+//! delete the latest, and moving a stream's retained start forward to a snapshot.
+//!
+//! A snapshot's blob is streamed to a temporary file, synced, renamed into place and its
+//! directory synced before its record is enqueued (so a durable record never names a missing
+//! blob). Snapshots are immutable per offset; their digest is `sha256:` and the hex SHA-256 of
+//! the content type, a NUL and the blob.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::fs;
+use crate::name::{Incarnation, Offset, StreamName, normalize_content_type};
+use crate::types::{Snapshot, SnapshotInfo, StreamInfo};
+
+use super::apply::snapshot_file;
+use super::stream::Stream;
+use super::{Engine, hex};
+
+impl Engine {
+    /// Publishes a snapshot of `name` at `offset` (a message boundary or the tail) whose
+    /// content is read from `blob`, and waits until its record is durable. Returns the
+    /// snapshot (at the canonical offset) and the stream's description.
+    ///
+    /// What can be refused without the blob is refused before it is read (see
+    /// `StreamState::check_snapshot`); everything is checked again under `core` once it is
+    /// written. Republishing the same content at the same offset succeeds without writing; other
+    /// content there is `SnapshotConflict`.
+    pub(crate) fn publish_snapshot(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        content_type: Option<&str>,
+        blob: &mut dyn Read,
+        expect_digest: Option<&str>,
+        expect: Option<&Incarnation>,
+    ) -> Result<(SnapshotInfo, StreamInfo)> {
+        let s = self.live(name)?;
+        s.check_expect(expect)?;
+        let ct = normalize_content_type(content_type.unwrap_or("application/octet-stream"))?;
+        // Refuse what can be refused before streaming a blob of up to `max_snapshot_bytes`.
+        s.core.lock().state.check_snapshot(offset, expect_digest)?;
+        let (tmp, digest, len) = self.write_blob(&s, &ct, blob)?;
+        let core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        core.state.check_snapshot(offset, expect_digest)?;
+        let tail = core.state.tail;
+        if let Some(existing) = core
+            .state
+            .snapshots
+            .iter()
+            .find(|x| x.offset.bytes == offset.bytes)
+        {
+            if existing.digest == digest && existing.content_type == ct {
+                let info = existing.clone();
+                let t = self.shards[s.shard].ticket(core.last_lsn);
+                let sinfo = s.staged_info(&core.state);
+                drop(core);
+                t.wait()?;
+                return Ok((info, sinfo));
+            }
+            return Err(Error::SnapshotConflict);
+        }
+        drop(core);
+        let canonical = self.offset_at(&s, offset.bytes)?;
+        if !self.is_boundary(&s, offset.bytes)? && offset.bytes != tail.bytes {
+            return Err(Error::NotOnBoundary(offset));
+        }
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        // Another publication got in while the lock was released for the boundary lookups.
+        if core
+            .state
+            .snapshots
+            .iter()
+            .any(|x| x.offset.bytes >= offset.bytes)
+        {
+            return Err(Error::SnapshotConflict);
+        }
+        let info = SnapshotInfo {
+            offset: canonical,
+            digest,
+            content_type: ct,
+            len,
+        };
+        tmp.persist(&s.dir.join(snapshot_file(canonical)))?;
+        fs::sync_dir(&s.dir)?;
+        core.state.apply_snapshot(&info);
+        let t = self.shards[s.shard].push(&s, s.snapshot_record(info.clone()))?;
+        core.last_lsn = t.lsn;
+        let sinfo = s.staged_info(&core.state);
+        drop(core);
+        t.wait()?;
+        Ok((info, sinfo))
+    }
+
+    /// Streams `blob` into a synced temporary file in `s`'s directory, hashing it as it goes;
+    /// returns the file, the digest (of `ct` and the blob) and the length. A blob over
+    /// `max_snapshot_bytes` is `TooLarge`. The file is removed unless it is persisted.
+    fn write_blob(
+        &self,
+        s: &Stream,
+        ct: &str,
+        blob: &mut dyn Read,
+    ) -> Result<(TempFile, String, u64)> {
+        let tmp = TempFile::new(s.dir.join(format!(
+            "snap-tmp-{}",
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        )));
+        let mut f = File::create(&tmp.path)?;
+        let mut hasher = digest_hasher(ct);
+        let mut buf = vec![0u8; 256 << 10];
+        let mut len = 0u64;
+        loop {
+            let n = blob.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            len += n as u64;
+            if len > self.options.max_snapshot_bytes {
+                return Err(Error::TooLarge(format!(
+                    "snapshot is larger than {} bytes",
+                    self.options.max_snapshot_bytes
+                )));
+            }
+            hasher.update(&buf[..n]);
+            f.write_all(&buf[..n])?;
+        }
+        f.sync_all()?;
+        Ok((tmp, digest_string(hasher), len))
+    }
+
+    /// The snapshot at `offset` (the latest if `None`) of a live stream, as a mapped view of
+    /// its blob, checked against its length and digest before it is served.
+    pub(crate) fn snapshot(
+        &self,
+        name: &StreamName,
+        offset: Option<Offset>,
+        expect: Option<&Incarnation>,
+    ) -> Result<Snapshot> {
+        let s = self.live(name)?;
+        let vis = s.visible();
+        let info = match offset {
+            None => vis.snapshots.last().cloned(),
+            Some(o) => vis
+                .snapshots
+                .iter()
+                .find(|x| x.offset.bytes == o.bytes)
+                .cloned(),
+        }
+        .ok_or(Error::SnapshotNotFound)?;
+        // A request that would answer 404 without Stream-Incarnation still does (the seed).
+        s.check_expect(expect)?;
+        let data = match crate::segment::blob_view(&s.dir.join(snapshot_file(info.offset))) {
+            // Retention removed it since `visible()`.
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::SnapshotNotFound);
+            }
+            other => other?,
+        };
+        // The blob is served only if it is still the one published (its length and digest).
+        let path = s.dir.join(snapshot_file(info.offset));
+        if data.len() as u64 != info.len
+            || snapshot_digest(&info.content_type, &data) != info.digest
+        {
+            return Err(Error::corrupt(
+                path,
+                "snapshot blob does not match its digest",
+            ));
+        }
+        Ok(Snapshot {
+            info,
+            data,
+            tail: vis.tail,
+            closed: vis.closed,
+            incarnation: s.incarnation.clone(),
+        })
+    }
+
+    /// Refuses to delete a snapshot: snapshots are immutable, so deleting the latest is
+    /// `SnapshotDeleteRefused` and any other offset `SnapshotNotFound` (older ones go only
+    /// with retention).
+    pub(crate) fn delete_snapshot(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        expect: Option<&Incarnation>,
+    ) -> Result<()> {
+        let s = self.live(name)?;
+        let vis = s.visible();
+        match vis.snapshots.last() {
+            Some(l) if l.offset.bytes == offset.bytes => {
+                s.check_expect(expect)?;
+                Err(Error::SnapshotDeleteRefused)
+            }
+            // 404 with or without Stream-Incarnation (the seed).
+            _ => Err(Error::SnapshotNotFound),
+        }
+    }
+
+    /// Moves the stream's retained start forward to `offset` (a message boundary at or before
+    /// the latest snapshot) and waits until its record is durable; the segments and snapshots
+    /// behind it are removed once it is (none while the stream has forks). Retention never
+    /// moves back: an offset at or before the current start succeeds without writing.
+    pub(crate) fn set_retention(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        expect: Option<&Incarnation>,
+    ) -> Result<StreamInfo> {
+        let s = self.live(name)?;
+        s.check_expect(expect)?;
+        if !self.is_boundary(&s, offset.bytes)? {
+            return Err(Error::NotOnBoundary(offset));
+        }
+        let canonical = self.offset_at(&s, offset.bytes)?;
+        let mut core = s.core.lock();
+        if core.gone {
+            return Err(Error::NotFound);
+        }
+        match core.state.latest_snapshot() {
+            Some(l) if l.offset.bytes >= offset.bytes => {}
+            _ => return Err(Error::RetentionBeyondSnapshot),
+        }
+        if canonical.bytes <= core.state.earliest.bytes {
+            let t = self.shards[s.shard].ticket(core.last_lsn);
+            let info = s.staged_info(&core.state);
+            drop(core);
+            t.wait()?;
+            return Ok(info);
+        }
+        core.state.apply_retention(canonical);
+        let t = self.shards[s.shard].push(&s, s.retention_record(canonical))?;
+        core.last_lsn = t.lsn;
+        let info = s.staged_info(&core.state);
+        drop(core);
+        t.wait()?;
+        Ok(info)
+    }
+}
+
+/// A hasher for a snapshot digest, fed the content type and its NUL separator.
+fn digest_hasher(content_type: &str) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(content_type.as_bytes());
+    h.update([0u8]);
+    h
+}
+
+/// The digest string (`sha256:` and lowercase hex) of a fed hasher.
+fn digest_string(h: Sha256) -> String {
+    format!("sha256:{}", hex(&h.finalize()))
+}
+
+/// A snapshot's digest: `sha256:` and the hex SHA-256 of its content type, a NUL, and the blob.
+fn snapshot_digest(content_type: &str, blob: &[u8]) -> String {
+    let mut h = digest_hasher(content_type);
+    h.update(blob);
+    digest_string(h)
+}
+
+/// A temporary file, removed when dropped unless it was persisted.
+struct TempFile {
+    path: PathBuf,
+    /// Persisted: the path is no longer ours to remove.
+    kept: bool,
+}
+
+impl TempFile {
+    /// Takes charge of the (not yet created) file at `path`.
+    fn new(path: PathBuf) -> TempFile {
+        TempFile { path, kept: false }
+    }
+
+    /// Renames the file to `to` (not synced: the caller syncs the directory) and keeps it.
+    fn persist(mut self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to)?;
+        self.kept = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    /// Removes the file unless it was persisted (a failed or refused publication).
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

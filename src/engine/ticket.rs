@@ -1,0 +1,152 @@
+//! Durability tickets and the batches they wait on.
+//!
+//! Every accepted write returns a [`Ticket`] inside its `Pending`: the caller acknowledges only
+//! once the ticket resolves, so nothing is acknowledged before it is durable (write-path step 5).
+//! A ticket resolves to `Err(Error::Poisoned)`, carrying the shard's first failure, if its shard
+//! was poisoned before the ticket's record became durable.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use event_listener::{Event, EventListener, Listener};
+
+use crate::error::Result;
+
+use super::shard::Shard;
+
+/// [`Batch::state`] before the batch is committed.
+const PENDING: u8 = 0;
+/// [`Batch::state`] once the batch is durable.
+const DURABLE: u8 = 1;
+/// [`Batch::state`] once the batch failed (its shard is poisoned).
+const FAILED: u8 = 2;
+
+/// The completion of one journal batch: every record in it becomes durable (or fails) at once,
+/// so only the writers waiting on this batch are woken when it is synced.
+pub(super) struct Batch {
+    /// [`PENDING`], then [`DURABLE`] or [`FAILED`], set once.
+    state: AtomicU8,
+    event: Event,
+}
+
+impl Batch {
+    /// A new, pending batch signal (the queue's batch now forming).
+    pub(super) fn new() -> Arc<Batch> {
+        Arc::new(Batch {
+            state: AtomicU8::new(PENDING),
+            event: Event::new(),
+        })
+    }
+
+    /// Marks the batch durable (`ok`) or failed and wakes its writers. On failure the shard's
+    /// cause must already be recorded, so a woken writer finds it.
+    pub(super) fn finish(&self, ok: bool) {
+        self.state
+            .store(if ok { DURABLE } else { FAILED }, Ordering::Release);
+        self.event.notify(usize::MAX);
+    }
+}
+
+/// A durability ticket: what a caller must see durable before acknowledging. A writer's ticket
+/// names its batch; a ticket for state read from the stream names an LSN.
+pub(crate) struct Ticket {
+    shard: Arc<Shard>,
+    /// The LSN just past the record (or the staged state) this ticket waits for.
+    pub(super) lsn: u64,
+    /// The batch the record was queued in; `None` for a ticket on already staged state.
+    batch: Option<Arc<Batch>>,
+}
+
+impl Ticket {
+    /// The ticket of a record queued at `lsn` in `batch`.
+    pub(super) fn for_batch(shard: Arc<Shard>, lsn: u64, batch: Arc<Batch>) -> Ticket {
+        Ticket {
+            shard,
+            lsn,
+            batch: Some(batch),
+        }
+    }
+
+    /// A ticket on state staged up to `lsn`: resolves once the shard is durable that far.
+    pub(super) fn for_lsn(shard: Arc<Shard>, lsn: u64) -> Ticket {
+        Ticket {
+            shard,
+            lsn,
+            batch: None,
+        }
+    }
+
+    /// The outcome, if it is known yet: durable, or the shard's poisoning.
+    fn poll(&self) -> Option<Result<()>> {
+        if let Some(b) = &self.batch {
+            return match b.state.load(Ordering::Acquire) {
+                PENDING => None,
+                DURABLE => Some(Ok(())),
+                _ => Some(Err(self.shard.poisoned_error())),
+            };
+        }
+        if self.shard.durable_lsn.load(Ordering::Acquire) >= self.lsn {
+            return Some(Ok(()));
+        }
+        self.shard.poisoned().map(Err)
+    }
+
+    /// A listener for the event that resolves this ticket: its batch's, or the shard's durable
+    /// LSN advancing.
+    fn listen(&self) -> EventListener {
+        match &self.batch {
+            Some(b) => b.event.listen(),
+            None => self.shard.durable.listen(),
+        }
+    }
+
+    /// Buffered mode: commits the batch on this thread unless another one is at it.
+    fn help(&self) {
+        if self.batch.is_some() && self.shard.inline && self.poll().is_none() {
+            self.shard.commit_inline();
+        }
+    }
+
+    /// The outcome if there is one, else a listener registered before a last look (so no
+    /// completion can slip between the look and the sleep).
+    fn outcome_or_listener(&self) -> std::result::Result<Result<()>, EventListener> {
+        if let Some(r) = self.poll() {
+            return Ok(r);
+        }
+        let l = self.listen();
+        match self.poll() {
+            Some(r) => Ok(r),
+            None => Err(l),
+        }
+    }
+
+    /// Blocks until the ticket's record (or state) is durable; `Err(Poisoned)` if it never will
+    /// be. In Buffered mode this thread commits the batch itself first (step 3).
+    pub(crate) fn wait(&self) -> Result<()> {
+        self.help();
+        loop {
+            match self.outcome_or_listener() {
+                Ok(r) => return r,
+                Err(l) => l.wait(),
+            }
+        }
+    }
+
+    /// [`Ticket::wait`] without blocking a thread while the sync is in flight.
+    pub(crate) async fn wait_async(&self) -> Result<()> {
+        self.help();
+        loop {
+            match self.outcome_or_listener() {
+                Ok(r) => return r,
+                Err(l) => l.await,
+            }
+        }
+    }
+}
+
+impl Drop for Ticket {
+    /// A write nobody waits for is committed now, not when the shard thread next looks.
+    fn drop(&mut self) {
+        self.help();
+    }
+}
