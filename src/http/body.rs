@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use bytes::{Buf, Bytes};
 use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
+use super::request::content_length;
 
 /// A response body made of the pieces of a [`ReadChunk`](crate::ReadChunk): views of the
 /// stream's files handed to the socket as they are, with an exact length (so the response
@@ -64,17 +65,6 @@ impl http_body::Body for Pieces {
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
     }
-}
-
-/// The request's declared `Content-Length`, if any.
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Reads a whole request body of at most `limit` bytes. A larger body is refused with 413 as

@@ -8,7 +8,7 @@
 //! [`SENDFILE_MIN`] bytes that lies in a map is sent from the mapped file itself, at the same
 //! offset, and the kernel passes its page-cache pages to TCP. The file bytes are the mapped
 //! bytes: a mapped file never changes under its map (see `segment/mmap.rs`). Everything else
-//! (headers, small or heap slices) is written as before, one `writev` for the run of slices
+//! (headers, small or heap slices) is written by `writev`, one call for the run of slices
 //! before the next large mapped one. Each call writes from one source only and returns what it
 //! wrote; hyper calls again for the rest.
 
@@ -60,12 +60,12 @@ impl Socket {
     /// Sends `slice`, whose bytes are `at`, from the file. If `sendfile` fails for any reason
     /// but a full socket (an interrupted call is retried), the slice is written from the map
     /// instead, and so is every later one on this connection: a file the kernel cannot send
-    /// from is served as before, and a broken socket fails that write with its own error.
+    /// from is served by plain writes, and a broken socket fails that write with its own error.
     fn poll_send_file(
         &mut self,
         cx: &mut Context<'_>,
         slice: &[u8],
-        at: FileRange,
+        at: &FileRange,
     ) -> Poll<io::Result<usize>> {
         loop {
             ready!(self.tcp.poll_write_ready(cx))?;
@@ -117,7 +117,7 @@ impl AsyncWrite for Socket {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         match this.file_range(buf) {
-            Some(at) => this.poll_send_file(cx, buf, at),
+            Some(at) => this.poll_send_file(cx, buf, &at),
             None => Pin::new(&mut this.tcp).poll_write(cx, buf),
         }
     }
@@ -134,7 +134,7 @@ impl AsyncWrite for Socket {
         for (i, buf) in bufs.iter().enumerate() {
             if let Some(at) = this.file_range(buf) {
                 if i == 0 {
-                    return this.poll_send_file(cx, buf, at);
+                    return this.poll_send_file(cx, buf, &at);
                 }
                 plain = i;
                 break;

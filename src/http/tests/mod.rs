@@ -23,7 +23,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-use super::{Route, ServerConfig, parse_route, router};
+use super::route::{Route, parse_route};
+use super::{ServerConfig, router};
 use crate::headers::{self, StreamSeqConflict};
 use crate::{Options, Store, StreamName};
 

@@ -1,8 +1,8 @@
-//! GET and HEAD of a stream: catch-up, ETags, offsets, long-poll, checksums after a restart.
+//! GET and HEAD of a stream: catch-up, `ETag`s, offsets, long-poll, checksums after a restart.
 
 use super::*;
 
-/// Catch-up reads: offsets, `max_bytes`, ETags and 304s, `offset=now`, refused offsets.
+/// Catch-up reads: offsets, `max_bytes`, `ETag`s and 304s, `offset=now`, refused offsets.
 #[tokio::test]
 async fn catch_up_reads_etags_and_offsets() -> TestResult {
     let t = harness()?;
