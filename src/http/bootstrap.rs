@@ -24,20 +24,28 @@ use super::{AppState, blocking};
 
 /// The parts of a bootstrap body still to be produced.
 struct Bootstrap {
+    /// The server's shared state.
     app: AppState,
+    /// The stream read.
     name: StreamName,
+    /// The incarnation the response began on; every read expects it.
     incarnation: Incarnation,
+    /// The multipart boundary.
     boundary: String,
+    /// The stream's content type, for each message part.
     part_type: String,
     /// Messages starting before this offset are included; the tail when the response began.
     end: Offset,
     /// Where the next read continues.
     next: Offset,
+    /// Pieces produced and not yet sent.
     queue: VecDeque<Bytes>,
+    /// The closing boundary is queued.
     finished: bool,
 }
 
 impl Bootstrap {
+    /// Queues one part: its boundary line and `Content-Type`, the payload, and the CRLF ending it.
     fn push_part(&mut self, content_type: &str, payload: Bytes) {
         self.queue.push_back(Bytes::from(format!(
             "--{}\r\nContent-Type: {}\r\n\r\n",
@@ -49,6 +57,7 @@ impl Bootstrap {
         self.queue.push_back(Bytes::from_static(b"\r\n"));
     }
 
+    /// Queues each message that starts before `end` as its own part.
     fn push_messages(&mut self, messages: Vec<Message>) {
         let part_type = self.part_type.clone();
         let end = self.end;

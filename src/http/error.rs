@@ -79,6 +79,7 @@ impl ApiError {
 }
 
 impl From<InvalidHeader> for ApiError {
+    /// A refused header is 400: `INVALID_OFFSET` for an `offset`, `INVALID_ARGUMENT` otherwise.
     fn from(e: InvalidHeader) -> Self {
         let code = if e.name == "offset" {
             "INVALID_OFFSET"
@@ -190,6 +191,8 @@ fn is_internal(err: &Error) -> bool {
 }
 
 impl IntoResponse for ApiError {
+    /// The problem+json response, with the headers the protocol names for the error; a server
+    /// failure's detail is logged, never sent.
     fn into_response(self) -> Response {
         match self {
             ApiError::Store(err, op) => {

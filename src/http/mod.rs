@@ -36,9 +36,9 @@
 
 //!
 //! Where things are: this file holds the configuration, [`serve`] (the accept and connection
-//! loop) and [`router`]; `route.rs` turns a path into a [`Route`](route::Route) and calls its
-//! handler; `request.rs` reads headers and the query; `reply.rs` builds responses, problem+json
-//! bodies and the CORS headers; `error.rs` maps every refusal to a status. The handlers:
+//! loop) and [`router`]; `route.rs` turns a path into a `Route` and calls its handler;
+//! `request.rs` reads headers and the query; `reply.rs` builds responses, problem+json bodies and
+//! the CORS headers; `error.rs` maps every refusal to a status. The handlers:
 //! `write.rs` (create, append, close, delete), `read.rs` (catch-up, long-poll, HEAD), `sse.rs`,
 //! `snapshot.rs` (snapshots and retention), `bootstrap.rs`. `body.rs` reads request bodies and
 //! shapes read bodies; `cursor.rs` computes live-read cursors; `socket.rs` is the connection's IO
@@ -95,6 +95,8 @@ pub struct ServerConfig {
 }
 
 impl Default for ServerConfig {
+    /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
+    /// `Host`.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),

@@ -28,6 +28,7 @@ const SENDFILE_MIN: usize = 16 << 10;
 
 /// A served TCP connection (see the module doc).
 pub(crate) struct Socket {
+    /// The connection.
     tcp: TcpStream,
     /// Whether large mapped slices go by `sendfile`: only if SIGPIPE cannot end the process
     /// (sendfile has no `MSG_NOSIGNAL`), and not after a `sendfile` on this connection failed.
@@ -100,6 +101,7 @@ impl Socket {
 }
 
 impl AsyncRead for Socket {
+    /// Reads from the TCP stream.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -110,6 +112,7 @@ impl AsyncRead for Socket {
 }
 
 impl AsyncWrite for Socket {
+    /// One buffer: by `sendfile` if it is a large mapped slice, else written.
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -149,10 +152,12 @@ impl AsyncWrite for Socket {
         true
     }
 
+    /// Nothing is buffered here: flushes the TCP stream.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
     }
 
+    /// Shuts the TCP stream's write side down.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
     }
@@ -215,6 +220,7 @@ mod tests {
             .collect()
     }
 
+    /// One message holding `data`.
     fn message(data: &[u8]) -> Body {
         Body {
             data: Bytes::copy_from_slice(data),
@@ -292,6 +298,7 @@ mod tests {
         Ok(())
     }
 
+    /// The Rust runtime ignores SIGPIPE before `main`, so `serve` uses `sendfile`.
     #[test]
     fn sigpipe_is_ignored_in_rust_programs() {
         assert!(crate::fs::sigpipe_is_handled());

@@ -399,6 +399,8 @@ pub(super) async fn respond(
 mod tests {
     use super::*;
 
+    /// Every line break of a text payload starts a new `data:` line, and a leading space survives;
+    /// binary payloads are one base64 line.
     #[test]
     fn text_events_split_every_line_break() {
         let mut out = Vec::new();
@@ -423,6 +425,8 @@ mod tests {
         );
     }
 
+    /// A control event carries the cursor while the stream is open, and `streamClosed` without a
+    /// cursor once it is closed.
     #[test]
     fn control_events_omit_the_cursor_once_closed() {
         let mut out = Vec::new();
@@ -440,6 +444,7 @@ mod tests {
         );
     }
 
+    /// The bytes of a character cut at the end of a buffer are counted; whole characters are not.
     #[test]
     fn incomplete_utf8_tails_are_found() {
         assert_eq!(incomplete_utf8_tail(b"abc"), 0);
