@@ -77,13 +77,16 @@ pub const QUERY_MAX_BYTES: &str = "max_bytes";
 /// Query parameter: `leader` (accepted; brook is always its own leader).
 pub const QUERY_CONSISTENCY: &str = "consistency";
 
-/// Longest `Stream-Seq` value accepted, in bytes.
-pub const MAX_STREAM_SEQ_LEN: usize = 256;
-/// Longest `Producer-Id` accepted, in bytes.
-pub const MAX_PRODUCER_ID_LEN: usize = 256;
-/// Largest producer epoch or sequence number: 2^53-1, the largest integer JavaScript represents
-/// exactly.
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+// The limits are the engine's (`crate::state`), which checks them again on every write: the wire
+// publishes them under these names and never defines its own, so the two cannot disagree.
+
+/// Longest `Stream-Seq` value accepted, in bytes (256).
+pub const MAX_STREAM_SEQ_LEN: usize = crate::state::MAX_STREAM_SEQ;
+/// Longest `Producer-Id` accepted, in bytes (256).
+pub const MAX_PRODUCER_ID_LEN: usize = crate::state::MAX_PRODUCER_ID;
+/// Largest producer epoch or sequence number, and largest `Stream-TTL`: 2^53-1, the largest
+/// integer JavaScript represents exactly.
+pub const MAX_SAFE_INTEGER: u64 = crate::state::MAX_PRODUCER_NUM;
 
 /// A header (or query) value that brook refuses: the request is answered 400.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +98,7 @@ pub struct InvalidHeader {
     pub reason: &'static str,
 }
 
+/// The refusal of header (or query parameter) `name`, for `reason`.
 fn invalid(name: &'static str, reason: &'static str) -> InvalidHeader {
     InvalidHeader { name, reason }
 }
@@ -295,6 +299,7 @@ mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
 
+    /// `Stream-Seq` outside printable ASCII is ignored; printable and longer than 256 bytes is refused.
     #[test]
     fn stream_seq_ignores_non_printable_and_refuses_long_values() {
         assert_eq!(parse_stream_seq(None), Ok(None));
@@ -315,6 +320,8 @@ mod tests {
         assert_eq!(parse_stream_seq(Some(&long)), Ok(None));
     }
 
+    /// The producer headers come all three or none, with an id of 1 to 256 bytes and plain decimals
+    /// up to 2^53-1.
     #[test]
     fn producer_headers_come_together_and_are_safe_integers() {
         assert_eq!(parse_producer(None, None, None), Ok(None));
@@ -360,6 +367,7 @@ mod tests {
         assert_eq!(max.epoch, MAX_SAFE_INTEGER);
     }
 
+    /// `Stream-TTL` and `Stream-Fork-Sub-Offset` are canonical decimals.
     #[test]
     fn ttl_is_canonical_decimal() {
         assert_eq!(parse_ttl(b"0"), Ok(0));
@@ -384,6 +392,7 @@ mod tests {
         }
     }
 
+    /// `Stream-Expires-At` parses RFC 3339 with any offset and formats UTC to the millisecond.
     #[test]
     fn expires_at_is_rfc3339_to_the_millisecond() {
         let t = parse_expires_at(b"2026-01-02T03:04:05.678Z").unwrap();
@@ -398,6 +407,7 @@ mod tests {
         assert!(parse_expires_at(b"\xff").is_err());
     }
 
+    /// `Stream-Closed` is `true` in any case; every other value is absence.
     #[test]
     fn closed_is_true_in_any_case_and_nothing_else() {
         assert!(parse_closed(Some(b"true")));
@@ -409,6 +419,7 @@ mod tests {
         assert!(!parse_closed(None));
     }
 
+    /// A read offset is `-1`, `now` or brook's `%016d_%016d`, nothing else.
     #[test]
     fn offsets_are_sentinels_or_brook_offsets() {
         assert_eq!(parse_read_from("-1"), Ok(ReadFrom::Start));
@@ -436,6 +447,8 @@ mod tests {
         }
     }
 
+    /// A Stream-Seq 409 is told from other 409s by `Stream-Last-Seq`, or by its problem body when a
+    /// proxy dropped the header.
     #[test]
     fn stream_seq_conflict_is_told_from_other_409s() {
         let seq409 = |n: &str| match n {

@@ -83,6 +83,8 @@ struct ServeArgs {
     public_url: Option<String>,
 }
 
+/// Parses the command line, starts the log, and runs the command; its failure is printed and
+/// exits non-zero.
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -92,7 +94,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => run_serve(args),
+        Command::Serve(args) => run_serve(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,7 +105,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_serve(args: ServeArgs) -> Result<(), String> {
+/// `brook serve`: opens the store, serves until SIGINT or SIGTERM, then shuts the store down;
+/// the error is the message to print.
+fn run_serve(args: &ServeArgs) -> Result<(), String> {
     let dir = &args.data_dir;
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;

@@ -10,23 +10,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use bytes::{Buf, Bytes};
 use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
+use super::request::content_length;
 
 /// A response body made of the pieces of a [`ReadChunk`](crate::ReadChunk): views of the
 /// stream's files handed to the socket as they are, with an exact length (so the response
 /// has a `Content-Length`).
 pub(crate) struct Pieces {
+    /// The pieces not yet sent.
     pieces: VecDeque<Bytes>,
+    /// Their total length.
     remaining: u64,
 }
 
 impl Pieces {
+    /// A body of `pieces`, in order; empty pieces are dropped (they would be empty frames).
     pub(crate) fn new(pieces: Vec<Bytes>) -> Self {
         let remaining = pieces.iter().map(|b| b.len() as u64).sum();
         Pieces {
@@ -35,6 +39,7 @@ impl Pieces {
         }
     }
 
+    /// As the body type handlers answer with (no copy: `Body` wraps it).
     pub(crate) fn into_body(self) -> Body {
         Body::new(self)
     }
@@ -44,6 +49,7 @@ impl http_body::Body for Pieces {
     type Data = Bytes;
     type Error = Infallible;
 
+    /// The next piece, as it is; never pending.
     fn poll_frame(
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
@@ -57,24 +63,15 @@ impl http_body::Body for Pieces {
         }
     }
 
+    /// Whether every piece went out.
     fn is_end_stream(&self) -> bool {
         self.pieces.is_empty()
     }
 
+    /// The exact bytes left, so hyper sends a `Content-Length`.
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
     }
-}
-
-/// The request's declared `Content-Length`, if any.
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Reads a whole request body of at most `limit` bytes. A larger body is refused with 413 as
@@ -104,11 +101,15 @@ pub(crate) async fn read_body(
 /// stream a large body (a snapshot) to disk from the blocking pool without it ever being held
 /// in memory whole. At most a few frames are in flight.
 pub(crate) struct ChannelReader {
+    /// The frames the pump sends, or its error.
     rx: mpsc::Receiver<io::Result<Bytes>>,
+    /// What is left of the frame being read.
     current: Bytes,
 }
 
 impl io::Read for ChannelReader {
+    /// Copies from the current frame, blocking for the next one when it is used up; 0 at the end
+    /// of the body.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             if !self.current.is_empty() {
@@ -129,7 +130,9 @@ impl io::Read for ChannelReader {
 /// What went wrong with a pumped body, if anything.
 #[derive(Clone, Default)]
 pub(crate) struct PumpStatus {
+    /// Set when the body passed its limit.
     overflow: Arc<AtomicBool>,
+    /// Set when the body could not be read.
     failed: Arc<AtomicBool>,
 }
 

@@ -42,6 +42,8 @@ fn jitter_intervals() -> u64 {
 mod tests {
     use super::*;
 
+    /// Cursors count 20-second intervals from the epoch, and an echoed cursor at or past the current
+    /// interval moves forward by 1 to 180 intervals.
     #[test]
     fn cursors_are_intervals_and_never_go_back() {
         let at = UNIX_EPOCH + Duration::from_secs(EPOCH_SECS + 20 * 1000 + 5);

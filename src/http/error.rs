@@ -1,7 +1,6 @@
 //! Every refusal as an RFC 9457 `application/problem+json` response; the one place that maps an
 //! engine [`Error`] to an HTTP status and the headers the protocol names for it.
 
-use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -12,7 +11,7 @@ use crate::headers::{
     STREAM_SNAPSHOT_DIGEST,
 };
 
-use super::set_header;
+use super::reply::{problem, set_header};
 
 /// What the request was doing when the engine refused it: a few errors answer differently
 /// depending on the operation (a `Gone` stream is 410 for a read but 409 for a re-creating PUT).
@@ -80,6 +79,7 @@ impl ApiError {
 }
 
 impl From<InvalidHeader> for ApiError {
+    /// A refused header is 400: `INVALID_OFFSET` for an `offset`, `INVALID_ARGUMENT` otherwise.
     fn from(e: InvalidHeader) -> Self {
         let code = if e.name == "offset" {
             "INVALID_OFFSET"
@@ -190,37 +190,9 @@ fn is_internal(err: &Error) -> bool {
     status_of(err, Op::Read).is_server_error()
 }
 
-/// A problem+json response.
-fn problem(
-    status: StatusCode,
-    code: &str,
-    detail: &str,
-    mut headers: HeaderMap,
-    extra: serde_json::Map<String, serde_json::Value>,
-) -> Response {
-    let mut body = serde_json::Map::new();
-    body.insert("type".into(), "about:blank".into());
-    body.insert(
-        "title".into(),
-        status.canonical_reason().unwrap_or("Error").into(),
-    );
-    body.insert("status".into(), status.as_u16().into());
-    body.insert("code".into(), code.into());
-    body.insert("detail".into(), detail.into());
-    body.extend(extra);
-    let bytes = serde_json::Value::Object(body).to_string();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    let mut res = Response::new(Body::from(bytes));
-    *res.status_mut() = status;
-    res.headers_mut().extend(headers);
-    res
-}
-
 impl IntoResponse for ApiError {
+    /// The problem+json response, with the headers the protocol names for the error; a server
+    /// failure's detail is logged, never sent.
     fn into_response(self) -> Response {
         match self {
             ApiError::Store(err, op) => {

@@ -8,7 +8,7 @@
 //! [`SENDFILE_MIN`] bytes that lies in a map is sent from the mapped file itself, at the same
 //! offset, and the kernel passes its page-cache pages to TCP. The file bytes are the mapped
 //! bytes: a mapped file never changes under its map (see `segment/mmap.rs`). Everything else
-//! (headers, small or heap slices) is written as before, one `writev` for the run of slices
+//! (headers, small or heap slices) is written by `writev`, one call for the run of slices
 //! before the next large mapped one. Each call writes from one source only and returns what it
 //! wrote; hyper calls again for the rest.
 
@@ -28,6 +28,7 @@ const SENDFILE_MIN: usize = 16 << 10;
 
 /// A served TCP connection (see the module doc).
 pub(crate) struct Socket {
+    /// The connection.
     tcp: TcpStream,
     /// Whether large mapped slices go by `sendfile`: only if SIGPIPE cannot end the process
     /// (sendfile has no `MSG_NOSIGNAL`), and not after a `sendfile` on this connection failed.
@@ -60,12 +61,12 @@ impl Socket {
     /// Sends `slice`, whose bytes are `at`, from the file. If `sendfile` fails for any reason
     /// but a full socket (an interrupted call is retried), the slice is written from the map
     /// instead, and so is every later one on this connection: a file the kernel cannot send
-    /// from is served as before, and a broken socket fails that write with its own error.
+    /// from is served by plain writes, and a broken socket fails that write with its own error.
     fn poll_send_file(
         &mut self,
         cx: &mut Context<'_>,
         slice: &[u8],
-        at: FileRange,
+        at: &FileRange,
     ) -> Poll<io::Result<usize>> {
         loop {
             ready!(self.tcp.poll_write_ready(cx))?;
@@ -100,6 +101,7 @@ impl Socket {
 }
 
 impl AsyncRead for Socket {
+    /// Reads from the TCP stream.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -110,6 +112,7 @@ impl AsyncRead for Socket {
 }
 
 impl AsyncWrite for Socket {
+    /// One buffer: by `sendfile` if it is a large mapped slice, else written.
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -117,7 +120,7 @@ impl AsyncWrite for Socket {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         match this.file_range(buf) {
-            Some(at) => this.poll_send_file(cx, buf, at),
+            Some(at) => this.poll_send_file(cx, buf, &at),
             None => Pin::new(&mut this.tcp).poll_write(cx, buf),
         }
     }
@@ -134,7 +137,7 @@ impl AsyncWrite for Socket {
         for (i, buf) in bufs.iter().enumerate() {
             if let Some(at) = this.file_range(buf) {
                 if i == 0 {
-                    return this.poll_send_file(cx, buf, at);
+                    return this.poll_send_file(cx, buf, &at);
                 }
                 plain = i;
                 break;
@@ -149,10 +152,12 @@ impl AsyncWrite for Socket {
         true
     }
 
+    /// Nothing is buffered here: flushes the TCP stream.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
     }
 
+    /// Shuts the TCP stream's write side down.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
     }
@@ -215,6 +220,7 @@ mod tests {
             .collect()
     }
 
+    /// One message holding `data`.
     fn message(data: &[u8]) -> Body {
         Body {
             data: Bytes::copy_from_slice(data),
@@ -292,6 +298,7 @@ mod tests {
         Ok(())
     }
 
+    /// The Rust runtime ignores SIGPIPE before `main`, so `serve` uses `sendfile`.
     #[test]
     fn sigpipe_is_ignored_in_rust_programs() {
         assert!(crate::fs::sigpipe_is_handled());

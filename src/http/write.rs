@@ -4,7 +4,9 @@ use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
+use bytes::Bytes;
 
+use crate::engine::Attempt;
 use crate::headers::{
     PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT,
     STREAM_FORK_OFFSET, STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION,
@@ -18,8 +20,9 @@ use crate::{
 
 use super::body::read_body;
 use super::error::{ApiError, Op};
-use super::{AppState, Reply, absolute_url, blocking, expected_incarnation, raw};
-use crate::engine::Attempt;
+use super::reply::Reply;
+use super::request::{absolute_url, expected_incarnation, raw};
+use super::{AppState, blocking};
 
 /// The request's `Content-Type`, normalized; `None` when absent or empty.
 fn content_type(headers: &HeaderMap, op: Op) -> Result<Option<String>, ApiError> {
@@ -131,7 +134,7 @@ pub(crate) async fn create(
         content_type: content_type(h, Op::Create)?,
         expiry: expiry(h)?,
         closed: parse_closed(raw(h, STREAM_CLOSED)),
-        data: Default::default(),
+        data: Bytes::new(),
         stream_seq: parse_stream_seq(raw(h, STREAM_SEQ))?,
         fork: fork(h)?,
         expect: expected_incarnation(h)?,
@@ -259,8 +262,9 @@ pub(crate) async fn delete(
     name: StreamName,
     parts: &Parts,
 ) -> Result<Response, ApiError> {
-    let expect = expected_incarnation(&parts.headers)?;
-    let store = app.store.clone();
-    blocking(Op::Read, move || store.delete(&name, expect.as_ref())).await?;
+    app.blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
+        store.delete(name, expect)
+    })
+    .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT).empty())
 }

@@ -1,0 +1,136 @@
+//! What a request path addresses ([`Route`]), and the one match that sends each route and
+//! method to its handler.
+//!
+//! The path is parsed once per request, by [`parse_route`]: no router table is consulted.
+
+use axum::body::Body;
+use axum::http::Method;
+use axum::http::request::Parts;
+use axum::response::Response;
+
+use crate::StreamName;
+
+use super::error::ApiError;
+use super::{AppState, bootstrap, read, snapshot, write};
+
+/// What a request path addresses.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `{s}`.
+    Stream(StreamName),
+    /// `{s}/snapshot`.
+    SnapshotLatest(StreamName),
+    /// `{s}/snapshot/{offset}`.
+    SnapshotAt(StreamName, String),
+    /// `{s}/retention/{offset}`.
+    Retention(StreamName, String),
+    /// `{s}/bootstrap`.
+    Bootstrap(StreamName),
+}
+
+/// The stream a path (or the part of it before a route's segments) names; an invalid name is
+/// 400 `INVALID_STREAM_NAME` with the engine's reason.
+fn stream_name(path: Option<&str>) -> Result<StreamName, ApiError> {
+    let path = path.unwrap_or("");
+    StreamName::new(path).map_err(|e| {
+        let detail = match e {
+            crate::Error::InvalidArgument(d) | crate::Error::TooLarge(d) => d,
+            other => other.to_string(),
+        };
+        ApiError::bad_request("INVALID_STREAM_NAME", detail)
+    })
+}
+
+/// Splits a request path into the stream it names and the extension route after it, by its last
+/// segments (which [`StreamName`] reserves for exactly this).
+pub(crate) fn parse_route(path: &str) -> Result<Route, ApiError> {
+    let p = path.strip_prefix('/').unwrap_or(path);
+    let (head, last) = match p.rsplit_once('/') {
+        Some((h, l)) => (Some(h), l),
+        None => (None, p),
+    };
+    match last {
+        "bootstrap" => return stream_name(head).map(Route::Bootstrap),
+        "snapshot" => return stream_name(head).map(Route::SnapshotLatest),
+        "retention" => {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "retention needs an offset: PUT {stream}/retention/{offset}",
+            ));
+        }
+        _ => {}
+    }
+    if let Some(head) = head {
+        let (stream, mid) = match head.rsplit_once('/') {
+            Some((s, m)) => (Some(s), m),
+            None => (None, head),
+        };
+        match mid {
+            "snapshot" => return Ok(Route::SnapshotAt(stream_name(stream)?, last.to_owned())),
+            "retention" => return Ok(Route::Retention(stream_name(stream)?, last.to_owned())),
+            _ => {}
+        }
+    }
+    stream_name(Some(p)).map(Route::Stream)
+}
+
+/// Sends the request to its route's handler for its method: 405 with `Allow` for a method the
+/// route does not serve.
+pub(crate) async fn dispatch(
+    app: &AppState,
+    parts: Parts,
+    body: Body,
+) -> Result<Response, ApiError> {
+    const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
+    let route = parse_route(parts.uri.path())?;
+    let m = &parts.method;
+    match route {
+        Route::Stream(name) => match *m {
+            Method::GET => read::get(app, name, &parts).await,
+            Method::HEAD => read::head(app, name, &parts).await,
+            Method::PUT => write::create(app, name, &parts, body).await,
+            Method::POST => write::append(app, name, &parts, body).await,
+            Method::DELETE => write::delete(app, name, &parts).await,
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: STREAM_METHODS,
+            }),
+        },
+        // Creating or appending to `{s}/snapshot` or `{s}/bootstrap` would address a stream
+        // whose name collides with a route: refuse it as the invalid stream name it is.
+        // (The names reserve exactly the shapes `parse_route` takes for routes, so the name
+        // check always fails here.)
+        Route::SnapshotLatest(_) | Route::Bootstrap(_)
+            if matches!(*m, Method::PUT | Method::POST) =>
+        {
+            Err(stream_name(Some(parts.uri.path()))
+                .err()
+                .unwrap_or_else(|| ApiError::internal("a reserved route parsed as a stream name")))
+        }
+        Route::SnapshotLatest(name) => match *m {
+            Method::GET => snapshot::snapshot_latest(app, name, &parts).await,
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, OPTIONS",
+            }),
+        },
+        Route::SnapshotAt(name, offset) => match *m {
+            Method::GET => snapshot::snapshot_at(app, name, &offset, &parts).await,
+            Method::PUT => snapshot::publish_snapshot(app, name, &offset, &parts, body).await,
+            Method::DELETE => snapshot::delete_snapshot(app, name, &offset, &parts).await,
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, PUT, DELETE, OPTIONS",
+            }),
+        },
+        Route::Retention(name, offset) => match *m {
+            Method::PUT => snapshot::retention(app, name, &offset, &parts).await,
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "PUT, OPTIONS",
+            }),
+        },
+        Route::Bootstrap(name) => match *m {
+            Method::GET => bootstrap::bootstrap(app, name, &parts).await,
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, OPTIONS",
+            }),
+        },
+    }
+}

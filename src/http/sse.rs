@@ -1,0 +1,457 @@
+//! `live=sse`: a stream read as server-sent events. Each chunk is a `data` event (text, or
+//! base64 for binary content types) followed by a `control` event with the next offset and
+//! cursor; at the tail the connection sleeps in [`Store::wait`](crate::Store::wait) until data,
+//! closure, its deadline, a keep-alive or the server's shutdown.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use base64::Engine as _;
+use bytes::Bytes;
+use tokio::time::{Instant, Sleep};
+
+use crate::headers::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING};
+use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
+
+use super::AppState;
+use super::cursor::{interval_at, response_cursor};
+use super::error::ApiError;
+use super::read::{ReadParams, has_data, read_chunk, read_woken};
+use super::reply::Reply;
+
+/// How SSE data events carry the stream's bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    /// `text/*` and `application/json`: UTF-8 text, one `data:` line per line.
+    Text,
+    /// Everything else: standard base64, one line per event.
+    Base64,
+}
+
+/// The encoding of SSE data events for a stream of `content_type`.
+fn encoding_for(content_type: &str) -> Encoding {
+    if content_type.starts_with("text/") || is_json(content_type) {
+        Encoding::Text
+    } else {
+        Encoding::Base64
+    }
+}
+
+/// The pieces of a body in one buffer.
+fn joined(body: &[Bytes]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(body.iter().map(Bytes::len).sum());
+    for b in body {
+        v.extend_from_slice(b);
+    }
+    v
+}
+
+/// The last (up to) four bytes of a body made of pieces.
+fn last_bytes(body: &[Bytes]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4);
+    for b in body.iter().rev() {
+        let take = (4 - v.len()).min(b.len());
+        v.splice(0..0, b[b.len() - take..].iter().copied());
+        if v.len() == 4 {
+            break;
+        }
+    }
+    v
+}
+
+/// Appends an `event: data` whose payload is `body`.
+fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
+    out.extend_from_slice(b"event: data\n");
+    match encoding {
+        Encoding::Base64 => {
+            let joined = joined(body);
+            out.extend_from_slice(b"data:");
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(joined)
+                    .as_bytes(),
+            );
+            out.push(b'\n');
+        }
+        Encoding::Text => {
+            let joined = joined(body);
+            // Every line break (CRLF, CR or LF) ends a `data:` line, so a payload can never end
+            // the event or inject another one; the client joins the lines with LF.
+            let mut rest: &[u8] = &joined;
+            loop {
+                let brk = rest.iter().position(|&c| c == b'\n' || c == b'\r');
+                let (line, next) = match brk {
+                    None => (rest, None),
+                    Some(i) => {
+                        let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') {
+                            2
+                        } else {
+                            1
+                        };
+                        (&rest[..i], Some(&rest[i + skip..]))
+                    }
+                };
+                out.extend_from_slice(b"data:");
+                // A client strips one space after "data:": keep a leading space by adding one.
+                if line.first() == Some(&b' ') {
+                    out.push(b' ');
+                }
+                out.extend_from_slice(line);
+                out.push(b'\n');
+                match next {
+                    Some(n) => rest = n,
+                    None => break,
+                }
+            }
+        }
+    }
+    out.push(b'\n');
+}
+
+/// Appends an `event: control`: `{"streamNextOffset":..,"streamCursor":..,"upToDate":true,
+/// "streamClosed":true}`, members present as they apply. Offsets and cursors are digits and `_`,
+/// so the JSON is written directly.
+fn control_event(
+    out: &mut Vec<u8>,
+    next: Offset,
+    cursor: Option<u64>,
+    up_to_date: bool,
+    closed: bool,
+) {
+    use std::io::Write as _;
+    // Writing into a Vec cannot fail.
+    let _ = write!(
+        out,
+        "event: control\ndata:{{\"streamNextOffset\":\"{next}\""
+    );
+    // The cursor is omitted once the stream is closed: the client must not reconnect.
+    if let (Some(cursor), false) = (cursor, closed) {
+        let _ = write!(out, ",\"streamCursor\":\"{cursor}\"");
+    }
+    if up_to_date || closed {
+        out.extend_from_slice(b",\"upToDate\":true");
+    }
+    if closed {
+        out.extend_from_slice(b",\"streamClosed\":true");
+    }
+    out.extend_from_slice(b"}\n\n");
+}
+
+/// How many bytes at the end of `b` are an incomplete UTF-8 sequence (0 when it ends cleanly).
+fn incomplete_utf8_tail(b: &[u8]) -> usize {
+    for back in 1..=3.min(b.len()) {
+        let c = b[b.len() - back];
+        if c & 0b1100_0000 != 0b1000_0000 {
+            // A lead byte `back` bytes from the end: complete if its sequence fits.
+            let need = match c {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            return if need > back { back } else { 0 };
+        }
+    }
+    0
+}
+
+/// The state of one SSE connection.
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "four independent facts about one connection (JSON content, told up to date, ended, just woken), each read on its own"
+)]
+struct Sse {
+    /// The server's shared state.
+    app: AppState,
+    /// The stream read.
+    name: StreamName,
+    /// The incarnation the connection started on; a recreated stream ends the connection.
+    incarnation: Incarnation,
+    /// How data events carry the bytes.
+    encoding: Encoding,
+    /// The stream is JSON: its chunks are whole messages, never cut inside a character.
+    json: bool,
+    /// The request's `max_bytes`, for every read.
+    max_bytes: Option<u64>,
+    /// Where the next read starts.
+    next: Offset,
+    /// A chunk already read and not yet sent.
+    pending: Option<ReadChunk>,
+    /// Whether the client was told it is up to date at `next`.
+    announced: bool,
+    /// Cursors sent are at least this (the response cursor for the request's `cursor`).
+    cursor_floor: u64,
+    /// When the connection ends (`sse_max_duration` after it began).
+    deadline: Instant,
+    /// One timer for the connection's deadline and its keep-alive comments, reset only when it
+    /// fires, never per event: with 1000 subscribers woken 100 times a second, per-event resets
+    /// make timer-wheel inserts and removals a visible part of the fan-out's CPU.
+    timer: Pin<Box<Sleep>>,
+    /// When the last frame went out (keep-alive comments are due `sse_keepalive` after it).
+    last_sent: Instant,
+    /// Resolves when the server shuts down; created once per connection.
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The stream's end was sent: the connection ends.
+    done: bool,
+    /// `Store::wait` just woke the connection: the next read is of fresh, loaded data.
+    woken: bool,
+}
+
+impl Sse {
+    /// The cursor for the next control event: the current interval, never below the floor.
+    fn cursor(&self) -> u64 {
+        interval_at(SystemTime::now()).max(self.cursor_floor)
+    }
+
+    /// Reads the chunk at `next` (on this worker right after a wake-up); `None` when the read
+    /// fails, which ends the connection.
+    async fn read(&mut self) -> Option<ReadChunk> {
+        let req = ReadRequest {
+            from: ReadFrom::At(self.next),
+            max_bytes: self.max_bytes,
+            expect: Some(self.incarnation.clone()),
+        };
+        if std::mem::take(&mut self.woken) {
+            return read_woken(&self.app, &self.name, &req).ok();
+        }
+        read_chunk(&self.app, &self.name, req).await.ok()
+    }
+
+    /// A text event must be valid UTF-8 on its own: a chunk cut inside a character (only a
+    /// size-bounded chunk can be, so never one that reaches the tail) is read again just short
+    /// of it.
+    async fn whole_characters(&mut self, chunk: ReadChunk) -> Option<ReadChunk> {
+        if self.encoding != Encoding::Text || self.json || chunk.up_to_date {
+            return Some(chunk);
+        }
+        let cut = incomplete_utf8_tail(&last_bytes(&chunk.body));
+        let len = chunk.body_len();
+        if cut == 0 || len <= cut {
+            return Some(chunk);
+        }
+        let req = ReadRequest {
+            from: ReadFrom::At(chunk.start),
+            max_bytes: Some((len - cut) as u64),
+            expect: Some(self.incarnation.clone()),
+        };
+        read_chunk(&self.app, &self.name, req).await.ok()
+    }
+
+    /// The next frame of the event stream, `None` when the connection should end.
+    async fn step(&mut self) -> Option<Bytes> {
+        loop {
+            // The connection ends between events once its lifetime is up, even on a stream that
+            // never goes idle, so a CDN can collapse new readers onto fresh connections.
+            if self.done || Instant::now() >= self.deadline {
+                return None;
+            }
+            let chunk = match self.pending.take() {
+                Some(c) => c,
+                // Told it is up to date at `next` and not woken since: nothing to read yet.
+                None if self.announced && !self.woken => {
+                    if let Err(frame) = self.sleep().await {
+                        return frame;
+                    }
+                    continue;
+                }
+                None => self.read().await?,
+            };
+            let chunk = self.whole_characters(chunk).await?;
+            let mut out = Vec::new();
+            if has_data(&chunk) {
+                self.next = chunk.next;
+                self.announced = chunk.up_to_date;
+                self.done = chunk.closed;
+                let cursor = self.cursor();
+                data_event(&mut out, &chunk.body, self.encoding);
+                control_event(
+                    &mut out,
+                    chunk.next,
+                    Some(cursor),
+                    chunk.up_to_date,
+                    chunk.closed,
+                );
+                return Some(Bytes::from(out));
+            }
+            self.next = chunk.next;
+            if chunk.closed {
+                self.done = true;
+                control_event(&mut out, chunk.next, None, true, true);
+                return Some(Bytes::from(out));
+            }
+            if !self.announced {
+                self.announced = true;
+                control_event(&mut out, chunk.next, Some(self.cursor()), true, false);
+                return Some(Bytes::from(out));
+            }
+            if let Err(frame) = self.sleep().await {
+                return frame;
+            }
+        }
+    }
+
+    /// Waits at the tail until the stream changes (`Ok`), or answers what ends the wait
+    /// instead: the keep-alive comment, or `None` to end the connection.
+    async fn sleep(&mut self) -> Result<(), Option<Bytes>> {
+        let wait = self.app.store.wait(&self.name, self.next);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                woke = &mut wait => {
+                    woke.map_err(|_| None)?;
+                    self.woken = true;
+                    return Ok(());
+                }
+                () = &mut self.timer => {
+                    let now = Instant::now();
+                    if now >= self.deadline {
+                        return Err(None);
+                    }
+                    let due = self.last_sent + self.app.config.sse_keepalive;
+                    if now >= due {
+                        // The frame's `sent` moves the timer on.
+                        return Err(Some(Bytes::from_static(b": keep-alive\n\n")));
+                    }
+                    self.timer.as_mut().reset(due.min(self.deadline));
+                }
+                () = &mut self.shutdown => return Err(None),
+            }
+        }
+    }
+
+    /// Notes a frame going out now; the timer's next stop is the keep-alive after it.
+    fn sent(&mut self, now: Instant) {
+        self.last_sent = now;
+        let next = (now + self.app.config.sse_keepalive).min(self.deadline);
+        if self.timer.deadline() < now {
+            self.timer.as_mut().reset(next);
+        }
+    }
+}
+
+/// `live=sse`: catch-up chunks, each as a data event followed by its control event, then live
+/// data as it becomes durable, until the stream is closed (final control with
+/// `streamClosed: true`), the connection's lifetime is up, or the server shuts down.
+pub(super) async fn respond(
+    app: &AppState,
+    name: StreamName,
+    p: ReadParams,
+    expect: Option<Incarnation>,
+) -> Result<Response, ApiError> {
+    let from = p.from.unwrap_or(ReadFrom::Start);
+    // The first read happens before the response starts, so a missing stream is still a 404.
+    let first = read_chunk(
+        app,
+        &name,
+        ReadRequest {
+            from,
+            max_bytes: p.max_bytes,
+            expect,
+        },
+    )
+    .await?;
+    let encoding = encoding_for(&first.content_type);
+    let mut r = Reply::new(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header(STREAM_INCARNATION, first.incarnation.as_str())
+        .header("x-accel-buffering", "no");
+    if encoding == Encoding::Base64 {
+        r = r.header(STREAM_SSE_DATA_ENCODING, "base64");
+    }
+    let start = Instant::now();
+    let deadline = start + app.config.sse_max_duration;
+    let down = app.clone();
+    let state = Sse {
+        app: app.clone(),
+        name,
+        incarnation: first.incarnation.clone(),
+        encoding,
+        json: is_json(&first.content_type),
+        max_bytes: p.max_bytes,
+        next: first.start,
+        announced: false,
+        cursor_floor: response_cursor(p.cursor, SystemTime::now()),
+        deadline,
+        timer: Box::pin(tokio::time::sleep_until(
+            (start + app.config.sse_keepalive).min(deadline),
+        )),
+        last_sent: start,
+        shutdown: Box::pin(async move { down.shutting_down().await }),
+        done: false,
+        woken: false,
+        pending: Some(first),
+    };
+    let events = futures_util::stream::unfold(state, |mut s| async move {
+        let frame = s.step().await?;
+        s.sent(Instant::now());
+        Some((Ok::<_, Infallible>(frame), s))
+    });
+    Ok(r.body(Body::from_stream(events)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every line break of a text payload starts a new `data:` line, and a leading space survives;
+    /// binary payloads are one base64 line.
+    #[test]
+    fn text_events_split_every_line_break() {
+        let mut out = Vec::new();
+        data_event(
+            &mut out,
+            &[Bytes::from_static(b"a\r\n\r\nevent: x\rb\n c")],
+            Encoding::Text,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: data\ndata:a\ndata:\ndata:event: x\ndata:b\ndata:  c\n\n"
+        );
+        let mut out = Vec::new();
+        data_event(
+            &mut out,
+            &[Bytes::from_static(b"Hel"), Bytes::from_static(b"lo")],
+            Encoding::Base64,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: data\ndata:SGVsbG8=\n\n"
+        );
+    }
+
+    /// A control event carries the cursor while the stream is open, and `streamClosed` without a
+    /// cursor once it is closed.
+    #[test]
+    fn control_events_omit_the_cursor_once_closed() {
+        let mut out = Vec::new();
+        control_event(&mut out, Offset::new(1, 2), Some(7), true, false);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: control\ndata:{\"streamNextOffset\":\"0000000000000001_0000000000000002\",\"streamCursor\":\"7\",\"upToDate\":true}\n\n"
+        );
+        let mut out = Vec::new();
+        control_event(&mut out, Offset::new(1, 2), Some(7), false, true);
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.contains("\"streamClosed\":true") && !s.contains("streamCursor"),
+            "{s}"
+        );
+    }
+
+    /// The bytes of a character cut at the end of a buffer are counted; whole characters are not.
+    #[test]
+    fn incomplete_utf8_tails_are_found() {
+        assert_eq!(incomplete_utf8_tail(b"abc"), 0);
+        assert_eq!(incomplete_utf8_tail("é".as_bytes()), 0);
+        assert_eq!(incomplete_utf8_tail(&"é".as_bytes()[..1]), 1);
+        assert_eq!(incomplete_utf8_tail(&"€".as_bytes()[..2]), 2);
+        assert_eq!(incomplete_utf8_tail(&"a😀".as_bytes()[..4]), 3);
+        assert_eq!(incomplete_utf8_tail("a😀".as_bytes()), 0);
+    }
+}
