@@ -100,7 +100,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
-            sse_max_duration: Duration::from_secs(60),
+            sse_max_duration: Duration::from_mins(1),
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
             public_url: None,

@@ -110,7 +110,7 @@ fn crash_writer_child() -> R {
         let _ = o.flush();
     };
     say(&out, "READY\n".into());
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     let threads: Vec<_> = (0..WRITERS)
         .map(|t| {
             let store = store.clone();

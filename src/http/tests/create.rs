@@ -47,7 +47,7 @@ async fn create_answers_201_then_200_then_409() -> TestResult {
 #[tokio::test]
 async fn create_validates_ttl_expiry_and_fork_headers() -> TestResult {
     let t = harness()?;
-    let at = headers::format_expires_at(std::time::SystemTime::now() + Duration::from_secs(3600));
+    let at = headers::format_expires_at(std::time::SystemTime::now() + Duration::from_hours(1));
     let r = t
         .put(
             "/s/both",
