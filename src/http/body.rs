@@ -202,3 +202,49 @@ pub(crate) fn pump(
         task,
     )
 }
+
+/// A request body that records when it was read to its end, so the server can tell a client
+/// not to reuse a connection whose request body was left unread (a refusal decided from the
+/// headers alone): hyper then closes the connection after the response, and a client that
+/// reused it would see it close under its next request.
+pub(crate) struct Tracked {
+    /// The body as received.
+    inner: hyper::body::Incoming,
+    /// Set once `inner` has yielded its last frame.
+    done: Arc<AtomicBool>,
+}
+
+impl Tracked {
+    /// Tracks `inner`; `done` is set when it has been read to the end.
+    pub(crate) fn new(inner: hyper::body::Incoming, done: Arc<AtomicBool>) -> Tracked {
+        Tracked { inner, done }
+    }
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    /// The next frame of the body; the end (or the frame that reaches it) sets `done`.
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || this.inner.is_end_stream() {
+            this.done.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    /// Whether the body has ended.
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    /// The body's declared length, if any.
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

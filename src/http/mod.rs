@@ -61,12 +61,13 @@ mod write;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 
@@ -226,12 +227,27 @@ pub async fn serve(
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let service = hyper::service::service_fn(
-            move |req: hyper::Request<hyper::body::Incoming>| {
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let app = app.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
-            },
-        );
+                async move {
+                    // A request with a body its handler did not read to the end (a refusal
+                    // decided from the headers) leaves the connection unusable: say so, or the
+                    // client may send its next request on a connection hyper is closing.
+                    let unread = (!http_body::Body::is_end_stream(req.body()))
+                        .then(|| Arc::new(AtomicBool::new(false)));
+                    let req = match &unread {
+                        Some(done) => req.map(|b| Body::new(body::Tracked::new(b, done.clone()))),
+                        None => req.map(Body::new),
+                    };
+                    let mut res = handle(&app, req).await;
+                    if unread.is_some_and(|done| !done.load(Ordering::Acquire)) {
+                        res.headers_mut()
+                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, std::convert::Infallible>(res)
+                }
+            });
         let conn =
             builder.serve_connection(TokioIo::new(socket::Socket::new(stream, sendfile)), service);
         let conn = graceful.watch(conn);

@@ -11,6 +11,8 @@ mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
+mod http_close;
+#[cfg(feature = "http")]
 mod http_ext;
 #[cfg(feature = "http")]
 mod http_incarnation;
