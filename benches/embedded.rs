@@ -193,6 +193,18 @@ struct FjallStream {
     next: Mutex<u64>,
 }
 
+impl FjallStream {
+    /// Appends `data` at the stream's tail (offset assignment and insert under the stream's lock,
+    /// so the keys a reader sees are contiguous); returns when fjall has written it to the OS.
+    fn insert(&self, data: &Bytes) {
+        let mut next = self.next.lock();
+        self.ks
+            .insert(next.to_be_bytes(), data.as_ref())
+            .expect("insert");
+        *next += data.len() as u64;
+    }
+}
+
 struct FjallSide {
     _dir: tempfile::TempDir,
     db: Database,
@@ -225,24 +237,15 @@ impl FjallSide {
             read,
         };
         for k in 0..READ_BYTES / READ_APPEND {
-            side.insert(&side.read, &noise(READ_APPEND, k as u64));
+            side.read.insert(&noise(READ_APPEND, k as u64));
         }
         side.db.persist(PersistMode::SyncData).expect("persist");
         side
     }
 
-    /// Appends `data` at the stream's tail (offset assignment and insert under the stream's lock,
-    /// so the keys a reader sees are contiguous); returns when fjall has written it to the OS.
-    fn insert(&self, s: &FjallStream, data: &Bytes) {
-        let mut next = s.next.lock();
-        s.ks.insert(next.to_be_bytes(), data.as_ref())
-            .expect("insert");
-        *next += data.len() as u64;
-    }
-
     /// One acknowledged append: in the durable mode the writer then syncs fjall's journal.
     fn append(&self, s: &FjallStream, data: &Bytes) {
-        self.insert(s, data);
+        s.insert(data);
         if self.durable {
             self.db.persist(PersistMode::SyncData).expect("persist");
         }
