@@ -395,6 +395,12 @@ impl Shard {
                 w.touched.push(it.stream.clone());
             }
         }
+        // The batch's appends to each stream were buffered by its segments: one write each.
+        for s in &w.touched {
+            if let Some(segs) = s.data.lock().segs.as_mut() {
+                segs.flush()?;
+            }
+        }
         // Step 4 [sync].
         if self.options.durability == Durability::Sync {
             let started = Instant::now();

@@ -120,6 +120,10 @@ pub(crate) struct AppState {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Keeps the shutdown channel open for routers built without [`serve`].
     _shutdown_tx: Arc<watch::Sender<bool>>,
+    /// Connections open on [`serve`]'s listener (see `write::append`: in Buffered mode an
+    /// append on the only connection commits at once; one among several first lets the others'
+    /// appends join its batch).
+    pub(crate) connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AppState {
@@ -176,6 +180,7 @@ fn app_state(
         config: Arc::new(config),
         shutdown: rx,
         _shutdown_tx: Arc::new(tx),
+        connections: Arc::default(),
     }
 }
 
@@ -226,6 +231,7 @@ pub async fn serve(
         // A response head leaves in one `writev` (with the body when it is small or not mapped);
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
+        let open = Open::count(app.connections.clone());
         let app = app.clone();
         let service =
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -254,6 +260,7 @@ pub async fn serve(
         tokio::spawn(async move {
             // A connection's error (reset, malformed request) concerns that connection only.
             let _ = conn.await;
+            drop(open);
         });
     }
     drop(listener);
@@ -261,6 +268,24 @@ pub async fn serve(
     let _ = signal.send(true);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Counts one open connection in [`AppState::connections`] until dropped.
+struct Open(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Open {
+    /// Counts a connection in.
+    fn count(connections: Arc<std::sync::atomic::AtomicUsize>) -> Open {
+        connections.fetch_add(1, Ordering::Relaxed);
+        Open(connections)
+    }
+}
+
+impl Drop for Open {
+    /// Counts the connection out.
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// One request, start to finish: CORS preflight or the route's handler, then the headers every

@@ -1,5 +1,7 @@
 //! PUT (create, fork, idempotent create), POST (append, close) and DELETE of a stream.
 
+use std::sync::atomic::Ordering;
+
 use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -226,6 +228,15 @@ pub(crate) async fn append(
             blocking(Op::Append, move || store.submit_append(&name, req)).await?
         }
     };
+    // Buffered mode: the first writer to wait commits the whole queue on its own thread. With
+    // other connections open, let their appends that are ready on this worker enqueue first, so
+    // one journal write and one write per stream carry all of them; on the only connection an
+    // append commits at once.
+    if app.connections.load(Ordering::Relaxed) > 1
+        && app.store.options().durability_mode() == crate::Durability::Buffered
+    {
+        tokio::task::yield_now().await;
+    }
     let outcome = pending
         .wait_async()
         .await

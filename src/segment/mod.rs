@@ -81,7 +81,24 @@ struct Segment {
     /// serve only checked bytes, so a damaged log or index is an error, never wrong data.
     verified: u64,
     read_map: Option<Arc<ReadMap>>,
+    /// The last bytes appended, not yet written to the log file: they end at `end`. A journal
+    /// batch appends each of its records here and [`Segment::flush`] writes them in one call
+    /// before the batch is published, so readers (who read only published bytes) never see
+    /// this buffer, and a batch of many small appends costs one write, not one per append.
+    unwritten: Vec<u8>,
 }
+
+impl Drop for Segment {
+    /// Writes what is still buffered (the engine flushes every batch before it publishes it, so
+    /// this matters only to a caller that appends and drops without publishing).
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+/// Bodies at least this long are written to the log at once (after what is buffered), not
+/// copied into the segment's write buffer.
+const WRITE_THROUGH: usize = 64 << 10;
 
 /// An owner for a slice of a map, so `Bytes` can point into it without copying.
 struct MapSlice {
@@ -131,6 +148,7 @@ impl Segment {
             end: base.bytes,
             verified: 0,
             read_map: None,
+            unwritten: Vec::new(),
         })
     }
 
@@ -174,6 +192,7 @@ impl Segment {
             end: base_bytes,
             verified: 0,
             read_map: None,
+            unwritten: Vec::new(),
         })
     }
 
@@ -235,7 +254,12 @@ impl Segment {
             self.log.set_len(cap)?;
             self.log_cap = cap;
         }
-        self.log.write_all_at(&body.data, rel)?;
+        if body.data.len() >= WRITE_THROUGH {
+            self.flush()?;
+            self.log.write_all_at(&body.data, rel)?;
+        } else {
+            self.unwritten.extend_from_slice(&body.data);
+        }
         let n = body.ends.len() as u64;
         let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
         if need_idx > self.idx_map.len() as u64 {
@@ -260,6 +284,20 @@ impl Segment {
         }
         self.count += n;
         self.end += body.data.len() as u64;
+        Ok(())
+    }
+
+    /// Writes the buffered bytes (`unwritten`) to the log file, in one call.
+    fn flush(&mut self) -> Result<()> {
+        if self.unwritten.is_empty() {
+            return Ok(());
+        }
+        let rel = self.end - self.base.bytes - self.unwritten.len() as u64;
+        self.log.write_all_at(&self.unwritten, rel)?;
+        self.unwritten.clear();
+        if self.unwritten.capacity() > 4 * WRITE_THROUGH {
+            self.unwritten = Vec::new();
+        }
         Ok(())
     }
 
@@ -416,12 +454,23 @@ impl SegmentSet {
             .last()
             .is_some_and(|s| s.count > 0 && s.end - s.base.bytes >= self.segment_bytes);
         if roll {
+            self.flush()?;
             let seg = Segment::create(&self.dir, start)?;
             self.segs.push(seg);
         }
         match self.segs.last_mut() {
             Some(s) => s.write(body),
             None => Err(Error::corrupt(&self.dir, "stream has no segment")),
+        }
+    }
+
+    /// Writes the bytes appended since the last flush to the log file. Appends are buffered (see
+    /// `Segment::unwritten`); whoever appends must flush before the appended range is published
+    /// to readers or synced.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        match self.segs.last_mut() {
+            Some(s) => s.flush(),
+            None => Ok(()),
         }
     }
 
@@ -441,6 +490,10 @@ impl SegmentSet {
                 return Ok(None);
             }
             let end = to.min(s.end);
+            if end > s.end - s.unwritten.len() as u64 {
+                // Published bytes are always flushed; this keeps any other read exact too.
+                s.flush()?;
+            }
             s.verify_to(end, &self.dir)?;
             let map = s.map_for(end)?;
             let (a, b) = ((pos - s.base.bytes) as usize, (end - s.base.bytes) as usize);
