@@ -31,8 +31,8 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_grou
 
 fn no_checkpoints() -> Options {
     Options::default()
-        .durability(Durability::Buffered)
-        .checkpoint_bytes(16 << 30)
+        .with_durability(Durability::Buffered)
+        .with_checkpoint_bytes(16 << 30)
 }
 
 /// Times `Store::open` on fresh crash copies of `image`, `iters` times.
@@ -86,7 +86,7 @@ fn child(spec: &str) -> ! {
     );
     let arg: u64 = arg.parse().expect("child arg");
     let dir = Path::new(dir);
-    let buffered = Options::default().durability(Durability::Buffered);
+    let buffered = Options::default().with_durability(Durability::Buffered);
     let reported = match kind {
         "journal" => {
             let store = Store::open(dir, no_checkpoints()).expect("open");

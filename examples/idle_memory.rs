@@ -39,8 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::open(
         dir.path(),
         Options::default()
-            .durability(Durability::Buffered)
-            .max_open_streams(max_open),
+            .with_durability(Durability::Buffered)
+            .with_max_open_streams(max_open),
     )?;
     let (rss0, fds0) = (rss_bytes(), open_fds());
     let started = Instant::now();

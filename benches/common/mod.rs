@@ -28,7 +28,7 @@ pub fn name(s: &str) -> StreamName {
 }
 
 pub fn options(d: Durability) -> Options {
-    Options::default().durability(d)
+    Options::default().with_durability(d)
 }
 
 pub fn mode_name(d: Durability) -> &'static str {

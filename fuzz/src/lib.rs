@@ -138,9 +138,9 @@ pub struct Ops {
 
 fn options() -> Options {
     Options::default()
-        .durability(Durability::Buffered)
-        .segment_bytes(4096)
-        .checkpoint_bytes(64 << 10)
+        .with_durability(Durability::Buffered)
+        .with_segment_bytes(4096)
+        .with_checkpoint_bytes(64 << 10)
 }
 
 fn kind(e: &Error) -> std::mem::Discriminant<Error> {

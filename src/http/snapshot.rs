@@ -50,7 +50,7 @@ pub(crate) async fn publish_snapshot(
         Some(ct) => Some(normalize_content_type(ct).map_err(|e| ApiError::Store(e, Op::Snapshot))?),
     };
     let expect_digest = text(h, STREAM_SNAPSHOT_MATCH).map(|s| s.trim().to_owned());
-    let limit = app.store.options().snapshot_limit();
+    let limit = app.store.options().max_snapshot_bytes();
     if content_length(h).is_some_and(|n| n > limit) {
         return Err(ApiError::too_large(limit));
     }

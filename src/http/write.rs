@@ -139,7 +139,7 @@ pub(crate) async fn create(
         fork: fork(h)?,
         expect: expected_incarnation(h)?,
     };
-    let data = read_body(body, h, app.store.options().append_limit()).await?;
+    let data = read_body(body, h, app.store.options().max_append_bytes()).await?;
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
     let n = name.clone();
@@ -182,7 +182,7 @@ pub(crate) async fn append(
     )?;
     let stream_seq = parse_stream_seq(raw(h, STREAM_SEQ))?;
     let expect = expected_incarnation(h)?;
-    let data = read_body(body, h, app.store.options().append_limit()).await?;
+    let data = read_body(body, h, app.store.options().max_append_bytes()).await?;
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
     let content_type = if data.is_empty() {

@@ -170,9 +170,9 @@ fn many_threads_many_streams_then_reopen() -> R {
     let (threads, streams, appends) = (8u64, 48u64, 150u64);
     // A small cache and small checkpoints, so evictions and checkpoints run under the writers.
     let opts = Options::default()
-        .max_open_streams(16)
-        .checkpoint_bytes(64 << 10)
-        .segment_bytes(4096);
+        .with_max_open_streams(16)
+        .with_checkpoint_bytes(64 << 10)
+        .with_segment_bytes(4096);
     let stream = |s: u64| name(&format!("many/{s:02}"));
     let store = Store::open(dir.path(), opts.clone())?;
     for s in 0..streams {

@@ -16,8 +16,8 @@ use crate::util::{R, Rng, copy_dir, crash_image, files_under, name, read_to_tail
 
 fn options() -> Options {
     Options::default()
-        .segment_bytes(4096)
-        .durability(Durability::Buffered)
+        .with_segment_bytes(4096)
+        .with_durability(Durability::Buffered)
 }
 
 /// What was acknowledged: per stream, its messages (JSON texts or byte appends) in order.

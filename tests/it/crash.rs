@@ -31,9 +31,9 @@ fn options(sync: bool) -> Options {
     };
     // Small segments and checkpoints, so kills land in rolls and checkpoints too.
     Options::default()
-        .durability(d)
-        .segment_bytes(4096)
-        .checkpoint_bytes(64 << 10)
+        .with_durability(d)
+        .with_segment_bytes(4096)
+        .with_checkpoint_bytes(64 << 10)
 }
 
 fn stream(t: usize) -> StreamName {

@@ -398,7 +398,7 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
 #[test]
 fn snapshots_and_retention() -> R {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path(), Options::default().segment_bytes(4096))?;
+    let store = Store::open(dir.path(), Options::default().with_segment_bytes(4096))?;
     let n = name("snap");
     store.create(&n, text("application/json"))?;
     let mut last = Offset::ZERO;
@@ -461,7 +461,7 @@ fn snapshots_and_retention() -> R {
             .is_err()
     );
     drop(store);
-    let store = Store::open(dir.path(), Options::default().segment_bytes(4096))?;
+    let store = Store::open(dir.path(), Options::default().with_segment_bytes(4096))?;
     assert_eq!(store.head(&n, None)?.earliest, last);
     assert_eq!(
         store.snapshot(&n, Some(last), None)?.info.digest,
@@ -524,8 +524,8 @@ fn a_second_open_of_the_same_directory_is_refused() -> R {
 fn many_streams_with_a_small_cache() -> R {
     let dir = tempfile::tempdir()?;
     let opts = Options::default()
-        .max_open_streams(16)
-        .checkpoint_bytes(64 << 10);
+        .with_max_open_streams(16)
+        .with_checkpoint_bytes(64 << 10);
     let store = Store::open(dir.path(), opts.clone())?;
     for i in 0..200 {
         let n = name(&format!("many/{i}"));
@@ -556,7 +556,7 @@ fn many_streams_with_a_small_cache() -> R {
 #[test]
 fn buffered_writes_commit_without_a_waiter() -> R {
     let dir = tempfile::tempdir()?;
-    let opts = Options::default().durability(Durability::Buffered);
+    let opts = Options::default().with_durability(Durability::Buffered);
     let n = name("buffered/unwaited");
     {
         let store = Store::open(dir.path(), opts.clone())?;

@@ -17,7 +17,7 @@ fn seed_files() -> std::result::Result<(Files, Files), Box<dyn std::error::Error
     let dir = tempfile::tempdir()?;
     let store = Store::open(
         dir.path(),
-        Options::default().durability(Durability::Buffered),
+        Options::default().with_durability(Durability::Buffered),
     )?;
     let j = name("seed/json");
     store.create(

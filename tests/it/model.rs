@@ -693,9 +693,9 @@ struct Harness {
 
 fn options() -> Options {
     Options::default()
-        .durability(Durability::Buffered)
-        .checkpoint_bytes(64 << 10)
-        .segment_bytes(4096)
+        .with_durability(Durability::Buffered)
+        .with_checkpoint_bytes(64 << 10)
+        .with_segment_bytes(4096)
 }
 
 impl Harness {

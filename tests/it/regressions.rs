@@ -13,7 +13,7 @@ fn json() -> CreateOptions {
 #[test]
 fn source_retention_keeps_what_live_forks_read() -> R {
     let dir = tempfile::tempdir()?;
-    let opts = Options::default().segment_bytes(4096);
+    let opts = Options::default().with_segment_bytes(4096);
     let store = Store::open(dir.path(), opts.clone())?;
     let (src, fork) = (name("r/src"), name("r/fork"));
     store.create(&src, json())?;
@@ -72,7 +72,10 @@ fn source_retention_keeps_what_live_forks_read() -> R {
 fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
     for segment_bytes in [4096, 64 << 20] {
         let dir = tempfile::tempdir()?;
-        let store = Store::open(dir.path(), Options::default().segment_bytes(segment_bytes))?;
+        let store = Store::open(
+            dir.path(),
+            Options::default().with_segment_bytes(segment_bytes),
+        )?;
         let (src, fork) = (name("t/src"), name("t/fork"));
         store.create(&src, json())?;
         let mut cut = Offset::ZERO;
@@ -121,7 +124,10 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
             store.read(&src, &at)?.to_vec()
         );
         drop(store);
-        let store = Store::open(dir.path(), Options::default().segment_bytes(segment_bytes))?;
+        let store = Store::open(
+            dir.path(),
+            Options::default().with_segment_bytes(segment_bytes),
+        )?;
         assert_eq!(store.head(&fork, None)?.earliest, cut);
     }
     Ok(())
