@@ -49,6 +49,7 @@ pub use name::{Incarnation, Offset, ReadFrom, StreamName, is_json, normalize_con
 pub use options::{Durability, Options};
 pub use store::{Pending, Store};
 pub use types::{
-    AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Message,
-    Producer, ReadChunk, ReadRequest, Snapshot, SnapshotInfo, StreamInfo,
+    AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Guard,
+    Message, Producer, PublishSnapshot, Published, ReadChunk, ReadRequest, RetentionRequest,
+    Snapshot, SnapshotInfo, SnapshotRequest, StreamInfo,
 };

@@ -1,10 +1,198 @@
 //! The requests a store takes and the outcomes it answers with.
 
+use std::fmt;
+use std::io::Read;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
 use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
+
+/// The preconditions of an operation that carries nothing else ([`Store::head`],
+/// [`Store::close`], [`Store::delete`]).
+///
+/// With `expect` set, the operation applies only if the stream is that incarnation; otherwise it
+/// fails with [`Error::IncarnationMismatch`] naming the current one and applies nothing.
+/// [`Guard::NONE`] requires nothing.
+///
+/// [`Store::head`]: crate::Store::head
+/// [`Store::close`]: crate::Store::close
+/// [`Store::delete`]: crate::Store::delete
+/// [`Error::IncarnationMismatch`]: crate::Error::IncarnationMismatch
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Guard {
+    /// Apply only if the stream is this incarnation.
+    pub expect: Option<Incarnation>,
+}
+
+impl Guard {
+    /// No precondition.
+    pub const NONE: Guard = Guard { expect: None };
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(incarnation: Incarnation) -> Guard {
+        Guard {
+            expect: Some(incarnation),
+        }
+    }
+}
+
+impl From<Incarnation> for Guard {
+    fn from(incarnation: Incarnation) -> Guard {
+        Guard::expect(incarnation)
+    }
+}
+
+impl From<Option<Incarnation>> for Guard {
+    fn from(expect: Option<Incarnation>) -> Guard {
+        Guard { expect }
+    }
+}
+
+/// A request to read a snapshot ([`Store::snapshot`](crate::Store::snapshot)): the latest, or
+/// the one at an offset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SnapshotRequest {
+    /// The snapshot's offset; the latest snapshot when `None`.
+    pub offset: Option<Offset>,
+    /// Answer only if the stream is this incarnation
+    /// ([`IncarnationMismatch`](crate::Error::IncarnationMismatch) otherwise).
+    pub expect: Option<Incarnation>,
+}
+
+impl SnapshotRequest {
+    /// The latest snapshot.
+    #[must_use]
+    pub fn latest() -> Self {
+        SnapshotRequest::default()
+    }
+
+    /// The snapshot published at `offset`.
+    #[must_use]
+    pub fn at(offset: Offset) -> Self {
+        SnapshotRequest {
+            offset: Some(offset),
+            expect: None,
+        }
+    }
+
+    /// Answer only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+/// A request to advance a stream's earliest readable offset
+/// ([`Store::set_retention`](crate::Store::set_retention)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetentionRequest {
+    /// The new earliest readable offset: a message boundary at or before the latest snapshot.
+    pub offset: Offset,
+    /// Apply only if the stream is this incarnation
+    /// ([`IncarnationMismatch`](crate::Error::IncarnationMismatch) otherwise, applying nothing).
+    pub expect: Option<Incarnation>,
+}
+
+impl RetentionRequest {
+    /// Retain the stream from `offset` on.
+    #[must_use]
+    pub fn to(offset: Offset) -> Self {
+        RetentionRequest {
+            offset,
+            expect: None,
+        }
+    }
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+/// A request to publish a snapshot ([`Store::publish_snapshot`](crate::Store::publish_snapshot)):
+/// a blob, read from `blob` as it is written to disk (never held whole), that represents the
+/// stream up to `offset`.
+#[non_exhaustive]
+pub struct PublishSnapshot<'a> {
+    /// The stream offset the snapshot represents: a message boundary or the tail.
+    pub offset: Offset,
+    /// The blob's media type; `application/octet-stream` when `None`.
+    pub content_type: Option<String>,
+    /// Where the blob is read from, to its end, as it is written; at most the store's
+    /// `max_snapshot_bytes`.
+    pub blob: Box<dyn Read + 'a>,
+    /// Publish only if the latest snapshot's digest is this value (`Stream-Snapshot-Match`);
+    /// [`SnapshotMatchFailed`](crate::Error::SnapshotMatchFailed) otherwise.
+    pub if_digest: Option<String>,
+    /// Apply only if the stream is this incarnation
+    /// ([`IncarnationMismatch`](crate::Error::IncarnationMismatch) otherwise, applying nothing).
+    pub expect: Option<Incarnation>,
+}
+
+impl<'a> PublishSnapshot<'a> {
+    /// A snapshot at `offset` whose blob is read from `blob` (a file, a byte slice, `&mut`
+    /// any reader), with no preconditions.
+    #[must_use]
+    pub fn new(offset: Offset, blob: impl Read + 'a) -> Self {
+        PublishSnapshot {
+            offset,
+            content_type: None,
+            blob: Box::new(blob),
+            if_digest: None,
+            expect: None,
+        }
+    }
+
+    /// The blob's media type.
+    #[must_use]
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Publish only if the latest snapshot's digest is `digest`.
+    #[must_use]
+    pub fn if_digest(mut self, digest: impl Into<String>) -> Self {
+        self.if_digest = Some(digest.into());
+        self
+    }
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+impl fmt::Debug for PublishSnapshot<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PublishSnapshot")
+            .field("offset", &self.offset)
+            .field("content_type", &self.content_type)
+            .field("if_digest", &self.if_digest)
+            .field("expect", &self.expect)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of a snapshot publication; durable when it is returned.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Published {
+    /// The published snapshot (at the canonical offset).
+    pub snapshot: SnapshotInfo,
+    /// The stream's state after the call.
+    pub stream: StreamInfo,
+}
 
 /// When a stream expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use brook::{
-    AppendRequest, AppendStatus, CreateOptions, Durability, Error, Offset, Options, Producer,
-    ReadFrom, ReadRequest, Store, StreamName,
+    AppendRequest, AppendStatus, CreateOptions, Durability, Error, Guard, Offset, Options,
+    Producer, ReadFrom, ReadRequest, Store, StreamName,
 };
 
 /// The journal record decoder never panics, and what it accepts re-encodes to a fixed point.
@@ -430,7 +430,7 @@ impl Ops {
                     assert_eq!(c.closed, c.up_to_date && m.closed);
                 }
                 _ => {
-                    let r = self.store().delete(n, None);
+                    let r = self.store().delete(n, &Guard::NONE);
                     match (&model[s], r) {
                         (Some(_), Ok(())) => model[s] = None,
                         (None, Err(Error::NotFound)) => {}
@@ -465,7 +465,7 @@ fn check_all(store: &Store, n: &StreamName, m: Option<&M>) {
             assert_eq!(c.next, m.tail(), "{n}");
             assert_eq!(c.closed, m.closed, "{n}");
             let h = store
-                .head(n, None)
+                .head(n, &Guard::NONE)
                 .unwrap_or_else(|e| panic!("head of {n}: {e}"));
             assert_eq!(h.stream_seq, m.seq, "{n}");
         }

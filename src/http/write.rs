@@ -14,7 +14,7 @@ use crate::headers::{
     parse_producer, parse_stream_seq, parse_sub_offset, parse_ttl,
 };
 use crate::{
-    AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, StreamName,
+    AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, Guard, StreamName,
     normalize_content_type,
 };
 
@@ -263,7 +263,7 @@ pub(crate) async fn delete(
     parts: &Parts,
 ) -> Result<Response, ApiError> {
     app.blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
-        store.delete(name, expect)
+        store.delete(name, &Guard::from(expect.cloned()))
     })
     .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT).empty())

@@ -125,7 +125,7 @@ fn check_serial(store: &Store, n: &StreamName, writers: u64, commits: u64) -> R 
         )
         .into());
     }
-    let stored = store.head(n, None)?.stream_seq;
+    let stored = store.head(n, &Guard::NONE)?.stream_seq;
     if stored != last_seq.map(|s| format!("{s:020}")) {
         return Err(
             format!("stored Stream-Seq {stored:?} is not the last commit's {last_seq:?}").into(),

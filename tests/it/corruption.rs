@@ -130,7 +130,7 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
         )?;
         bm.push(m.into_bytes());
     }
-    store.close(&b, None)?;
+    store.close(&b, &Guard::NONE)?;
     streams.push((b, false, bm));
 
     let s = name("c/snap");
@@ -153,13 +153,9 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     }
     store.publish_snapshot(
         &s,
-        snap_at,
-        Some("application/json"),
-        &mut &b"{\"count\":150}"[..],
-        None,
-        None,
+        PublishSnapshot::new(snap_at, &b"{\"count\":150}"[..]).content_type("application/json"),
     )?;
-    store.set_retention(&s, snap_at, None)?;
+    store.set_retention(&s, &RetentionRequest::to(snap_at))?;
     store.checkpoint()?;
     streams.push((s.clone(), true, sm));
 
@@ -192,7 +188,7 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
 /// What a store opened on a damaged image serves must be a prefix of what was acknowledged.
 fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String> {
     for (n, json, msgs) in &exp.streams {
-        let Ok(info) = store.head(n, None) else {
+        let Ok(info) = store.head(n, &Guard::NONE) else {
             continue;
         };
         let start = info.earliest;
@@ -258,7 +254,7 @@ fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String>
         }
     }
     let (n, at, blob) = &exp.snapshot;
-    if let Ok(snap) = store.snapshot(n, None, None)
+    if let Ok(snap) = store.snapshot(n, &SnapshotRequest::latest())
         && (snap.info.offset != *at || snap.data.as_ref() != &blob[..])
     {
         return Err(format!(
@@ -292,7 +288,7 @@ fn check_writes_after_recovery(
     let store = Store::open(image.path(), options())
         .map_err(|e| format!("reopen after writing on a recovered store: {e}"))?;
     for (n, tail) in written {
-        match store.head(&n, None) {
+        match store.head(&n, &Guard::NONE) {
             Ok(i) if i.tail == tail => {}
             other => {
                 return Err(format!(
@@ -396,7 +392,11 @@ fn run_damage(kinds: &[&str], per_file: usize) -> R {
         let store = Store::open(copy.path(), options())?;
         check_store(&store, &exp)?;
         for (n, _, msgs) in &exp.streams {
-            assert_eq!(store.head(n, None)?.tail.messages, msgs.len() as u64, "{n}");
+            assert_eq!(
+                store.head(n, &Guard::NONE)?.tail.messages,
+                msgs.len() as u64,
+                "{n}"
+            );
         }
     }
     let files: Vec<PathBuf> = files_under(image.path())?

@@ -289,7 +289,7 @@ fn sigkill_at_random_moments() -> R {
                 );
             }
             // The producer retries its last attempt after the crash.
-            let tail = store.head(&stream(t), None)?.tail;
+            let tail = store.head(&stream(t), &Guard::NONE)?.tail;
             let retry = store.append(&stream(t), request(t, k, e, pseq));
             match (m == k + 1, &retry) {
                 (true, Ok(o))
@@ -312,7 +312,7 @@ fn sigkill_at_random_moments() -> R {
             {
                 return Err(format!("round {round} stream {t}: after the retry {after:?}").into());
             }
-            if store.head(&stream(t), None)?.stream_seq != Some(format!("{k:020}")) {
+            if store.head(&stream(t), &Guard::NONE)?.stream_seq != Some(format!("{k:020}")) {
                 return Err(format!(
                     "round {round} stream {t}: Stream-Seq is not the last attempt's"
                 )
@@ -345,11 +345,12 @@ fn snapshot_blob_survives_replay_of_its_create() -> R {
             ..Default::default()
         },
     )?;
-    let (info, _) =
-        store.publish_snapshot(&n, Offset::new(2, 4), None, &mut &b"blob"[..], None, None)?;
+    let info = store
+        .publish_snapshot(&n, PublishSnapshot::new(Offset::new(2, 4), &b"blob"[..]))?
+        .snapshot;
     let copy = crash_image(store, d.path())?;
     let store = Store::open(copy.path(), Options::default())?;
-    let snap = store.snapshot(&n, None, None)?;
+    let snap = store.snapshot(&n, &SnapshotRequest::latest())?;
     assert_eq!(snap.info, info);
     assert_eq!(snap.data.as_ref(), b"blob");
     assert_eq!(read_to_tail(&store, &n, None)?.0, b"1,2");

@@ -45,7 +45,7 @@ fn create_append_read_survive_reopen() -> R {
     }
     let store = open(dir.path());
     assert_eq!(read_all(&store, &n)?, b"hello world");
-    let info = store.head(&n, None)?;
+    let info = store.head(&n, &Guard::NONE)?;
     assert_eq!(info.tail, tail);
     assert_eq!(info.content_type, "text/plain");
     // Reading from an offset continues exactly there.
@@ -229,7 +229,10 @@ fn closure_and_conflicts_change_nothing() -> R {
             ..Default::default()
         },
     )?;
-    assert_eq!(store.head(&n, None)?.stream_seq.as_deref(), Some("b"));
+    assert_eq!(
+        store.head(&n, &Guard::NONE)?.stream_seq.as_deref(),
+        Some("b")
+    );
     let closed = store.append(
         &n,
         AppendRequest {
@@ -243,13 +246,16 @@ fn closure_and_conflicts_change_nothing() -> R {
         store.append(&n, append("more")),
         Err(Error::StreamClosed { .. })
     ));
-    assert_eq!(store.close(&n, None)?.status, AppendStatus::AlreadyClosed);
+    assert_eq!(
+        store.close(&n, &Guard::NONE)?.status,
+        AppendStatus::AlreadyClosed
+    );
     assert_eq!(read_all(&store, &n)?, b"xz!");
     let c = store.read(&n, &ReadRequest::from(ReadFrom::Start))?;
     assert!(c.closed);
     drop(store);
     let store = open(dir.path());
-    assert!(store.head(&n, None)?.closed);
+    assert!(store.head(&n, &Guard::NONE)?.closed);
     Ok(())
 }
 
@@ -289,8 +295,8 @@ fn create_is_idempotent_and_incarnations_change() -> R {
     assert!(
         matches!(e, Error::IncarnationMismatch { ref current } if *current == a.info.incarnation)
     );
-    store.delete(&n, Some(&a.info.incarnation))?;
-    assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
+    store.delete(&n, &Guard::expect(a.info.incarnation.clone()))?;
+    assert!(matches!(store.head(&n, &Guard::NONE), Err(Error::NotFound)));
     let missing = store.create(
         &n,
         CreateOptions {
@@ -310,7 +316,7 @@ fn create_is_idempotent_and_incarnations_change() -> R {
     assert_eq!(b.info.stream_seq.as_deref(), Some("5"));
     drop(store);
     let store = open(dir.path());
-    let h = store.head(&n, None)?;
+    let h = store.head(&n, &Guard::NONE)?;
     assert_eq!(h.incarnation, b.info.incarnation);
     assert_eq!(h.stream_seq.as_deref(), Some("5"));
     Ok(())
@@ -342,8 +348,8 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     assert_eq!(read_all(&store, &src)?, b"abcdefghi");
     assert!(!store.create(&f, fork)?.created);
     // Deleting the source soft-deletes it: gone for clients, kept for the fork.
-    store.delete(&src, None)?;
-    assert!(matches!(store.head(&src, None), Err(Error::Gone)));
+    store.delete(&src, &Guard::NONE)?;
+    assert!(matches!(store.head(&src, &Guard::NONE), Err(Error::Gone)));
     assert!(matches!(
         store.create(&src, text("text/plain")),
         Err(Error::ConfigMismatch(_))
@@ -351,9 +357,12 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     drop(store);
     let store = open(dir.path());
     assert_eq!(read_all(&store, &f)?, b"abcdefXYZ");
-    assert!(matches!(store.head(&src, None), Err(Error::Gone)));
-    store.delete(&f, None)?;
-    assert!(matches!(store.head(&src, None), Err(Error::NotFound)));
+    assert!(matches!(store.head(&src, &Guard::NONE), Err(Error::Gone)));
+    store.delete(&f, &Guard::NONE)?;
+    assert!(matches!(
+        store.head(&src, &Guard::NONE),
+        Err(Error::NotFound)
+    ));
     // Sub-offsets refine the point inside the next message.
     let s2 = name("src2");
     store.create(&s2, text("text/plain"))?;
@@ -410,41 +419,36 @@ fn snapshots_and_retention() -> R {
             )?
             .tail;
     }
-    let (info, _) = store.publish_snapshot(
-        &n,
-        last,
-        Some("application/json"),
-        &mut &b"{\"count\":300}"[..],
-        None,
-        None,
-    )?;
-    let (again, _) = store.publish_snapshot(
-        &n,
-        last,
-        Some("application/json"),
-        &mut &b"{\"count\":300}"[..],
-        None,
-        None,
-    )?;
+    let info = store
+        .publish_snapshot(
+            &n,
+            PublishSnapshot::new(last, &b"{\"count\":300}"[..]).content_type("application/json"),
+        )?
+        .snapshot;
+    let again = store
+        .publish_snapshot(
+            &n,
+            PublishSnapshot::new(last, &b"{\"count\":300}"[..]).content_type("application/json"),
+        )?
+        .snapshot;
     assert_eq!(info.digest, again.digest);
     assert!(matches!(
         store.publish_snapshot(
             &n,
-            last,
-            Some("application/json"),
-            &mut &b"{}"[..],
-            None,
-            None
+            PublishSnapshot::new(last, &b"{}"[..]).content_type("application/json")
         ),
         Err(Error::SnapshotConflict)
     ));
     assert_eq!(
-        store.snapshot(&n, None, None)?.data.as_ref(),
+        store
+            .snapshot(&n, &SnapshotRequest::latest())?
+            .data
+            .as_ref(),
         b"{\"count\":300}"
     );
-    let before = store.head(&n, None)?;
+    let before = store.head(&n, &Guard::NONE)?;
     assert_eq!(before.snapshot.as_ref().map(|s| s.offset), Some(last));
-    store.set_retention(&n, last, None)?;
+    store.set_retention(&n, &RetentionRequest::to(last))?;
     assert!(matches!(
         store.read(&n, &ReadRequest::from(ReadFrom::At(Offset::ZERO))),
         Err(Error::OffsetGone { .. })
@@ -457,14 +461,14 @@ fn snapshots_and_retention() -> R {
     assert_eq!(c.to_vec(), b"[]");
     assert!(
         store
-            .set_retention(&n, Offset::new(301, last.bytes + 10), None)
+            .set_retention(&n, &RetentionRequest::to(Offset::new(301, last.bytes + 10)))
             .is_err()
     );
     drop(store);
     let store = Store::open(dir.path(), Options::default().with_segment_bytes(4096))?;
-    assert_eq!(store.head(&n, None)?.earliest, last);
+    assert_eq!(store.head(&n, &Guard::NONE)?.earliest, last);
     assert_eq!(
-        store.snapshot(&n, Some(last), None)?.info.digest,
+        store.snapshot(&n, &SnapshotRequest::at(last))?.info.digest,
         info.digest
     );
     Ok(())
@@ -483,9 +487,9 @@ fn expiry_to_the_millisecond() -> R {
             ..text("text/plain")
         },
     )?;
-    store.head(&n, None)?;
+    store.head(&n, &Guard::NONE)?;
     std::thread::sleep(Duration::from_millis(350));
-    assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
+    assert!(matches!(store.head(&n, &Guard::NONE), Err(Error::NotFound)));
     store.create(&n, text("text/plain"))?;
     Ok(())
 }
@@ -504,7 +508,7 @@ fn waiters_wake_on_append_and_close() -> R {
     store.append(&n, append("x"))?;
     assert!(t.join().expect("join")?);
     assert!(!store.wait_blocking(&n, Offset::new(1, 1), Duration::from_millis(50))?);
-    store.close(&n, None)?;
+    store.close(&n, &Guard::NONE)?;
     assert!(store.wait_blocking(&n, Offset::new(1, 1), Duration::from_secs(5))?);
     Ok(())
 }

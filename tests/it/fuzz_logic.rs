@@ -65,16 +65,12 @@ fn seed_files() -> std::result::Result<(Files, Files), Box<dyn std::error::Error
             ..Default::default()
         },
     )?;
-    let tail = store.head(&j, None)?.tail;
+    let tail = store.head(&j, &Guard::NONE)?.tail;
     store.publish_snapshot(
         &j,
-        tail,
-        Some("application/json"),
-        &mut &b"{}"[..],
-        None,
-        None,
+        PublishSnapshot::new(tail, &b"{}"[..]).content_type("application/json"),
     )?;
-    store.set_retention(&j, tail, None)?;
+    store.set_retention(&j, &RetentionRequest::to(tail))?;
     let b = name("seed/bytes");
     store.create(
         &b,
@@ -84,7 +80,7 @@ fn seed_files() -> std::result::Result<(Files, Files), Box<dyn std::error::Error
             ..Default::default()
         },
     )?;
-    store.delete(&b, None)?;
+    store.delete(&b, &Guard::NONE)?;
     store.append(
         &f,
         AppendRequest {

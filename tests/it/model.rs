@@ -763,7 +763,7 @@ impl Harness {
                     .get(*s)
                     .and_then(|m| Model::check_expect(m, e.as_ref()))
                     .map(|()| self.model.info(*s));
-                let got = self.store().head(&name(NAMES[*s]), e.as_ref());
+                let got = self.store().head(&name(NAMES[*s]), &Guard::from(e.clone()));
                 compare("head", &want, &got, |m, r| {
                     m.as_ref() == Some(&real_info(r))
                 })
@@ -1196,7 +1196,9 @@ impl Harness {
             .model
             .get(s)
             .and_then(|m| Model::check_expect(m, e.as_ref()));
-        let got = self.store().delete(&name(NAMES[s]), e.as_ref());
+        let got = self
+            .store()
+            .delete(&name(NAMES[s]), &Guard::from(e.clone()));
         compare("delete", &want, &got, |(), ()| true)?;
         if want.is_ok() {
             if self.model.has_forks(s) {
@@ -1374,14 +1376,12 @@ impl Harness {
             }
             Ok(None)
         })();
-        let got = self.store().publish_snapshot(
-            &name(NAMES[s]),
-            offset,
-            Some(ct),
-            &mut &data[..],
-            digest_req.as_deref(),
-            None,
-        );
+        let mut req = PublishSnapshot::new(offset, &data[..]).content_type(ct);
+        req.if_digest.clone_from(&digest_req);
+        let got = self
+            .store()
+            .publish_snapshot(&name(NAMES[s]), req)
+            .map(|p| (p.snapshot, p.stream));
         compare("publish", &want, &got, |w, (info, _)| match w {
             Some(x) => x.digest == info.digest && x.offset == info.offset,
             None => info.content_type == ct && info.len == data.len() as u64,
@@ -1426,7 +1426,9 @@ impl Harness {
             let x = x.ok_or(Error::SnapshotNotFound)?;
             Ok((x.clone(), m.tail(), m.closed))
         })();
-        let got = self.store().snapshot(&name(NAMES[s]), offset, None);
+        let mut req = SnapshotRequest::latest();
+        req.offset = offset;
+        let got = self.store().snapshot(&name(NAMES[s]), &req);
         compare("snapshot", &want, &got, |(x, tail, closed), r| {
             x.offset == r.info.offset
                 && x.digest == r.info.digest
@@ -1451,7 +1453,9 @@ impl Harness {
                 _ => Err(Error::RetentionBeyondSnapshot),
             }
         })();
-        let got = self.store().set_retention(&name(NAMES[s]), offset, None);
+        let got = self
+            .store()
+            .set_retention(&name(NAMES[s]), &RetentionRequest::to(offset));
         compare("retention", &want, &got, |(), _| true)?;
         if want.is_ok() {
             let m = self.model.streams[s].as_mut().expect("exists");
@@ -1503,7 +1507,7 @@ impl Harness {
                     },
                 )?;
             }
-            let got = self.store().head(&n, None);
+            let got = self.store().head(&n, &Guard::NONE);
             compare(&format!("head of {nm}"), &want, &got, |(_, i), r| {
                 i.as_ref() == Some(&real_info(r))
             })?;

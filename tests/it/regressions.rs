@@ -46,8 +46,8 @@ fn source_retention_keeps_what_live_forks_read() -> R {
     )?;
     let before = read_to_tail(&store, &fork, None)?.0;
     assert!(before.starts_with(b"{\"i\":0,"));
-    store.publish_snapshot(&src, last, None, &mut &b"s"[..], None, None)?;
-    store.set_retention(&src, last, None)?;
+    store.publish_snapshot(&src, PublishSnapshot::new(last, &b"s"[..]))?;
+    store.set_retention(&src, &RetentionRequest::to(last))?;
     assert!(matches!(
         store.read(&src, &ReadRequest::from(ReadFrom::At(Offset::ZERO))),
         Err(Error::OffsetGone { .. })
@@ -61,8 +61,8 @@ fn source_retention_keeps_what_live_forks_read() -> R {
     let store = Store::open(image.path(), opts)?;
     assert_eq!(read_to_tail(&store, &fork, None)?.0, before);
     // Once the fork is gone, retention reclaims the source's old segments.
-    store.delete(&fork, None)?;
-    store.set_retention(&src, last, None)?;
+    store.delete(&fork, &Guard::NONE)?;
+    store.set_retention(&src, &RetentionRequest::to(last))?;
     Ok(())
 }
 
@@ -91,8 +91,8 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
                 cut = o.tail;
             }
         }
-        store.publish_snapshot(&src, cut, None, &mut &b"s"[..], None, None)?;
-        store.set_retention(&src, cut, None)?;
+        store.publish_snapshot(&src, PublishSnapshot::new(cut, &b"s"[..]))?;
+        store.set_retention(&src, &RetentionRequest::to(cut))?;
         store.create(
             &fork,
             CreateOptions {
@@ -104,7 +104,7 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
                 ..Default::default()
             },
         )?;
-        let info = store.head(&fork, None)?;
+        let info = store.head(&fork, &Guard::NONE)?;
         assert_eq!(info.earliest, cut, "segment_bytes {segment_bytes}");
         // From the start: gone, as on the source (the seed: offset=-1 after retention is 410).
         let e = store.read(&fork, &ReadRequest::from(ReadFrom::Start));
@@ -128,7 +128,7 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
             dir.path(),
             Options::default().with_segment_bytes(segment_bytes),
         )?;
-        assert_eq!(store.head(&fork, None)?.earliest, cut);
+        assert_eq!(store.head(&fork, &Guard::NONE)?.earliest, cut);
     }
     Ok(())
 }
@@ -157,7 +157,7 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
             .ok_or("no stream directory")?;
         let aside = tempfile::tempdir()?;
         crate::util::copy_dir(&sdir, aside.path())?;
-        store.delete(&n, None)?;
+        store.delete(&n, &Guard::NONE)?;
         let image = crash_image(store, dir.path())?;
         // The trash entry as a crash would leave it: renamed `.gone` and partly emptied, or
         // whole and unmarked (its removal not begun).
@@ -181,7 +181,7 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
         }
         let store = Store::open(image.path(), Options::default())?;
         assert!(
-            matches!(store.head(&n, None), Err(Error::NotFound)),
+            matches!(store.head(&n, &Guard::NONE), Err(Error::NotFound)),
             "marked {marked}"
         );
         assert_eq!(

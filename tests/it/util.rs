@@ -115,7 +115,7 @@ pub fn read_to_tail(
     n: &StreamName,
     max_bytes: Option<u64>,
 ) -> brook::Result<(Vec<u8>, ReadChunk)> {
-    let mut from = ReadFrom::At(store.head(n, None)?.earliest);
+    let mut from = ReadFrom::At(store.head(n, &Guard::NONE)?.earliest);
     let mut out = Vec::new();
     loop {
         let c = store.read(
