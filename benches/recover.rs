@@ -97,10 +97,7 @@ fn child(spec: &str) -> ! {
             let mut pending = Vec::new();
             let mut i = 0;
             while written < arg {
-                let req = AppendRequest {
-                    data: body.clone(),
-                    ..Default::default()
-                };
+                let req = AppendRequest::new(body.clone());
                 pending.push(store.submit_append(&ns[i % ns.len()], req).expect("append"));
                 i += 1;
                 written += body.len() as u64;
@@ -132,13 +129,7 @@ fn child(spec: &str) -> ! {
                 .step_by((arg as usize / 1000).max(1))
                 .map(|n| {
                     store
-                        .submit_append(
-                            n,
-                            AppendRequest {
-                                data: "hello".into(),
-                                ..Default::default()
-                            },
-                        )
+                        .submit_append(n, AppendRequest::new("hello"))
                         .expect("append")
                 })
                 .collect();

@@ -208,6 +208,7 @@ pub enum Expiry {
 
 /// Where a fork branches off its source.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ForkFrom {
     /// The source stream.
     pub source: StreamName,
@@ -218,8 +219,47 @@ pub struct ForkFrom {
     pub sub_offset: u64,
 }
 
-/// A request to create a stream (or fork one).
+impl ForkFrom {
+    /// A fork of `source` that diverges at `offset`.
+    #[must_use]
+    pub fn at(source: StreamName, offset: Offset) -> Self {
+        ForkFrom {
+            source,
+            offset: Some(offset),
+            sub_offset: 0,
+        }
+    }
+
+    /// A fork of `source` that diverges at its tail.
+    #[must_use]
+    pub fn tail(source: StreamName) -> Self {
+        ForkFrom {
+            source,
+            offset: None,
+            sub_offset: 0,
+        }
+    }
+
+    /// Inherit `n` more messages (JSON) or bytes past the divergence point.
+    #[must_use]
+    pub fn sub_offset(mut self, n: u64) -> Self {
+        self.sub_offset = n;
+        self
+    }
+}
+
+/// A request to create a stream (or fork one). Build it with [`CreateOptions::new`] (a byte
+/// stream), [`CreateOptions::json`] or [`CreateOptions::with_content_type`], then the builder
+/// methods:
+///
+/// ```
+/// use brook::CreateOptions;
+///
+/// let req = CreateOptions::json().data("[1,2]").ttl(3600);
+/// assert_eq!(req.content_type.as_deref(), Some("application/json"));
+/// ```
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct CreateOptions {
     /// Media type; normalized on create. `None` means `application/octet-stream`, or the
     /// source's type for a fork.
@@ -238,8 +278,86 @@ pub struct CreateOptions {
     pub expect: Option<Incarnation>,
 }
 
+impl CreateOptions {
+    /// A byte stream (`application/octet-stream`), empty, open, never expiring.
+    #[must_use]
+    pub fn new() -> Self {
+        CreateOptions::default()
+    }
+
+    /// An `application/json` stream.
+    #[must_use]
+    pub fn json() -> Self {
+        CreateOptions::with_content_type("application/json")
+    }
+
+    /// A stream of media type `content_type` (normalized on create).
+    #[must_use]
+    pub fn with_content_type(content_type: impl Into<String>) -> Self {
+        CreateOptions {
+            content_type: Some(content_type.into()),
+            ..CreateOptions::default()
+        }
+    }
+
+    /// Initial content (a JSON array on a JSON stream is flattened one level).
+    #[must_use]
+    pub fn data(mut self, data: impl Into<Bytes>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// Create the stream already closed.
+    #[must_use]
+    pub fn closed(mut self) -> Self {
+        self.closed = true;
+        self
+    }
+
+    /// Expire after `seconds` without a read or a write.
+    #[must_use]
+    pub fn ttl(self, seconds: u64) -> Self {
+        self.expiry(Expiry::Ttl(seconds))
+    }
+
+    /// Expire at the instant `at`.
+    #[must_use]
+    pub fn expires_at(self, at: SystemTime) -> Self {
+        self.expiry(Expiry::At(at))
+    }
+
+    /// Expire as `expiry` says.
+    #[must_use]
+    pub fn expiry(mut self, expiry: Expiry) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// The starting Stream-Seq.
+    #[must_use]
+    pub fn stream_seq(mut self, seq: impl Into<String>) -> Self {
+        self.stream_seq = Some(seq.into());
+        self
+    }
+
+    /// Create a fork of another stream.
+    #[must_use]
+    pub fn fork(mut self, from: ForkFrom) -> Self {
+        self.fork = Some(from);
+        self
+    }
+
+    /// Succeed only if the stream exists and is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
 /// The outcome of a create.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Created {
     /// `true` when this call created the stream; `false` when it already existed as requested.
     pub created: bool,
@@ -258,8 +376,31 @@ pub struct Producer {
     pub seq: u64,
 }
 
-/// A request to append (and/or close).
+impl Producer {
+    /// Producer `id` at `epoch`, sending its append number `seq` of that epoch.
+    #[must_use]
+    pub fn new(id: impl Into<String>, epoch: u64, seq: u64) -> Self {
+        Producer {
+            id: id.into(),
+            epoch,
+            seq,
+        }
+    }
+}
+
+/// A request to append (and/or close). Build it with [`AppendRequest::new`] or
+/// [`AppendRequest::close`], then the builder methods:
+///
+/// ```
+/// use brook::{AppendRequest, Producer};
+///
+/// let req = AppendRequest::new("hello")
+///     .stream_seq("00000000000000000001")
+///     .producer(Producer::new("writer-1", 0, 0));
+/// assert!(!req.close);
+/// ```
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct AppendRequest {
     /// The bytes (or JSON text) to append. Empty only together with `close`.
     pub data: Bytes,
@@ -276,8 +417,64 @@ pub struct AppendRequest {
     pub expect: Option<Incarnation>,
 }
 
-/// What an accepted append did.
+impl AppendRequest {
+    /// An append of `data` (bytes, or JSON text on a JSON stream).
+    #[must_use]
+    pub fn new(data: impl Into<Bytes>) -> Self {
+        AppendRequest {
+            data: data.into(),
+            ..AppendRequest::default()
+        }
+    }
+
+    /// A request that only closes the stream (idempotent).
+    #[must_use]
+    pub fn close() -> Self {
+        AppendRequest {
+            close: true,
+            ..AppendRequest::default()
+        }
+    }
+
+    /// Close the stream atomically after this append.
+    #[must_use]
+    pub fn closing(mut self) -> Self {
+        self.close = true;
+        self
+    }
+
+    /// The request's media type, checked against the stream's.
+    #[must_use]
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Append only if `seq` is bytewise greater than the stream's last Stream-Seq.
+    #[must_use]
+    pub fn stream_seq(mut self, seq: impl Into<String>) -> Self {
+        self.stream_seq = Some(seq.into());
+        self
+    }
+
+    /// Append as this idempotent producer (retries are answered as duplicates).
+    #[must_use]
+    pub fn producer(mut self, producer: Producer) -> Self {
+        self.producer = Some(producer);
+        self
+    }
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+/// What an accepted append did. More outcomes may be added: match with a wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AppendStatus {
     /// The data (and/or close) was appended.
     Appended,
@@ -293,6 +490,7 @@ pub enum AppendStatus {
 /// The outcome of an accepted append. When it is returned the append is durable as the store's
 /// [`Durability`](crate::Durability) promises.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct AppendOutcome {
     /// What happened.
     pub status: AppendStatus,
@@ -306,8 +504,9 @@ pub struct AppendOutcome {
     pub incarnation: Incarnation,
 }
 
-/// A read request.
+/// A read request: [`ReadRequest::from`] a start, then the builder methods.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ReadRequest {
     /// Where to start.
     pub from: ReadFrom,
@@ -319,6 +518,7 @@ pub struct ReadRequest {
 
 impl ReadRequest {
     /// A read from `from` with default bounds.
+    #[must_use]
     pub fn from(from: ReadFrom) -> Self {
         ReadRequest {
             from,
@@ -326,10 +526,25 @@ impl ReadRequest {
             expect: None,
         }
     }
+
+    /// Return at most about `n` body bytes (a JSON read returns at least one whole message).
+    #[must_use]
+    pub fn max_bytes(mut self, n: u64) -> Self {
+        self.max_bytes = Some(n);
+        self
+    }
+
+    /// Answer only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
 }
 
 /// A chunk of a stream, as a read answers it. Only durable data is ever returned.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ReadChunk {
     /// Where the chunk starts.
     pub start: Offset,
@@ -368,6 +583,7 @@ impl ReadChunk {
 
 /// A stream's metadata, as HEAD answers it.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct StreamInfo {
     /// The stream's name.
     pub name: StreamName,
@@ -405,6 +621,7 @@ impl StreamInfo {
 
 /// A published snapshot's description.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SnapshotInfo {
     /// The stream offset the snapshot represents (a message boundary).
     pub offset: Offset,
@@ -418,6 +635,7 @@ pub struct SnapshotInfo {
 
 /// A snapshot with its blob.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// Its description.
     pub info: SnapshotInfo,
@@ -433,6 +651,7 @@ pub struct Snapshot {
 
 /// One message of a stream with the offsets around it, as bootstrap uses them.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Message {
     /// Offset where the message starts.
     pub start: Offset,

@@ -51,10 +51,7 @@ pub fn create_many(store: &Store, names: &[StreamName], content_type: &str, thre
                     let pending: Vec<_> = window
                         .iter()
                         .map(|n| {
-                            let req = CreateOptions {
-                                content_type: Some(content_type.into()),
-                                ..Default::default()
-                            };
+                            let req = CreateOptions::with_content_type(content_type);
                             store.submit_create(n, req).expect("create")
                         })
                         .collect();

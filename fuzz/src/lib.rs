@@ -201,14 +201,9 @@ impl Ops {
                     } else {
                         "application/octet-stream"
                     };
-                    let r = self.store().create(
-                        n,
-                        CreateOptions {
-                            content_type: Some(ct.into()),
-                            closed,
-                            ..Default::default()
-                        },
-                    );
+                    let mut req = CreateOptions::with_content_type(ct);
+                    req.closed = closed;
+                    let r = self.store().create(n, req);
                     match (&model[s], r) {
                         (None, Ok(c)) => {
                             assert!(
@@ -272,13 +267,10 @@ impl Ops {
                     });
                     let seq = (op % 7 == 3).then(|| format!("{:02}", input.u8() % 100));
                     let close = op % 7 == 4 || input.u8() % 16 == 0;
-                    let req = AppendRequest {
-                        data: data.clone().into(),
-                        close,
-                        stream_seq: seq.clone(),
-                        producer: producer.clone(),
-                        ..Default::default()
-                    };
+                    let mut req = AppendRequest::new(data.clone());
+                    req.close = close;
+                    req.stream_seq.clone_from(&seq);
+                    req.producer.clone_from(&producer);
                     let r = self.store().append(n, req);
                     let Some(m) = model[s].as_mut() else {
                         assert!(
@@ -373,14 +365,9 @@ impl Ops {
                         m.offset_at(b[k as usize % b.len()])
                     });
                     let max_bytes = (maxb != 0).then_some(u64::from(maxb) * 3);
-                    let r = self.store().read(
-                        n,
-                        &ReadRequest {
-                            from: ReadFrom::At(from),
-                            max_bytes,
-                            expect: None,
-                        },
-                    );
+                    let mut req = ReadRequest::from(ReadFrom::At(from));
+                    req.max_bytes = max_bytes;
+                    let r = self.store().read(n, &req);
                     let Some(m) = m else {
                         assert!(
                             matches!(r, Err(Error::NotFound)),

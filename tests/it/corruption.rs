@@ -47,19 +47,12 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut msgs = Vec::new();
     for i in 0..160u64 {
         let m = json_msg("a", i);
-        let p = Producer {
-            id: "pa".into(),
-            epoch: 1,
-            seq: i,
-        };
+        let p = Producer::new("pa", 1, i);
         store.append(
             &a,
-            AppendRequest {
-                data: m.clone().into(),
-                producer: Some(p),
-                stream_seq: Some(format!("{i:020}")),
-                ..Default::default()
-            },
+            AppendRequest::new(m.clone())
+                .producer(p)
+                .stream_seq(format!("{i:020}")),
         )?;
         msgs.push(m.into_bytes());
         if i == 90 {
@@ -70,36 +63,13 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
 
     let f = name("c/fork");
     let at = store
-        .read(
-            &a,
-            &ReadRequest {
-                from: ReadFrom::Start,
-                max_bytes: Some(1500),
-                expect: None,
-            },
-        )?
+        .read(&a, &ReadRequest::from(ReadFrom::Start).max_bytes(1500))?
         .next;
-    store.create(
-        &f,
-        CreateOptions {
-            fork: Some(ForkFrom {
-                source: a.clone(),
-                offset: Some(at),
-                sub_offset: 0,
-            }),
-            ..Default::default()
-        },
-    )?;
+    store.create(&f, CreateOptions::new().fork(ForkFrom::at(a.clone(), at)))?;
     let mut fmsgs: Vec<Vec<u8>> = msgs[..at.messages as usize].to_vec();
     for i in 0..30u64 {
         let m = json_msg("f", i);
-        store.append(
-            &f,
-            AppendRequest {
-                data: m.clone().into(),
-                ..Default::default()
-            },
-        )?;
+        store.append(&f, AppendRequest::new(m.clone()))?;
         fmsgs.push(m.into_bytes());
     }
     streams.push((f, true, fmsgs));
@@ -107,26 +77,14 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let b = name("c/bytes");
     store.create(
         &b,
-        CreateOptions {
-            content_type: Some("text/plain".into()),
-            data: "first;".into(),
-            ..Default::default()
-        },
+        CreateOptions::with_content_type("text/plain").data("first;"),
     )?;
     let mut bm = vec![b"first;".to_vec()];
     for i in 0..120u64 {
         let m = format!("bytes-{i:05}-{};", "z".repeat((i % 40) as usize));
         store.append(
             &b,
-            AppendRequest {
-                data: m.clone().into(),
-                producer: Some(Producer {
-                    id: "pb".into(),
-                    epoch: 0,
-                    seq: i,
-                }),
-                ..Default::default()
-            },
+            AppendRequest::new(m.clone()).producer(Producer::new("pb", 0, i)),
         )?;
         bm.push(m.into_bytes());
     }
@@ -139,13 +97,7 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut snap_at = Offset::ZERO;
     for i in 0..200u64 {
         let m = json_msg("s", i);
-        let o = store.append(
-            &s,
-            AppendRequest {
-                data: m.clone().into(),
-                ..Default::default()
-            },
-        )?;
+        let o = store.append(&s, AppendRequest::new(m.clone()))?;
         sm.push(m.into_bytes());
         if i == 149 {
             snap_at = o.tail;
@@ -164,13 +116,7 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut lm = Vec::new();
     for i in 0..20u64 {
         let m = json_msg("l", i);
-        store.append(
-            &l,
-            AppendRequest {
-                data: format!("[{m}]").into(),
-                ..Default::default()
-            },
-        )?;
+        store.append(&l, AppendRequest::new(format!("[{m}]")))?;
         lm.push(m.into_bytes());
     }
     streams.push((l, true, lm));
@@ -274,13 +220,7 @@ fn check_writes_after_recovery(
     let mut written = Vec::new();
     for (n, json, _) in &exp.streams {
         let data = if *json { "{\"after\":true}" } else { "after;" };
-        if let Ok(o) = store.append(
-            n,
-            AppendRequest {
-                data: data.into(),
-                ..Default::default()
-            },
-        ) {
+        if let Ok(o) = store.append(n, AppendRequest::new(data)) {
             written.push((n.clone(), o.tail));
         }
     }

@@ -54,16 +54,13 @@ fn message(t: usize, k: u64) -> String {
 }
 
 fn request(t: usize, k: u64, epoch: u64, pseq: u64) -> AppendRequest {
-    AppendRequest {
-        data: message(t, k).into(),
-        stream_seq: Some(format!("{k:020}")),
-        producer: Some(Producer {
+    AppendRequest::new(message(t, k))
+        .stream_seq(format!("{k:020}"))
+        .producer(Producer {
             id: format!("w{t}"),
             epoch,
             seq: pseq,
-        }),
-        ..Default::default()
-    }
+        })
 }
 
 /// The `k` of every message in writer `t`'s stream, in order.
@@ -337,14 +334,7 @@ fn snapshot_blob_survives_replay_of_its_create() -> R {
     let d = tempfile::tempdir()?;
     let store = Store::open(d.path(), Options::default())?;
     let n = name("crash/snap");
-    store.create(
-        &n,
-        CreateOptions {
-            content_type: Some("application/json".into()),
-            data: "[1,2]".into(),
-            ..Default::default()
-        },
-    )?;
+    store.create(&n, CreateOptions::json().data("[1,2]"))?;
     let info = store
         .publish_snapshot(&n, PublishSnapshot::new(Offset::new(2, 4), &b"blob"[..]))?
         .snapshot;
@@ -395,11 +385,7 @@ fn check_prefix(dir: &Path, sync: bool, n: u64) -> R {
     );
     let e = store.append(
         &name("crash/rolls"),
-        AppendRequest {
-            data: "1".into(),
-            stream_seq: Some(format!("{last:020}")),
-            ..Default::default()
-        },
+        AppendRequest::new("1").stream_seq(format!("{last:020}")),
     );
     assert!(matches!(e, Err(Error::StreamSeqConflict { .. })), "{e:?}");
     Ok(())

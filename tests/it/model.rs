@@ -828,14 +828,11 @@ impl Harness {
         let b = make_body(&mut self.model, json, body);
         let e = self.model.expect_token(s, expect);
         let seq_raw = make_seq(None, seq);
-        let req = CreateOptions {
-            content_type: ct.map(str::to_owned),
-            closed,
-            data: b.data.clone().into(),
-            stream_seq: seq_raw.clone(),
-            expect: e.clone(),
-            ..Default::default()
-        };
+        let mut req = CreateOptions::new().data(b.data.clone());
+        req.content_type = ct.map(str::to_owned);
+        req.closed = closed;
+        req.stream_seq.clone_from(&seq_raw);
+        req.expect.clone_from(&e);
         let want: Result<Option<bool>, Error> = (|| {
             let seq = filter_seq(seq_raw)?;
             if let Some(m) = &self.model.streams[s] {
@@ -939,14 +936,12 @@ impl Harness {
         let seq_f = filter_seq(seq_raw.clone());
         let prod = producer.map(|p| make_producer(m, p));
         let e = self.model.expect_token(s, expect);
-        let req = AppendRequest {
-            data: b.data.clone().into(),
-            content_type: req_ct.clone(),
-            close,
-            stream_seq: seq_raw.clone(),
-            producer: prod.clone(),
-            expect: e.clone(),
-        };
+        let mut req = AppendRequest::new(b.data.clone());
+        req.content_type.clone_from(&req_ct);
+        req.close = close;
+        req.stream_seq.clone_from(&seq_raw);
+        req.producer.clone_from(&prod);
+        req.expect.clone_from(&e);
         let has_data = !b.data.is_empty();
         // What the engine must answer, in the documented order of checks.
         let want: Result<(AppendStatus, Option<(u64, u64)>), Error> = (|| {
@@ -1086,11 +1081,9 @@ impl Harness {
             (_, Some(p), Some(m)) => ReadFrom::At(m.pos(p)),
             (_, Some(_), None) => ReadFrom::At(Offset::ZERO),
         };
-        let req = ReadRequest {
-            from,
-            max_bytes: max,
-            expect: e.clone(),
-        };
+        let mut req = ReadRequest::from(from);
+        req.max_bytes = max;
+        req.expect.clone_from(&e);
         let want: Result<Want, Error> = (|| {
             let m = self.model.get(s)?;
             let tail = m.tail();
@@ -1220,14 +1213,9 @@ impl Harness {
             (Some(_), None) => Some(Offset::ZERO),
             (None, _) => None,
         };
-        let req = CreateOptions {
-            fork: Some(ForkFrom {
-                source: name(NAMES[src]),
-                offset: at_off,
-                sub_offset: sub,
-            }),
-            ..Default::default()
-        };
+        let mut from = ForkFrom::tail(name(NAMES[src])).sub_offset(sub);
+        from.offset = at_off;
+        let req = CreateOptions::new().fork(from);
         let want: Result<(bool, u64), Error> = (|| {
             if let Some(t) = &self.model.streams[s] {
                 if t.soft_deleted || t.closed {

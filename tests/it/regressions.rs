@@ -23,10 +23,7 @@ fn source_retention_keeps_what_live_forks_read() -> R {
         last = store
             .append(
                 &src,
-                AppendRequest {
-                    data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(),
-                    ..Default::default()
-                },
+                AppendRequest::new(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30))),
             )?
             .tail;
         if i == 99 {
@@ -35,14 +32,7 @@ fn source_retention_keeps_what_live_forks_read() -> R {
     }
     store.create(
         &fork,
-        CreateOptions {
-            fork: Some(ForkFrom {
-                source: src.clone(),
-                offset: Some(at),
-                sub_offset: 0,
-            }),
-            ..Default::default()
-        },
+        CreateOptions::new().fork(ForkFrom::at(src.clone(), at)),
     )?;
     let before = read_to_tail(&store, &fork, None)?.0;
     assert!(before.starts_with(b"{\"i\":0,"));
@@ -82,10 +72,7 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
         for i in 0..300u64 {
             let o = store.append(
                 &src,
-                AppendRequest {
-                    data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(),
-                    ..Default::default()
-                },
+                AppendRequest::new(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30))),
             )?;
             if i == 199 {
                 cut = o.tail;
@@ -95,14 +82,7 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
         store.set_retention(&src, &RetentionRequest::to(cut))?;
         store.create(
             &fork,
-            CreateOptions {
-                fork: Some(ForkFrom {
-                    source: src.clone(),
-                    offset: None,
-                    sub_offset: 0,
-                }),
-                ..Default::default()
-            },
+            CreateOptions::new().fork(ForkFrom::tail(src.clone())),
         )?;
         let info = store.head(&fork, &Guard::NONE)?;
         assert_eq!(info.earliest, cut, "segment_bytes {segment_bytes}");
@@ -143,13 +123,7 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
         let store = Store::open(dir.path(), Options::default())?;
         let n = name("trash/x");
         let c = store.create(&n, json())?;
-        store.append(
-            &n,
-            AppendRequest {
-                data: "[1,2,3]".into(),
-                ..Default::default()
-            },
-        )?;
+        store.append(&n, AppendRequest::new("[1,2,3]"))?;
         store.checkpoint()?;
         let sdir = crate::util::files_under(&dir.path().join("streams"))?
             .first()
