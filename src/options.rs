@@ -201,3 +201,30 @@ fn check(option: &str, value: u64, min: u64, max: Option<u64>) -> Result<()> {
         "{option} must be {bounds} (got {value})"
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Options;
+
+    #[test]
+    fn validation_names_the_option_its_bounds_and_the_value() {
+        let message = |o: Options| o.validate().map_err(|e| e.to_string()).err();
+        assert_eq!(message(Options::default()), None);
+        assert_eq!(
+            message(Options::default().with_checkpoint_bytes(10)).as_deref(),
+            Some(
+                "invalid argument: checkpoint_bytes must be between 65536 and 17179869184 (got 10)"
+            )
+        );
+        assert_eq!(
+            message(Options::default().with_max_open_streams(3)).as_deref(),
+            Some("invalid argument: max_open_streams must be at least 16 (got 3)")
+        );
+        assert_eq!(
+            message(Options::default().with_max_snapshot_bytes(5 << 30)).as_deref(),
+            Some(
+                "invalid argument: max_snapshot_bytes must be at most 4294967296 (got 5368709120)"
+            )
+        );
+    }
+}

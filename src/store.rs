@@ -95,13 +95,11 @@ impl Store {
         self.inner.append(name, req)
     }
 
-    /// Closes the stream (idempotent); durable when it returns.
+    /// Closes the stream (idempotent) if `guard` holds; durable when it returns. The same as
+    /// appending [`AppendRequest::close`] with the guard's expectation.
     pub fn close(&self, name: &StreamName, guard: &Guard) -> Result<AppendOutcome> {
-        let req = AppendRequest {
-            close: true,
-            expect: guard.expect.clone(),
-            ..AppendRequest::default()
-        };
+        let mut req = AppendRequest::close();
+        req.expect.clone_from(&guard.expect);
         self.append(name, req)
     }
 
@@ -119,7 +117,7 @@ impl Store {
         self.inner.read_messages(name, req)
     }
 
-    /// The stream's metadata. Does not renew a sliding TTL.
+    /// The stream's metadata, if `guard` holds. Does not renew a sliding TTL.
     pub fn head(&self, name: &StreamName, guard: &Guard) -> Result<StreamInfo> {
         self.inner.head(name, guard.expect.as_ref())
     }
@@ -129,7 +127,7 @@ impl Store {
         self.inner.touch(name)
     }
 
-    /// Deletes the stream; durable when it returns. A stream that live forks read from is
+    /// Deletes the stream if `guard` holds; durable when it returns. A stream that live forks read from is
     /// soft-deleted: gone for clients ([`Error::Gone`](crate::Error::Gone)), kept for its forks.
     pub fn delete(&self, name: &StreamName, guard: &Guard) -> Result<()> {
         self.inner.delete(name, guard.expect.as_ref())?.wait()
