@@ -34,10 +34,7 @@ fn run(
     iters: u64,
 ) -> Duration {
     let append = |store: &Store, n: &StreamName| {
-        let req = AppendRequest {
-            data: body.clone(),
-            ..Default::default()
-        };
+        let req = AppendRequest::new(body.clone());
         store
             .submit_append(n, req)
             .expect("submit")

@@ -24,13 +24,7 @@ fn fill(store: &Store, n: &StreamName, json: bool, size: usize) {
         "application/octet-stream"
     };
     store
-        .create(
-            n,
-            CreateOptions {
-                content_type: Some(ct.into()),
-                ..Default::default()
-            },
-        )
+        .create(n, CreateOptions::with_content_type(ct))
         .expect("create");
     let mut written = 0;
     let mut i = 0u64;
@@ -59,13 +53,7 @@ fn fill(store: &Store, n: &StreamName, json: bool, size: usize) {
         written += data.len();
         pending.push(
             store
-                .submit_append(
-                    n,
-                    AppendRequest {
-                        data,
-                        ..Default::default()
-                    },
-                )
+                .submit_append(n, AppendRequest::new(data))
                 .expect("append"),
         );
         if pending.len() >= 256 {

@@ -31,8 +31,8 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_grou
 
 fn no_checkpoints() -> Options {
     Options::default()
-        .durability(Durability::Buffered)
-        .checkpoint_bytes(16 << 30)
+        .with_durability(Durability::Buffered)
+        .with_checkpoint_bytes(16 << 30)
 }
 
 /// Times `Store::open` on fresh crash copies of `image`, `iters` times.
@@ -86,7 +86,7 @@ fn child(spec: &str) -> ! {
     );
     let arg: u64 = arg.parse().expect("child arg");
     let dir = Path::new(dir);
-    let buffered = Options::default().durability(Durability::Buffered);
+    let buffered = Options::default().with_durability(Durability::Buffered);
     let reported = match kind {
         "journal" => {
             let store = Store::open(dir, no_checkpoints()).expect("open");
@@ -97,10 +97,7 @@ fn child(spec: &str) -> ! {
             let mut pending = Vec::new();
             let mut i = 0;
             while written < arg {
-                let req = AppendRequest {
-                    data: body.clone(),
-                    ..Default::default()
-                };
+                let req = AppendRequest::new(body.clone());
                 pending.push(store.submit_append(&ns[i % ns.len()], req).expect("append"));
                 i += 1;
                 written += body.len() as u64;
@@ -132,13 +129,7 @@ fn child(spec: &str) -> ! {
                 .step_by((arg as usize / 1000).max(1))
                 .map(|n| {
                     store
-                        .submit_append(
-                            n,
-                            AppendRequest {
-                                data: "hello".into(),
-                                ..Default::default()
-                            },
-                        )
+                        .submit_append(n, AppendRequest::new("hello"))
                         .expect("append")
                 })
                 .collect();

@@ -39,8 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::open(
         dir.path(),
         Options::default()
-            .durability(Durability::Buffered)
-            .max_open_streams(max_open),
+            .with_durability(Durability::Buffered)
+            .with_max_open_streams(max_open),
     )?;
     let (rss0, fds0) = (rss_bytes(), open_fds());
     let started = Instant::now();
@@ -57,10 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     for w in chunk.chunks(64) {
                         let mut pending = Vec::new();
                         for name in w {
-                            let req = CreateOptions {
-                                content_type: Some("text/plain".into()),
-                                ..Default::default()
-                            };
+                            let req = CreateOptions::with_content_type("text/plain");
                             pending.push(store.submit_create(name, req)?);
                         }
                         for p in pending {
@@ -68,10 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                         let mut pending = Vec::new();
                         for name in w {
-                            let req = AppendRequest {
-                                data: "hello, idle stream".into(),
-                                ..Default::default()
-                            };
+                            let req = AppendRequest::new("hello, idle stream");
                             pending.push(store.submit_append(name, req)?);
                         }
                         for p in pending {

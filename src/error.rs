@@ -131,7 +131,8 @@ pub enum Error {
     /// Retention may only advance to a published snapshot's offset or older.
     #[error("retention may only advance to a published snapshot's offset or older")]
     RetentionBeyondSnapshot,
-    /// The latest snapshot cannot be deleted; snapshots are immutable.
+    /// The latest snapshot cannot be deleted; snapshots are immutable (the answer of the HTTP
+    /// route `DELETE {s}/snapshot/{offset}`; older snapshots go only with retention).
     #[error("the latest snapshot cannot be deleted")]
     SnapshotDeleteRefused,
     /// Another process holds the store's directory.

@@ -6,17 +6,24 @@
 //! a server for the Durable Streams protocol with Ursula's extensions.
 //!
 //! ```
-//! use brook::{AppendRequest, CreateOptions, Options, ReadFrom, ReadRequest, Store, StreamName};
+//! use brook::{AppendRequest, CreateOptions, Guard, Options, ReadFrom, ReadRequest, Store, StreamName};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store = Store::open(dir.path(), Options::default())?;
 //! let name = StreamName::new("chat/room-1")?;
-//! store.create(&name, CreateOptions { content_type: Some("application/json".into()), ..Default::default() })?;
-//! store.append(&name, AppendRequest { data: r#"[{"text":"hi"},{"text":"there"}]"#.into(), ..Default::default() })?;
+//! let created = store.create(&name, CreateOptions::json())?;
+//! let sent = store.append(&name, AppendRequest::new(r#"[{"text":"hi"},{"text":"there"}]"#))?;
 //! let chunk = store.read(&name, &ReadRequest::from(ReadFrom::Start))?;
 //! assert_eq!(chunk.to_vec(), br#"[{"text":"hi"},{"text":"there"}]"#);
+//! // Only if the stream is still the one this call created:
+//! let closed = store.close(&name, &Guard::expect(created.info.incarnation))?;
+//! assert_eq!(closed.tail, sent.tail);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Requests are built with constructors and builder methods (`CreateOptions::json().ttl(60)`,
+//! `AppendRequest::new(data).stream_seq(seq)`); operations that carry only preconditions take a
+//! [`Guard`]; [`Options`] are set with `with_*` methods and read back by their names.
 //!
 //! Features: none by default (the engine); `http` adds the server (`brook serve`) and the
 //! [`headers`] module; `client` adds a Rust client with the conditional-write recipes.
@@ -44,11 +51,17 @@ mod state; // a stream's state (Stream-Seq, producers, closure) and the whole or
 mod store; // Store, the public entry point
 mod types; // requests and outcomes
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use error::{Error, Result};
 pub use name::{Incarnation, Offset, ReadFrom, StreamName, is_json, normalize_content_type};
 pub use options::{Durability, Options};
 pub use store::{Pending, Store};
 pub use types::{
-    AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Message,
-    Producer, ReadChunk, ReadRequest, Snapshot, SnapshotInfo, StreamInfo,
+    AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Guard,
+    Message, Producer, PublishSnapshot, Published, ReadChunk, ReadRequest, RetentionRequest,
+    Snapshot, SnapshotInfo, SnapshotRequest, StreamInfo,
 };

@@ -15,7 +15,15 @@ pub enum Durability {
     Buffered,
 }
 
-/// Options for [`Store::open`](crate::Store::open). Build with `Options::default()` and the setters.
+/// Options for [`Store::open`](crate::Store::open). Build with `Options::default()` and
+/// the `with_*` setters; each getter is named after its option.
+///
+/// ```
+/// use brook::{Durability, Options};
+///
+/// let options = Options::default().with_durability(Durability::Buffered).with_journal_shards(4);
+/// assert_eq!(options.journal_shards(), 4);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Options {
     pub(crate) durability: Durability,
@@ -46,7 +54,7 @@ impl Default for Options {
 impl Options {
     /// What an acknowledged write survives. Default [`Durability::Sync`].
     #[must_use]
-    pub fn durability(mut self, d: Durability) -> Self {
+    pub fn with_durability(mut self, d: Durability) -> Self {
         self.durability = d;
         self
     }
@@ -55,7 +63,7 @@ impl Options {
     /// flight at once. Default 2, 1 to 64. Fixed when a store is created: reopening with another
     /// value keeps the stored one.
     #[must_use]
-    pub fn journal_shards(mut self, n: usize) -> Self {
+    pub fn with_journal_shards(mut self, n: usize) -> Self {
         self.journal_shards = n;
         self
     }
@@ -63,7 +71,7 @@ impl Options {
     /// Size at which a stream's segment file is rolled. Default 64 MiB, 4 KiB to 1 GiB. Retention
     /// reclaims disk space a whole segment at a time.
     #[must_use]
-    pub fn segment_bytes(mut self, n: u64) -> Self {
+    pub fn with_segment_bytes(mut self, n: u64) -> Self {
         self.segment_bytes = n;
         self
     }
@@ -71,7 +79,7 @@ impl Options {
     /// Journal size that triggers a checkpoint (stream files synced, sidecars written, journal
     /// truncated). Bounds recovery work after a crash. Default 64 MiB, 64 KiB to 16 GiB.
     #[must_use]
-    pub fn checkpoint_bytes(mut self, n: u64) -> Self {
+    pub fn with_checkpoint_bytes(mut self, n: u64) -> Self {
         self.checkpoint_bytes = n;
         self
     }
@@ -80,14 +88,14 @@ impl Options {
     /// least recently used first. Default 4096, at least 16. Each open stream holds about two file
     /// descriptors per segment it has touched.
     #[must_use]
-    pub fn max_open_streams(mut self, n: usize) -> Self {
+    pub fn with_max_open_streams(mut self, n: usize) -> Self {
         self.max_open_streams = n;
         self
     }
 
     /// Largest append (or create) body. Default 64 MiB, 1 byte to 1 GiB.
     #[must_use]
-    pub fn max_append_bytes(mut self, n: usize) -> Self {
+    pub fn with_max_append_bytes(mut self, n: usize) -> Self {
         self.max_append_bytes = n;
         self
     }
@@ -95,60 +103,128 @@ impl Options {
     /// Largest body one read returns when the caller sets no smaller bound. Default 8 MiB, at
     /// least 1 KiB. A JSON read always returns at least one whole message.
     #[must_use]
-    pub fn max_read_bytes(mut self, n: u64) -> Self {
+    pub fn with_max_read_bytes(mut self, n: u64) -> Self {
         self.max_read_bytes = n;
         self
     }
 
-    /// Largest snapshot blob. Default 128 MiB, at most 4 GiB.
+    /// Largest snapshot blob. Default 128 MiB, 0 to 4 GiB.
     #[must_use]
-    pub fn max_snapshot_bytes(mut self, n: u64) -> Self {
+    pub fn with_max_snapshot_bytes(mut self, n: u64) -> Self {
         self.max_snapshot_bytes = n;
         self
     }
 
-    /// The configured durability mode.
-    pub fn durability_mode(&self) -> Durability {
+    /// What an acknowledged write survives.
+    pub fn durability(&self) -> Durability {
         self.durability
     }
 
-    /// The configured largest append body.
-    pub fn append_limit(&self) -> usize {
+    /// The number of journal shards asked for (a reopened store keeps the number it was
+    /// created with).
+    pub fn journal_shards(&self) -> usize {
+        self.journal_shards
+    }
+
+    /// The size at which a segment file is rolled.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    /// The journal size that triggers a checkpoint.
+    pub fn checkpoint_bytes(&self) -> u64 {
+        self.checkpoint_bytes
+    }
+
+    /// The number of streams kept open at once.
+    pub fn max_open_streams(&self) -> usize {
+        self.max_open_streams
+    }
+
+    /// The largest append (or create) body.
+    pub fn max_append_bytes(&self) -> usize {
         self.max_append_bytes
     }
 
-    /// The configured largest snapshot blob.
-    pub fn snapshot_limit(&self) -> u64 {
+    /// The largest body one read returns.
+    pub fn max_read_bytes(&self) -> u64 {
+        self.max_read_bytes
+    }
+
+    /// The largest snapshot blob.
+    pub fn max_snapshot_bytes(&self) -> u64 {
         self.max_snapshot_bytes
     }
 
+    /// Checks every option against its bounds; the error names the option, its bounds and the
+    /// value given (`checkpoint_bytes must be between 65536 and 17179869184 (got 10)`).
     pub(crate) fn validate(&self) -> Result<()> {
-        let bad = |what: &str| {
-            Err(Error::InvalidArgument(format!(
-                "option {what} is out of bounds"
-            )))
-        };
-        if !(1..=64).contains(&self.journal_shards) {
-            return bad("journal_shards");
-        }
-        if !(4096..=1 << 30).contains(&self.segment_bytes) {
-            return bad("segment_bytes");
-        }
-        if !(64 << 10..=16 << 30).contains(&self.checkpoint_bytes) {
-            return bad("checkpoint_bytes");
-        }
-        if self.max_open_streams < 16 {
-            return bad("max_open_streams");
-        }
-        if !(1..=1 << 30).contains(&self.max_append_bytes) {
-            return bad("max_append_bytes");
-        }
-        if self.max_read_bytes < 1024 {
-            return bad("max_read_bytes");
-        }
-        if self.max_snapshot_bytes > 4 << 30 {
-            return bad("max_snapshot_bytes");
-        }
+        check("journal_shards", self.journal_shards as u64, 1, Some(64))?;
+        check("segment_bytes", self.segment_bytes, 4096, Some(1 << 30))?;
+        check(
+            "checkpoint_bytes",
+            self.checkpoint_bytes,
+            64 << 10,
+            Some(16 << 30),
+        )?;
+        check("max_open_streams", self.max_open_streams as u64, 16, None)?;
+        check(
+            "max_append_bytes",
+            self.max_append_bytes as u64,
+            1,
+            Some(1 << 30),
+        )?;
+        check("max_read_bytes", self.max_read_bytes, 1024, None)?;
+        check(
+            "max_snapshot_bytes",
+            self.max_snapshot_bytes,
+            0,
+            Some(4 << 30),
+        )?;
         Ok(())
+    }
+}
+
+/// `Ok` when `value` is within `min..=max` (no upper bound when `max` is `None`); otherwise an
+/// [`Error::InvalidArgument`] that names the option, its bounds and the value.
+fn check(option: &str, value: u64, min: u64, max: Option<u64>) -> Result<()> {
+    let ok = value >= min && max.is_none_or(|max| value <= max);
+    if ok {
+        return Ok(());
+    }
+    let bounds = match max {
+        Some(max) if min == 0 => format!("at most {max}"),
+        Some(max) => format!("between {min} and {max}"),
+        None => format!("at least {min}"),
+    };
+    Err(Error::InvalidArgument(format!(
+        "{option} must be {bounds} (got {value})"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Options;
+
+    #[test]
+    fn validation_names_the_option_its_bounds_and_the_value() {
+        let message = |o: Options| o.validate().map_err(|e| e.to_string()).err();
+        assert_eq!(message(Options::default()), None);
+        assert_eq!(
+            message(Options::default().with_checkpoint_bytes(10)).as_deref(),
+            Some(
+                "invalid argument: checkpoint_bytes must be between 65536 and 17179869184 (got 10)"
+            )
+        );
+        assert_eq!(
+            message(Options::default().with_max_open_streams(3)).as_deref(),
+            Some("invalid argument: max_open_streams must be at least 16 (got 3)")
+        );
+        assert_eq!(
+            message(Options::default().with_max_snapshot_bytes(5 << 30)).as_deref(),
+            Some(
+                "invalid argument: max_snapshot_bytes must be at most 4294967296 (got 5368709120)"
+            )
+        );
     }
 }

@@ -1,17 +1,16 @@
 //! `Store`: a directory of streams: open, create, append, read, wait, delete, fork, snapshots,
 //! retention, listing and expiry.
 
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
+use crate::name::{Offset, ReadFrom, StreamName};
 use crate::options::Options;
 use crate::types::{
-    AppendOutcome, AppendRequest, CreateOptions, Created, Message, ReadChunk, ReadRequest,
-    Snapshot, SnapshotInfo, StreamInfo,
+    AppendOutcome, AppendRequest, CreateOptions, Created, Guard, Message, PublishSnapshot,
+    Published, ReadChunk, ReadRequest, RetentionRequest, Snapshot, SnapshotRequest, StreamInfo,
 };
 
 /// A store of durable streams in one directory. Cheap to clone; all clones share the store.
@@ -96,13 +95,11 @@ impl Store {
         self.inner.append(name, req)
     }
 
-    /// Closes the stream (idempotent); durable when it returns.
-    pub fn close(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<AppendOutcome> {
-        let req = AppendRequest {
-            close: true,
-            expect: expect.cloned(),
-            ..Default::default()
-        };
+    /// Closes the stream (idempotent) if `guard` holds; durable when it returns. The same as
+    /// appending [`AppendRequest::close`] with the guard's expectation.
+    pub fn close(&self, name: &StreamName, guard: &Guard) -> Result<AppendOutcome> {
+        let mut req = AppendRequest::close();
+        req.expect.clone_from(&guard.expect);
         self.append(name, req)
     }
 
@@ -120,9 +117,9 @@ impl Store {
         self.inner.read_messages(name, req)
     }
 
-    /// The stream's metadata. Does not renew a sliding TTL.
-    pub fn head(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<StreamInfo> {
-        self.inner.head(name, expect)
+    /// The stream's metadata, if `guard` holds. Does not renew a sliding TTL.
+    pub fn head(&self, name: &StreamName, guard: &Guard) -> Result<StreamInfo> {
+        self.inner.head(name, guard.expect.as_ref())
     }
 
     /// Renews a sliding TTL as a read does, without reading.
@@ -130,10 +127,10 @@ impl Store {
         self.inner.touch(name)
     }
 
-    /// Deletes the stream; durable when it returns. A stream that live forks read from is
+    /// Deletes the stream if `guard` holds; durable when it returns. A stream that live forks read from is
     /// soft-deleted: gone for clients ([`Error::Gone`](crate::Error::Gone)), kept for its forks.
-    pub fn delete(&self, name: &StreamName, expect: Option<&Incarnation>) -> Result<()> {
-        self.inner.delete(name, expect)?.wait()
+    pub fn delete(&self, name: &StreamName, guard: &Guard) -> Result<()> {
+        self.inner.delete(name, guard.expect.as_ref())?.wait()
     }
 
     /// Resolves once the stream's durable tail is past `after`, or it is closed, deleted or
@@ -152,55 +149,46 @@ impl Store {
         self.inner.wait_blocking(name, after, timeout)
     }
 
-    /// Publishes an immutable snapshot blob at a message boundary `offset`.
+    /// Publishes an immutable snapshot blob at a message boundary (or the tail), streaming it
+    /// from `req.blob` to disk.
     ///
-    /// `content_type` defaults to `application/octet-stream`. The same blob and type again is
-    /// idempotent; other content at that offset is a conflict. With `expect_digest`, publishes only
-    /// if the latest snapshot's digest is that value. Durable when it returns.
+    /// The same blob and type again at the same offset is idempotent; other content there is
+    /// [`SnapshotConflict`](crate::Error::SnapshotConflict). Snapshots are immutable: older ones
+    /// go only with retention. Durable when it returns.
     pub fn publish_snapshot(
         &self,
         name: &StreamName,
-        offset: Offset,
-        content_type: Option<&str>,
-        blob: &mut dyn Read,
-        expect_digest: Option<&str>,
-        expect: Option<&Incarnation>,
-    ) -> Result<(SnapshotInfo, StreamInfo)> {
+        req: PublishSnapshot<'_>,
+    ) -> Result<Published> {
+        let PublishSnapshot {
+            offset,
+            content_type,
+            mut blob,
+            if_digest,
+            expect,
+        } = req;
+        let (snapshot, stream) = self.inner.publish_snapshot(
+            name,
+            offset,
+            content_type.as_deref(),
+            &mut blob,
+            if_digest.as_deref(),
+            expect.as_ref(),
+        )?;
+        Ok(Published { snapshot, stream })
+    }
+
+    /// The latest snapshot, or the one at `req.offset`, with its blob.
+    pub fn snapshot(&self, name: &StreamName, req: &SnapshotRequest) -> Result<Snapshot> {
+        self.inner.snapshot(name, req.offset, req.expect.as_ref())
+    }
+
+    /// Advances the earliest readable offset to `req.offset`, which must be a published
+    /// snapshot's offset or older; data before it is reclaimed a whole segment at a time.
+    /// Retention never moves back. Durable when it returns.
+    pub fn set_retention(&self, name: &StreamName, req: &RetentionRequest) -> Result<StreamInfo> {
         self.inner
-            .publish_snapshot(name, offset, content_type, blob, expect_digest, expect)
-    }
-
-    /// The latest snapshot, or the one at `offset`.
-    pub fn snapshot(
-        &self,
-        name: &StreamName,
-        offset: Option<Offset>,
-        expect: Option<&Incarnation>,
-    ) -> Result<Snapshot> {
-        self.inner.snapshot(name, offset, expect)
-    }
-
-    /// Snapshots are immutable: always refused, with
-    /// [`SnapshotDeleteRefused`](crate::Error::SnapshotDeleteRefused) for the latest and
-    /// [`SnapshotNotFound`](crate::Error::SnapshotNotFound) otherwise.
-    pub fn delete_snapshot(
-        &self,
-        name: &StreamName,
-        offset: Offset,
-        expect: Option<&Incarnation>,
-    ) -> Result<()> {
-        self.inner.delete_snapshot(name, offset, expect)
-    }
-
-    /// Advances the earliest readable offset to `offset`, which must be a published snapshot's
-    /// offset or older; data before it is reclaimed a whole segment at a time. Durable when it returns.
-    pub fn set_retention(
-        &self,
-        name: &StreamName,
-        offset: Offset,
-        expect: Option<&Incarnation>,
-    ) -> Result<StreamInfo> {
-        self.inner.set_retention(name, offset, expect)
+            .set_retention(name, req.offset, req.expect.as_ref())
     }
 
     /// Names of the live streams whose names start with `prefix`, sorted.

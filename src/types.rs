@@ -1,10 +1,198 @@
 //! The requests a store takes and the outcomes it answers with.
 
+use std::fmt;
+use std::io::Read;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
 use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
+
+/// The preconditions of an operation that carries nothing else ([`Store::head`],
+/// [`Store::close`], [`Store::delete`]).
+///
+/// With `expect` set, the operation applies only if the stream is that incarnation; otherwise it
+/// fails with [`Error::IncarnationMismatch`] naming the current one and applies nothing.
+/// [`Guard::NONE`] requires nothing.
+///
+/// [`Store::head`]: crate::Store::head
+/// [`Store::close`]: crate::Store::close
+/// [`Store::delete`]: crate::Store::delete
+/// [`Error::IncarnationMismatch`]: crate::Error::IncarnationMismatch
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Guard {
+    /// Apply only if the stream is this incarnation.
+    pub expect: Option<Incarnation>,
+}
+
+impl Guard {
+    /// No precondition.
+    pub const NONE: Guard = Guard { expect: None };
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(incarnation: Incarnation) -> Guard {
+        Guard {
+            expect: Some(incarnation),
+        }
+    }
+}
+
+impl From<Incarnation> for Guard {
+    fn from(incarnation: Incarnation) -> Guard {
+        Guard::expect(incarnation)
+    }
+}
+
+impl From<Option<Incarnation>> for Guard {
+    fn from(expect: Option<Incarnation>) -> Guard {
+        Guard { expect }
+    }
+}
+
+/// A request to read a snapshot ([`Store::snapshot`](crate::Store::snapshot)): the latest, or
+/// the one at an offset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SnapshotRequest {
+    /// The snapshot's offset; the latest snapshot when `None`.
+    pub offset: Option<Offset>,
+    /// Answer only if the stream is this incarnation
+    /// ([`IncarnationMismatch`](crate::Error::IncarnationMismatch) otherwise).
+    pub expect: Option<Incarnation>,
+}
+
+impl SnapshotRequest {
+    /// The latest snapshot.
+    #[must_use]
+    pub fn latest() -> Self {
+        SnapshotRequest::default()
+    }
+
+    /// The snapshot published at `offset`.
+    #[must_use]
+    pub fn at(offset: Offset) -> Self {
+        SnapshotRequest {
+            offset: Some(offset),
+            expect: None,
+        }
+    }
+
+    /// Answer only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+/// A request to advance a stream's earliest readable offset
+/// ([`Store::set_retention`](crate::Store::set_retention)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetentionRequest {
+    /// The new earliest readable offset: a message boundary at or before the latest snapshot.
+    pub offset: Offset,
+    /// Apply only if the stream is this incarnation
+    /// ([`IncarnationMismatch`](crate::Error::IncarnationMismatch) otherwise, applying nothing).
+    pub expect: Option<Incarnation>,
+}
+
+impl RetentionRequest {
+    /// Retain the stream from `offset` on.
+    #[must_use]
+    pub fn to(offset: Offset) -> Self {
+        RetentionRequest {
+            offset,
+            expect: None,
+        }
+    }
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+/// A request to publish a snapshot ([`Store::publish_snapshot`](crate::Store::publish_snapshot)):
+/// a blob, read from `blob` as it is written to disk (never held whole), that represents the
+/// stream up to `offset`.
+#[non_exhaustive]
+pub struct PublishSnapshot<'a> {
+    /// The stream offset the snapshot represents: a message boundary or the tail.
+    pub offset: Offset,
+    /// The blob's media type; `application/octet-stream` when `None`.
+    pub content_type: Option<String>,
+    /// Where the blob is read from, to its end, as it is written; at most the store's
+    /// `max_snapshot_bytes`.
+    pub blob: Box<dyn Read + 'a>,
+    /// Publish only if the latest snapshot's digest is this value (`Stream-Snapshot-Match`);
+    /// [`SnapshotMatchFailed`](crate::Error::SnapshotMatchFailed) otherwise.
+    pub if_digest: Option<String>,
+    /// Apply only if the stream is this incarnation
+    /// ([`IncarnationMismatch`](crate::Error::IncarnationMismatch) otherwise, applying nothing).
+    pub expect: Option<Incarnation>,
+}
+
+impl<'a> PublishSnapshot<'a> {
+    /// A snapshot at `offset` whose blob is read from `blob` (a file, a byte slice, `&mut`
+    /// any reader), with no preconditions.
+    #[must_use]
+    pub fn new(offset: Offset, blob: impl Read + 'a) -> Self {
+        PublishSnapshot {
+            offset,
+            content_type: None,
+            blob: Box::new(blob),
+            if_digest: None,
+            expect: None,
+        }
+    }
+
+    /// The blob's media type.
+    #[must_use]
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Publish only if the latest snapshot's digest is `digest`.
+    #[must_use]
+    pub fn if_digest(mut self, digest: impl Into<String>) -> Self {
+        self.if_digest = Some(digest.into());
+        self
+    }
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+impl fmt::Debug for PublishSnapshot<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PublishSnapshot")
+            .field("offset", &self.offset)
+            .field("content_type", &self.content_type)
+            .field("if_digest", &self.if_digest)
+            .field("expect", &self.expect)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of a snapshot publication; durable when it is returned.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Published {
+    /// The published snapshot (at the canonical offset).
+    pub snapshot: SnapshotInfo,
+    /// The stream's state after the call.
+    pub stream: StreamInfo,
+}
 
 /// When a stream expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -20,6 +208,7 @@ pub enum Expiry {
 
 /// Where a fork branches off its source.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ForkFrom {
     /// The source stream.
     pub source: StreamName,
@@ -30,8 +219,47 @@ pub struct ForkFrom {
     pub sub_offset: u64,
 }
 
-/// A request to create a stream (or fork one).
+impl ForkFrom {
+    /// A fork of `source` that diverges at `offset`.
+    #[must_use]
+    pub fn at(source: StreamName, offset: Offset) -> Self {
+        ForkFrom {
+            source,
+            offset: Some(offset),
+            sub_offset: 0,
+        }
+    }
+
+    /// A fork of `source` that diverges at its tail.
+    #[must_use]
+    pub fn tail(source: StreamName) -> Self {
+        ForkFrom {
+            source,
+            offset: None,
+            sub_offset: 0,
+        }
+    }
+
+    /// Inherit `n` more messages (JSON) or bytes past the divergence point.
+    #[must_use]
+    pub fn sub_offset(mut self, n: u64) -> Self {
+        self.sub_offset = n;
+        self
+    }
+}
+
+/// A request to create a stream (or fork one). Build it with [`CreateOptions::new`] (a byte
+/// stream), [`CreateOptions::json`] or [`CreateOptions::with_content_type`], then the builder
+/// methods:
+///
+/// ```
+/// use brook::CreateOptions;
+///
+/// let req = CreateOptions::json().data("[1,2]").ttl(3600);
+/// assert_eq!(req.content_type.as_deref(), Some("application/json"));
+/// ```
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct CreateOptions {
     /// Media type; normalized on create. `None` means `application/octet-stream`, or the
     /// source's type for a fork.
@@ -50,8 +278,86 @@ pub struct CreateOptions {
     pub expect: Option<Incarnation>,
 }
 
+impl CreateOptions {
+    /// A byte stream (`application/octet-stream`), empty, open, never expiring.
+    #[must_use]
+    pub fn new() -> Self {
+        CreateOptions::default()
+    }
+
+    /// An `application/json` stream.
+    #[must_use]
+    pub fn json() -> Self {
+        CreateOptions::with_content_type("application/json")
+    }
+
+    /// A stream of media type `content_type` (normalized on create).
+    #[must_use]
+    pub fn with_content_type(content_type: impl Into<String>) -> Self {
+        CreateOptions {
+            content_type: Some(content_type.into()),
+            ..CreateOptions::default()
+        }
+    }
+
+    /// Initial content (a JSON array on a JSON stream is flattened one level).
+    #[must_use]
+    pub fn data(mut self, data: impl Into<Bytes>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// Create the stream already closed.
+    #[must_use]
+    pub fn closed(mut self) -> Self {
+        self.closed = true;
+        self
+    }
+
+    /// Expire after `seconds` without a read or a write.
+    #[must_use]
+    pub fn ttl(self, seconds: u64) -> Self {
+        self.expiry(Expiry::Ttl(seconds))
+    }
+
+    /// Expire at the instant `at`.
+    #[must_use]
+    pub fn expires_at(self, at: SystemTime) -> Self {
+        self.expiry(Expiry::At(at))
+    }
+
+    /// Expire as `expiry` says.
+    #[must_use]
+    pub fn expiry(mut self, expiry: Expiry) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// The starting Stream-Seq.
+    #[must_use]
+    pub fn stream_seq(mut self, seq: impl Into<String>) -> Self {
+        self.stream_seq = Some(seq.into());
+        self
+    }
+
+    /// Create a fork of another stream.
+    #[must_use]
+    pub fn fork(mut self, from: ForkFrom) -> Self {
+        self.fork = Some(from);
+        self
+    }
+
+    /// Succeed only if the stream exists and is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
 /// The outcome of a create.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Created {
     /// `true` when this call created the stream; `false` when it already existed as requested.
     pub created: bool,
@@ -70,8 +376,31 @@ pub struct Producer {
     pub seq: u64,
 }
 
-/// A request to append (and/or close).
+impl Producer {
+    /// Producer `id` at `epoch`, sending its append number `seq` of that epoch.
+    #[must_use]
+    pub fn new(id: impl Into<String>, epoch: u64, seq: u64) -> Self {
+        Producer {
+            id: id.into(),
+            epoch,
+            seq,
+        }
+    }
+}
+
+/// A request to append (and/or close). Build it with [`AppendRequest::new`] or
+/// [`AppendRequest::close`], then the builder methods:
+///
+/// ```
+/// use brook::{AppendRequest, Producer};
+///
+/// let req = AppendRequest::new("hello")
+///     .stream_seq("00000000000000000001")
+///     .producer(Producer::new("writer-1", 0, 0));
+/// assert!(!req.close);
+/// ```
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct AppendRequest {
     /// The bytes (or JSON text) to append. Empty only together with `close`.
     pub data: Bytes,
@@ -88,8 +417,64 @@ pub struct AppendRequest {
     pub expect: Option<Incarnation>,
 }
 
-/// What an accepted append did.
+impl AppendRequest {
+    /// An append of `data` (bytes, or JSON text on a JSON stream).
+    #[must_use]
+    pub fn new(data: impl Into<Bytes>) -> Self {
+        AppendRequest {
+            data: data.into(),
+            ..AppendRequest::default()
+        }
+    }
+
+    /// A request that only closes the stream (idempotent).
+    #[must_use]
+    pub fn close() -> Self {
+        AppendRequest {
+            close: true,
+            ..AppendRequest::default()
+        }
+    }
+
+    /// Close the stream atomically after this append.
+    #[must_use]
+    pub fn closing(mut self) -> Self {
+        self.close = true;
+        self
+    }
+
+    /// The request's media type, checked against the stream's.
+    #[must_use]
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Append only if `seq` is bytewise greater than the stream's last Stream-Seq.
+    #[must_use]
+    pub fn stream_seq(mut self, seq: impl Into<String>) -> Self {
+        self.stream_seq = Some(seq.into());
+        self
+    }
+
+    /// Append as this idempotent producer (retries are answered as duplicates).
+    #[must_use]
+    pub fn producer(mut self, producer: Producer) -> Self {
+        self.producer = Some(producer);
+        self
+    }
+
+    /// Apply only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
+}
+
+/// What an accepted append did. More outcomes may be added: match with a wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AppendStatus {
     /// The data (and/or close) was appended.
     Appended,
@@ -105,6 +490,7 @@ pub enum AppendStatus {
 /// The outcome of an accepted append. When it is returned the append is durable as the store's
 /// [`Durability`](crate::Durability) promises.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct AppendOutcome {
     /// What happened.
     pub status: AppendStatus,
@@ -118,8 +504,9 @@ pub struct AppendOutcome {
     pub incarnation: Incarnation,
 }
 
-/// A read request.
+/// A read request: [`ReadRequest::from`] a start, then the builder methods.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ReadRequest {
     /// Where to start.
     pub from: ReadFrom,
@@ -131,6 +518,7 @@ pub struct ReadRequest {
 
 impl ReadRequest {
     /// A read from `from` with default bounds.
+    #[must_use]
     pub fn from(from: ReadFrom) -> Self {
         ReadRequest {
             from,
@@ -138,10 +526,25 @@ impl ReadRequest {
             expect: None,
         }
     }
+
+    /// Return at most about `n` body bytes (a JSON read returns at least one whole message).
+    #[must_use]
+    pub fn max_bytes(mut self, n: u64) -> Self {
+        self.max_bytes = Some(n);
+        self
+    }
+
+    /// Answer only if the stream is `incarnation`.
+    #[must_use]
+    pub fn expect(mut self, incarnation: Incarnation) -> Self {
+        self.expect = Some(incarnation);
+        self
+    }
 }
 
 /// A chunk of a stream, as a read answers it. Only durable data is ever returned.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ReadChunk {
     /// Where the chunk starts.
     pub start: Offset,
@@ -180,6 +583,7 @@ impl ReadChunk {
 
 /// A stream's metadata, as HEAD answers it.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct StreamInfo {
     /// The stream's name.
     pub name: StreamName,
@@ -217,6 +621,7 @@ impl StreamInfo {
 
 /// A published snapshot's description.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SnapshotInfo {
     /// The stream offset the snapshot represents (a message boundary).
     pub offset: Offset,
@@ -230,6 +635,7 @@ pub struct SnapshotInfo {
 
 /// A snapshot with its blob.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// Its description.
     pub info: SnapshotInfo,
@@ -245,6 +651,7 @@ pub struct Snapshot {
 
 /// One message of a stream with the offsets around it, as bootstrap uses them.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Message {
     /// Offset where the message starts.
     pub start: Offset,

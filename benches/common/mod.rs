@@ -28,7 +28,7 @@ pub fn name(s: &str) -> StreamName {
 }
 
 pub fn options(d: Durability) -> Options {
-    Options::default().durability(d)
+    Options::default().with_durability(d)
 }
 
 pub fn mode_name(d: Durability) -> &'static str {
@@ -51,10 +51,7 @@ pub fn create_many(store: &Store, names: &[StreamName], content_type: &str, thre
                     let pending: Vec<_> = window
                         .iter()
                         .map(|n| {
-                            let req = CreateOptions {
-                                content_type: Some(content_type.into()),
-                                ..Default::default()
-                            };
+                            let req = CreateOptions::with_content_type(content_type);
                             store.submit_create(n, req).expect("create")
                         })
                         .collect();

@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use brook::{
-    AppendRequest, AppendStatus, CreateOptions, Durability, Error, Offset, Options, Producer,
-    ReadFrom, ReadRequest, Store, StreamName,
+    AppendRequest, AppendStatus, CreateOptions, Durability, Error, Guard, Offset, Options,
+    Producer, ReadFrom, ReadRequest, Store, StreamName,
 };
 
 /// The journal record decoder never panics, and what it accepts re-encodes to a fixed point.
@@ -138,9 +138,9 @@ pub struct Ops {
 
 fn options() -> Options {
     Options::default()
-        .durability(Durability::Buffered)
-        .segment_bytes(4096)
-        .checkpoint_bytes(64 << 10)
+        .with_durability(Durability::Buffered)
+        .with_segment_bytes(4096)
+        .with_checkpoint_bytes(64 << 10)
 }
 
 fn kind(e: &Error) -> std::mem::Discriminant<Error> {
@@ -201,14 +201,9 @@ impl Ops {
                     } else {
                         "application/octet-stream"
                     };
-                    let r = self.store().create(
-                        n,
-                        CreateOptions {
-                            content_type: Some(ct.into()),
-                            closed,
-                            ..Default::default()
-                        },
-                    );
+                    let mut req = CreateOptions::with_content_type(ct);
+                    req.closed = closed;
+                    let r = self.store().create(n, req);
                     match (&model[s], r) {
                         (None, Ok(c)) => {
                             assert!(
@@ -272,13 +267,10 @@ impl Ops {
                     });
                     let seq = (op % 7 == 3).then(|| format!("{:02}", input.u8() % 100));
                     let close = op % 7 == 4 || input.u8() % 16 == 0;
-                    let req = AppendRequest {
-                        data: data.clone().into(),
-                        close,
-                        stream_seq: seq.clone(),
-                        producer: producer.clone(),
-                        ..Default::default()
-                    };
+                    let mut req = AppendRequest::new(data.clone());
+                    req.close = close;
+                    req.stream_seq.clone_from(&seq);
+                    req.producer.clone_from(&producer);
                     let r = self.store().append(n, req);
                     let Some(m) = model[s].as_mut() else {
                         assert!(
@@ -373,14 +365,9 @@ impl Ops {
                         m.offset_at(b[k as usize % b.len()])
                     });
                     let max_bytes = (maxb != 0).then_some(u64::from(maxb) * 3);
-                    let r = self.store().read(
-                        n,
-                        &ReadRequest {
-                            from: ReadFrom::At(from),
-                            max_bytes,
-                            expect: None,
-                        },
-                    );
+                    let mut req = ReadRequest::from(ReadFrom::At(from));
+                    req.max_bytes = max_bytes;
+                    let r = self.store().read(n, &req);
                     let Some(m) = m else {
                         assert!(
                             matches!(r, Err(Error::NotFound)),
@@ -430,7 +417,7 @@ impl Ops {
                     assert_eq!(c.closed, c.up_to_date && m.closed);
                 }
                 _ => {
-                    let r = self.store().delete(n, None);
+                    let r = self.store().delete(n, &Guard::NONE);
                     match (&model[s], r) {
                         (Some(_), Ok(())) => model[s] = None,
                         (None, Err(Error::NotFound)) => {}
@@ -465,7 +452,7 @@ fn check_all(store: &Store, n: &StreamName, m: Option<&M>) {
             assert_eq!(c.next, m.tail(), "{n}");
             assert_eq!(c.closed, m.closed, "{n}");
             let h = store
-                .head(n, None)
+                .head(n, &Guard::NONE)
                 .unwrap_or_else(|e| panic!("head of {n}: {e}"));
             assert_eq!(h.stream_seq, m.seq, "{n}");
         }

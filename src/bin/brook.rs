@@ -116,19 +116,19 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         DurabilityArg::Buffered => Durability::Buffered,
     };
     let options = Options::default()
-        .durability(durability)
-        .max_append_bytes(args.max_append_bytes)
-        .max_read_bytes(args.max_read_bytes)
-        .max_snapshot_bytes(args.max_snapshot_bytes)
-        .journal_shards(args.journal_shards)
-        .checkpoint_bytes(args.checkpoint_bytes)
-        .max_open_streams(args.max_open_streams);
+        .with_durability(durability)
+        .with_max_append_bytes(args.max_append_bytes)
+        .with_max_read_bytes(args.max_read_bytes)
+        .with_max_snapshot_bytes(args.max_snapshot_bytes)
+        .with_journal_shards(args.journal_shards)
+        .with_checkpoint_bytes(args.checkpoint_bytes)
+        .with_max_open_streams(args.max_open_streams);
     let store = Store::open(dir, options).map_err(|e| match e {
         Error::Locked(_) => format!(
             "the data directory {} is in use by another brook process (use another --data-dir)",
             dir.display()
         ),
-        Error::InvalidArgument(d) => format!("invalid option: {d}"),
+        Error::InvalidArgument(d) => format!("invalid option: {}", flag_message(&d)),
         other => format!("cannot open the data directory {}: {other}", dir.display()),
     })?;
     let config = ServerConfig {
@@ -178,6 +178,26 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     closed?;
     tracing::info!("brook stopped");
     Ok(())
+}
+
+/// An `Options` validation message with the option's name replaced by its `brook serve` flag:
+/// `checkpoint_bytes must be ...` becomes `--checkpoint-bytes must be ...`. Any other message is
+/// kept as it is.
+fn flag_message(message: &str) -> String {
+    const FLAGS: [&str; 6] = [
+        "journal_shards",
+        "checkpoint_bytes",
+        "max_open_streams",
+        "max_append_bytes",
+        "max_read_bytes",
+        "max_snapshot_bytes",
+    ];
+    match message.split_once(' ') {
+        Some((option, rest)) if FLAGS.contains(&option) => {
+            format!("--{} {rest}", option.replace('_', "-"))
+        }
+        _ => message.to_owned(),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -188,7 +188,8 @@ impl Engine {
 
     /// Refuses to delete a snapshot: snapshots are immutable, so deleting the latest is
     /// `SnapshotDeleteRefused` and any other offset `SnapshotNotFound` (older ones go only
-    /// with retention).
+    /// with retention). Only the HTTP route `DELETE {s}/snapshot/{offset}` answers with it.
+    #[cfg(feature = "http")]
     pub(crate) fn delete_snapshot(
         &self,
         name: &StreamName,

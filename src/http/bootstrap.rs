@@ -15,7 +15,9 @@ use crate::headers::{
     QUERY_LIVE, STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_OFFSET,
     STREAM_UP_TO_DATE,
 };
-use crate::{Error, Incarnation, Message, Offset, ReadFrom, ReadRequest, StreamName};
+use crate::{
+    Error, Guard, Incarnation, Message, Offset, ReadFrom, ReadRequest, SnapshotRequest, StreamName,
+};
 
 use super::error::{ApiError, Op};
 use super::reply::Reply;
@@ -122,12 +124,18 @@ pub(crate) async fn bootstrap(
             name.clone(),
             &parts.headers,
             Op::Read,
-            |store, name, expect| match store.snapshot(name, None, expect) {
-                Ok(s) => Ok((Some(s), None)),
-                Err(Error::SnapshotNotFound) => {
-                    store.head(name, expect).map(|info| (None, Some(info)))
+            |store, name, expect| {
+                let req = SnapshotRequest {
+                    offset: None,
+                    expect: expect.cloned(),
+                };
+                match store.snapshot(name, &req) {
+                    Ok(s) => Ok((Some(s), None)),
+                    Err(Error::SnapshotNotFound) => store
+                        .head(name, &Guard::from(req.expect))
+                        .map(|info| (None, Some(info))),
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
             },
         )
         .await?;
@@ -137,7 +145,7 @@ pub(crate) async fn bootstrap(
             let store = app.store.clone();
             let n = name.clone();
             let inc = s.incarnation.clone();
-            let info = blocking(Op::Read, move || store.head(&n, Some(&inc))).await?;
+            let info = blocking(Op::Read, move || store.head(&n, &Guard::expect(inc))).await?;
             (
                 Some((s.info.content_type, s.data, s.info.offset)),
                 s.info.offset,

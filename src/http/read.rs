@@ -14,7 +14,7 @@ use crate::headers::{
     STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL, STREAM_UP_TO_DATE,
     format_expires_at, parse_canonical_u64, parse_read_from,
 };
-use crate::{Expiry, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
+use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
 use super::body::Pieces;
 use super::cursor::response_cursor;
@@ -285,7 +285,7 @@ pub(crate) async fn head(
 ) -> Result<Response, ApiError> {
     let info = app
         .blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
-            store.head(name, expect)
+            store.head(name, &Guard::from(expect.cloned()))
         })
         .await?;
     let mut r = Reply::new(StatusCode::OK)

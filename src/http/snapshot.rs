@@ -12,7 +12,10 @@ use crate::headers::{
     STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_MATCH, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE,
     parse_offset,
 };
-use crate::{Offset, Snapshot, StreamName, normalize_content_type};
+use crate::{
+    Offset, PublishSnapshot, Published, RetentionRequest, Snapshot, SnapshotRequest, StreamName,
+    normalize_content_type,
+};
 
 use super::body::{Pieces, pump};
 use super::error::{ApiError, Op};
@@ -50,24 +53,27 @@ pub(crate) async fn publish_snapshot(
         Some(ct) => Some(normalize_content_type(ct).map_err(|e| ApiError::Store(e, Op::Snapshot))?),
     };
     let expect_digest = text(h, STREAM_SNAPSHOT_MATCH).map(|s| s.trim().to_owned());
-    let limit = app.store.options().snapshot_limit();
+    let limit = app.store.options().max_snapshot_bytes();
     if content_length(h).is_some_and(|n| n > limit) {
         return Err(ApiError::too_large(limit));
     }
     let (mut reader, status, feed) = pump(body, limit);
     let store = app.store.clone();
     let publish = blocking(Op::Snapshot, move || {
-        store.publish_snapshot(
-            &name,
+        let req = PublishSnapshot {
             offset,
-            content_type.as_deref(),
-            &mut reader,
-            expect_digest.as_deref(),
-            expect.as_ref(),
-        )
+            content_type,
+            blob: Box::new(&mut reader),
+            if_digest: expect_digest,
+            expect,
+        };
+        store.publish_snapshot(&name, req)
     });
     let ((), published) = tokio::join!(feed, publish);
-    let (snap, info) = match published {
+    let Published {
+        snapshot: snap,
+        stream: info,
+    } = match published {
         Ok(v) => v,
         Err(_) if status.overflowed() => return Err(ApiError::too_large(limit)),
         Err(_) if status.failed() => {
@@ -95,7 +101,11 @@ pub(crate) async fn snapshot_latest(
 ) -> Result<Response, ApiError> {
     let snap = app
         .blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
-            store.snapshot(name, None, expect)
+            let req = SnapshotRequest {
+                offset: None,
+                expect: expect.cloned(),
+            };
+            store.snapshot(name, &req)
         })
         .await?;
     let location = format!("{}/{}", absolute_url(app, parts), snap.info.offset);
@@ -118,7 +128,13 @@ pub(crate) async fn snapshot_at(
             name,
             &parts.headers,
             Op::Read,
-            move |store, name, expect| store.snapshot(name, Some(offset), expect),
+            move |store, name, expect| {
+                let req = SnapshotRequest {
+                    offset: Some(offset),
+                    expect: expect.cloned(),
+                };
+                store.snapshot(name, &req)
+            },
         )
         .await?;
     // Immutable per offset within an incarnation.
@@ -190,7 +206,7 @@ pub(crate) async fn delete_snapshot(
         name,
         &parts.headers,
         Op::Snapshot,
-        move |store, name, expect| store.delete_snapshot(name, offset, expect),
+        move |store, name, expect| store.engine().delete_snapshot(name, offset, expect),
     )
     .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT).empty())
@@ -209,7 +225,13 @@ pub(crate) async fn retention(
             name,
             &parts.headers,
             Op::Snapshot,
-            move |store, name, expect| store.set_retention(name, offset, expect),
+            move |store, name, expect| {
+                let req = RetentionRequest {
+                    offset,
+                    expect: expect.cloned(),
+                };
+                store.set_retention(name, &req)
+            },
         )
         .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT)

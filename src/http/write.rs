@@ -16,7 +16,7 @@ use crate::headers::{
     parse_producer, parse_stream_seq, parse_sub_offset, parse_ttl,
 };
 use crate::{
-    AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, StreamName,
+    AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, Guard, StreamName,
     normalize_content_type,
 };
 
@@ -141,7 +141,7 @@ pub(crate) async fn create(
         fork: fork(h)?,
         expect: expected_incarnation(h)?,
     };
-    let data = read_body(body, h, app.store.options().append_limit()).await?;
+    let data = read_body(body, h, app.store.options().max_append_bytes()).await?;
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
     let n = name.clone();
@@ -184,7 +184,7 @@ pub(crate) async fn append(
     )?;
     let stream_seq = parse_stream_seq(raw(h, STREAM_SEQ))?;
     let expect = expected_incarnation(h)?;
-    let data = read_body(body, h, app.store.options().append_limit()).await?;
+    let data = read_body(body, h, app.store.options().max_append_bytes()).await?;
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
     let content_type = if data.is_empty() {
@@ -274,7 +274,7 @@ pub(crate) async fn delete(
     parts: &Parts,
 ) -> Result<Response, ApiError> {
     app.blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
-        store.delete(name, expect)
+        store.delete(name, &Guard::from(expect.cloned()))
     })
     .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT).empty())

@@ -33,14 +33,7 @@ fn committer(
         loop {
             // Read to the tail (small chunks, so reads stop inside commits too).
             loop {
-                let chunk = store.read(
-                    n,
-                    &ReadRequest {
-                        from: ReadFrom::At(next),
-                        max_bytes: Some(200),
-                        expect: None,
-                    },
-                )?;
+                let chunk = store.read(n, &ReadRequest::from(ReadFrom::At(next)).max_bytes(200))?;
                 count += messages(&chunk)
                     .map_err(|e| Error::InvalidArgument(e.to_string()))?
                     .len() as u64;
@@ -52,13 +45,10 @@ fn committer(
             let body: Vec<Value> = (0..size)
                 .map(|j| json!({"w": w, "c": c, "j": j, "size": size, "seq": count}))
                 .collect();
-            let req = AppendRequest {
-                data: serde_json::to_vec(&body)
-                    .map_err(|e| Error::InvalidArgument(e.to_string()))?
-                    .into(),
-                stream_seq: Some(format!("{count:020}")),
-                ..Default::default()
-            };
+            let req = AppendRequest::new(
+                serde_json::to_vec(&body).map_err(|e| Error::InvalidArgument(e.to_string()))?,
+            )
+            .stream_seq(format!("{count:020}"));
             match store.append(n, req) {
                 Ok(_) => break,
                 Err(Error::StreamSeqConflict { last_seq, .. }) => {
@@ -125,7 +115,7 @@ fn check_serial(store: &Store, n: &StreamName, writers: u64, commits: u64) -> R 
         )
         .into());
     }
-    let stored = store.head(n, None)?.stream_seq;
+    let stored = store.head(n, &Guard::NONE)?.stream_seq;
     if stored != last_seq.map(|s| format!("{s:020}")) {
         return Err(
             format!("stored Stream-Seq {stored:?} is not the last commit's {last_seq:?}").into(),
@@ -170,9 +160,9 @@ fn many_threads_many_streams_then_reopen() -> R {
     let (threads, streams, appends) = (8u64, 48u64, 150u64);
     // A small cache and small checkpoints, so evictions and checkpoints run under the writers.
     let opts = Options::default()
-        .max_open_streams(16)
-        .checkpoint_bytes(64 << 10)
-        .segment_bytes(4096);
+        .with_max_open_streams(16)
+        .with_checkpoint_bytes(64 << 10)
+        .with_segment_bytes(4096);
     let stream = |s: u64| name(&format!("many/{s:02}"));
     let store = Store::open(dir.path(), opts.clone())?;
     for s in 0..streams {
@@ -217,15 +207,8 @@ fn many_threads_many_streams_then_reopen() -> R {
                     } else {
                         format!("{{\"t\":{t},\"i\":{i}}}")
                     };
-                    let req = AppendRequest {
-                        data: data.into(),
-                        producer: Some(Producer {
-                            id: format!("t{t}"),
-                            epoch: 0,
-                            seq: *i,
-                        }),
-                        ..Default::default()
-                    };
+                    let req =
+                        AppendRequest::new(data).producer(Producer::new(format!("t{t}"), 0, *i));
                     let o = store
                         .append(&stream(s), req)
                         .map_err(|e| format!("append: {e}"))?;
@@ -369,26 +352,14 @@ fn waiters_see_only_acknowledged_data_under_concurrent_appends() -> R {
             let store = store.clone();
             std::thread::spawn(move || -> brook::Result<()> {
                 for i in 0..total {
-                    store.append(
-                        &name(s),
-                        AppendRequest {
-                            data: format!("{{\"i\":{i}}}").into(),
-                            ..Default::default()
-                        },
-                    )?;
+                    store.append(&name(s), AppendRequest::new(format!("{{\"i\":{i}}}")))?;
                 }
                 Ok(())
             })
         })
         .collect();
     for i in 0..total {
-        store.append(
-            &n,
-            AppendRequest {
-                data: format!("{{\"i\":{i}}}").into(),
-                ..Default::default()
-            },
-        )?;
+        store.append(&n, AppendRequest::new(format!("{{\"i\":{i}}}")))?;
         acked.store(i + 1, Ordering::Release);
     }
     for t in noise {

@@ -16,8 +16,8 @@ use crate::util::{R, Rng, copy_dir, crash_image, files_under, name, read_to_tail
 
 fn options() -> Options {
     Options::default()
-        .segment_bytes(4096)
-        .durability(Durability::Buffered)
+        .with_segment_bytes(4096)
+        .with_durability(Durability::Buffered)
 }
 
 /// What was acknowledged: per stream, its messages (JSON texts or byte appends) in order.
@@ -47,19 +47,12 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut msgs = Vec::new();
     for i in 0..160u64 {
         let m = json_msg("a", i);
-        let p = Producer {
-            id: "pa".into(),
-            epoch: 1,
-            seq: i,
-        };
+        let p = Producer::new("pa", 1, i);
         store.append(
             &a,
-            AppendRequest {
-                data: m.clone().into(),
-                producer: Some(p),
-                stream_seq: Some(format!("{i:020}")),
-                ..Default::default()
-            },
+            AppendRequest::new(m.clone())
+                .producer(p)
+                .stream_seq(format!("{i:020}")),
         )?;
         msgs.push(m.into_bytes());
         if i == 90 {
@@ -70,36 +63,13 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
 
     let f = name("c/fork");
     let at = store
-        .read(
-            &a,
-            &ReadRequest {
-                from: ReadFrom::Start,
-                max_bytes: Some(1500),
-                expect: None,
-            },
-        )?
+        .read(&a, &ReadRequest::from(ReadFrom::Start).max_bytes(1500))?
         .next;
-    store.create(
-        &f,
-        CreateOptions {
-            fork: Some(ForkFrom {
-                source: a.clone(),
-                offset: Some(at),
-                sub_offset: 0,
-            }),
-            ..Default::default()
-        },
-    )?;
+    store.create(&f, CreateOptions::new().fork(ForkFrom::at(a.clone(), at)))?;
     let mut fmsgs: Vec<Vec<u8>> = msgs[..at.messages as usize].to_vec();
     for i in 0..30u64 {
         let m = json_msg("f", i);
-        store.append(
-            &f,
-            AppendRequest {
-                data: m.clone().into(),
-                ..Default::default()
-            },
-        )?;
+        store.append(&f, AppendRequest::new(m.clone()))?;
         fmsgs.push(m.into_bytes());
     }
     streams.push((f, true, fmsgs));
@@ -107,30 +77,18 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let b = name("c/bytes");
     store.create(
         &b,
-        CreateOptions {
-            content_type: Some("text/plain".into()),
-            data: "first;".into(),
-            ..Default::default()
-        },
+        CreateOptions::with_content_type("text/plain").data("first;"),
     )?;
     let mut bm = vec![b"first;".to_vec()];
     for i in 0..120u64 {
         let m = format!("bytes-{i:05}-{};", "z".repeat((i % 40) as usize));
         store.append(
             &b,
-            AppendRequest {
-                data: m.clone().into(),
-                producer: Some(Producer {
-                    id: "pb".into(),
-                    epoch: 0,
-                    seq: i,
-                }),
-                ..Default::default()
-            },
+            AppendRequest::new(m.clone()).producer(Producer::new("pb", 0, i)),
         )?;
         bm.push(m.into_bytes());
     }
-    store.close(&b, None)?;
+    store.close(&b, &Guard::NONE)?;
     streams.push((b, false, bm));
 
     let s = name("c/snap");
@@ -139,13 +97,7 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut snap_at = Offset::ZERO;
     for i in 0..200u64 {
         let m = json_msg("s", i);
-        let o = store.append(
-            &s,
-            AppendRequest {
-                data: m.clone().into(),
-                ..Default::default()
-            },
-        )?;
+        let o = store.append(&s, AppendRequest::new(m.clone()))?;
         sm.push(m.into_bytes());
         if i == 149 {
             snap_at = o.tail;
@@ -153,13 +105,9 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     }
     store.publish_snapshot(
         &s,
-        snap_at,
-        Some("application/json"),
-        &mut &b"{\"count\":150}"[..],
-        None,
-        None,
+        PublishSnapshot::new(snap_at, &b"{\"count\":150}"[..]).content_type("application/json"),
     )?;
-    store.set_retention(&s, snap_at, None)?;
+    store.set_retention(&s, &RetentionRequest::to(snap_at))?;
     store.checkpoint()?;
     streams.push((s.clone(), true, sm));
 
@@ -168,13 +116,7 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
     let mut lm = Vec::new();
     for i in 0..20u64 {
         let m = json_msg("l", i);
-        store.append(
-            &l,
-            AppendRequest {
-                data: format!("[{m}]").into(),
-                ..Default::default()
-            },
-        )?;
+        store.append(&l, AppendRequest::new(format!("[{m}]")))?;
         lm.push(m.into_bytes());
     }
     streams.push((l, true, lm));
@@ -192,7 +134,7 @@ fn build() -> std::result::Result<(tempfile::TempDir, Expected), Box<dyn std::er
 /// What a store opened on a damaged image serves must be a prefix of what was acknowledged.
 fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String> {
     for (n, json, msgs) in &exp.streams {
-        let Ok(info) = store.head(n, None) else {
+        let Ok(info) = store.head(n, &Guard::NONE) else {
             continue;
         };
         let start = info.earliest;
@@ -258,7 +200,7 @@ fn check_store(store: &Store, exp: &Expected) -> std::result::Result<(), String>
         }
     }
     let (n, at, blob) = &exp.snapshot;
-    if let Ok(snap) = store.snapshot(n, None, None)
+    if let Ok(snap) = store.snapshot(n, &SnapshotRequest::latest())
         && (snap.info.offset != *at || snap.data.as_ref() != &blob[..])
     {
         return Err(format!(
@@ -278,13 +220,7 @@ fn check_writes_after_recovery(
     let mut written = Vec::new();
     for (n, json, _) in &exp.streams {
         let data = if *json { "{\"after\":true}" } else { "after;" };
-        if let Ok(o) = store.append(
-            n,
-            AppendRequest {
-                data: data.into(),
-                ..Default::default()
-            },
-        ) {
+        if let Ok(o) = store.append(n, AppendRequest::new(data)) {
             written.push((n.clone(), o.tail));
         }
     }
@@ -292,7 +228,7 @@ fn check_writes_after_recovery(
     let store = Store::open(image.path(), options())
         .map_err(|e| format!("reopen after writing on a recovered store: {e}"))?;
     for (n, tail) in written {
-        match store.head(&n, None) {
+        match store.head(&n, &Guard::NONE) {
             Ok(i) if i.tail == tail => {}
             other => {
                 return Err(format!(
@@ -396,7 +332,11 @@ fn run_damage(kinds: &[&str], per_file: usize) -> R {
         let store = Store::open(copy.path(), options())?;
         check_store(&store, &exp)?;
         for (n, _, msgs) in &exp.streams {
-            assert_eq!(store.head(n, None)?.tail.messages, msgs.len() as u64, "{n}");
+            assert_eq!(
+                store.head(n, &Guard::NONE)?.tail.messages,
+                msgs.len() as u64,
+                "{n}"
+            );
         }
     }
     let files: Vec<PathBuf> = files_under(image.path())?

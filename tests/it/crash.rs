@@ -31,9 +31,9 @@ fn options(sync: bool) -> Options {
     };
     // Small segments and checkpoints, so kills land in rolls and checkpoints too.
     Options::default()
-        .durability(d)
-        .segment_bytes(4096)
-        .checkpoint_bytes(64 << 10)
+        .with_durability(d)
+        .with_segment_bytes(4096)
+        .with_checkpoint_bytes(64 << 10)
 }
 
 fn stream(t: usize) -> StreamName {
@@ -54,16 +54,13 @@ fn message(t: usize, k: u64) -> String {
 }
 
 fn request(t: usize, k: u64, epoch: u64, pseq: u64) -> AppendRequest {
-    AppendRequest {
-        data: message(t, k).into(),
-        stream_seq: Some(format!("{k:020}")),
-        producer: Some(Producer {
+    AppendRequest::new(message(t, k))
+        .stream_seq(format!("{k:020}"))
+        .producer(Producer {
             id: format!("w{t}"),
             epoch,
             seq: pseq,
-        }),
-        ..Default::default()
-    }
+        })
 }
 
 /// The `k` of every message in writer `t`'s stream, in order.
@@ -289,7 +286,7 @@ fn sigkill_at_random_moments() -> R {
                 );
             }
             // The producer retries its last attempt after the crash.
-            let tail = store.head(&stream(t), None)?.tail;
+            let tail = store.head(&stream(t), &Guard::NONE)?.tail;
             let retry = store.append(&stream(t), request(t, k, e, pseq));
             match (m == k + 1, &retry) {
                 (true, Ok(o))
@@ -312,7 +309,7 @@ fn sigkill_at_random_moments() -> R {
             {
                 return Err(format!("round {round} stream {t}: after the retry {after:?}").into());
             }
-            if store.head(&stream(t), None)?.stream_seq != Some(format!("{k:020}")) {
+            if store.head(&stream(t), &Guard::NONE)?.stream_seq != Some(format!("{k:020}")) {
                 return Err(format!(
                     "round {round} stream {t}: Stream-Seq is not the last attempt's"
                 )
@@ -337,19 +334,13 @@ fn snapshot_blob_survives_replay_of_its_create() -> R {
     let d = tempfile::tempdir()?;
     let store = Store::open(d.path(), Options::default())?;
     let n = name("crash/snap");
-    store.create(
-        &n,
-        CreateOptions {
-            content_type: Some("application/json".into()),
-            data: "[1,2]".into(),
-            ..Default::default()
-        },
-    )?;
-    let (info, _) =
-        store.publish_snapshot(&n, Offset::new(2, 4), None, &mut &b"blob"[..], None, None)?;
+    store.create(&n, CreateOptions::json().data("[1,2]"))?;
+    let info = store
+        .publish_snapshot(&n, PublishSnapshot::new(Offset::new(2, 4), &b"blob"[..]))?
+        .snapshot;
     let copy = crash_image(store, d.path())?;
     let store = Store::open(copy.path(), Options::default())?;
-    let snap = store.snapshot(&n, None, None)?;
+    let snap = store.snapshot(&n, &SnapshotRequest::latest())?;
     assert_eq!(snap.info, info);
     assert_eq!(snap.data.as_ref(), b"blob");
     assert_eq!(read_to_tail(&store, &n, None)?.0, b"1,2");
@@ -394,11 +385,7 @@ fn check_prefix(dir: &Path, sync: bool, n: u64) -> R {
     );
     let e = store.append(
         &name("crash/rolls"),
-        AppendRequest {
-            data: "1".into(),
-            stream_seq: Some(format!("{last:020}")),
-            ..Default::default()
-        },
+        AppendRequest::new("1").stream_seq(format!("{last:020}")),
     );
     assert!(matches!(e, Err(Error::StreamSeqConflict { .. })), "{e:?}");
     Ok(())

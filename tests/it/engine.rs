@@ -17,10 +17,7 @@ fn open(dir: &std::path::Path) -> Store {
 }
 
 fn append(data: &str) -> AppendRequest {
-    AppendRequest {
-        data: data.to_owned().into(),
-        ..Default::default()
-    }
+    AppendRequest::new(data.to_owned())
 }
 
 fn read_all(store: &Store, n: &StreamName) -> brook::Result<Vec<u8>> {
@@ -45,7 +42,7 @@ fn create_append_read_survive_reopen() -> R {
     }
     let store = open(dir.path());
     assert_eq!(read_all(&store, &n)?, b"hello world");
-    let info = store.head(&n, None)?;
+    let info = store.head(&n, &Guard::NONE)?;
     assert_eq!(info.tail, tail);
     assert_eq!(info.content_type, "text/plain");
     // Reading from an offset continues exactly there.
@@ -63,19 +60,12 @@ fn crash_without_shutdown_replays_the_journal() -> R {
         let store = open(dir.path());
         store.create(&n, text("application/json"))?;
         for i in 0..100 {
-            let p = Producer {
-                id: "p".into(),
-                epoch: 0,
-                seq: i,
-            };
+            let p = Producer::new("p", 0, i);
             store.append(
                 &n,
-                AppendRequest {
-                    data: format!("{{\"i\":{i}}}").into(),
-                    producer: Some(p),
-                    stream_seq: Some(format!("{i:05}")),
-                    ..Default::default()
-                },
+                AppendRequest::new(format!("{{\"i\":{i}}}"))
+                    .producer(p)
+                    .stream_seq(format!("{i:05}")),
             )?;
         }
         std::mem::forget(store); // no clean shutdown: the journal must carry everything
@@ -92,16 +82,9 @@ fn crash_without_shutdown_replays_the_journal() -> R {
     // The producer's retry of its last append is a duplicate carrying the original tail.
     let retry = store.append(
         &n,
-        AppendRequest {
-            data: "{\"i\":99}".into(),
-            producer: Some(Producer {
-                id: "p".into(),
-                epoch: 0,
-                seq: 99,
-            }),
-            stream_seq: Some("00099".into()),
-            ..Default::default()
-        },
+        AppendRequest::new("{\"i\":99}")
+            .producer(Producer::new("p", 0, 99))
+            .stream_seq("00099"),
     )?;
     assert_eq!(
         retry.status,
@@ -111,14 +94,7 @@ fn crash_without_shutdown_replays_the_journal() -> R {
     );
     // Stream-Seq survived with the data.
     let e = store
-        .append(
-            &n,
-            AppendRequest {
-                data: "1".into(),
-                stream_seq: Some("00099".into()),
-                ..Default::default()
-            },
-        )
+        .append(&n, AppendRequest::new("1").stream_seq("00099"))
         .unwrap_err();
     assert!(matches!(e, Error::StreamSeqConflict { ref last_seq, .. } if last_seq == "00099"));
     Ok(())
@@ -143,14 +119,7 @@ fn json_streams_keep_message_boundaries() -> R {
     let dir = tempfile::tempdir()?;
     let store = open(dir.path());
     let n = name("j");
-    store.create(
-        &n,
-        CreateOptions {
-            content_type: Some("application/json".into()),
-            data: "[]".into(),
-            ..Default::default()
-        },
-    )?;
+    store.create(&n, CreateOptions::json().data("[]"))?;
     assert_eq!(read_all(&store, &n)?, b"[]");
     store.append(&n, append(r#"[{"a":1},{"b":2}]"#))?;
     store.append(&n, append(r"[[1,2]]"))?;
@@ -164,14 +133,7 @@ fn json_streams_keep_message_boundaries() -> R {
         Err(Error::InvalidJson(_))
     ));
     // A bounded read returns whole messages, at least one.
-    let c = store.read(
-        &n,
-        &ReadRequest {
-            from: ReadFrom::Start,
-            max_bytes: Some(3),
-            expect: None,
-        },
-    )?;
+    let c = store.read(&n, &ReadRequest::from(ReadFrom::Start).max_bytes(3))?;
     assert_eq!(c.to_vec(), br#"[{"a":1}]"#);
     assert!(!c.up_to_date);
     let c2 = store.read(&n, &ReadRequest::from(ReadFrom::At(c.next)))?;
@@ -188,68 +150,39 @@ fn closure_and_conflicts_change_nothing() -> R {
     let store = open(dir.path());
     let n = name("c");
     store.create(&n, text("text/plain"))?;
-    store.append(
-        &n,
-        AppendRequest {
-            data: "x".into(),
-            stream_seq: Some("b".into()),
-            ..Default::default()
-        },
-    )?;
+    store.append(&n, AppendRequest::new("x").stream_seq("b"))?;
     let e = store
-        .append(
-            &n,
-            AppendRequest {
-                data: "y".into(),
-                stream_seq: Some("a".into()),
-                ..Default::default()
-            },
-        )
+        .append(&n, AppendRequest::new("y").stream_seq("a"))
         .unwrap_err();
     assert!(
         matches!(e, Error::StreamSeqConflict { tail, ref last_seq } if tail == Offset::new(1, 1) && last_seq == "b")
     );
     let e = store
-        .append(
-            &n,
-            AppendRequest {
-                data: "y".into(),
-                content_type: Some("text/html".into()),
-                ..Default::default()
-            },
-        )
+        .append(&n, AppendRequest::new("y").content_type("text/html"))
         .unwrap_err();
     assert!(matches!(e, Error::ContentTypeMismatch { .. }));
     // A non-printable Stream-Seq is ignored: not checked, not stored.
-    store.append(
-        &n,
-        AppendRequest {
-            data: "z".into(),
-            stream_seq: Some("\u{1}".into()),
-            ..Default::default()
-        },
-    )?;
-    assert_eq!(store.head(&n, None)?.stream_seq.as_deref(), Some("b"));
-    let closed = store.append(
-        &n,
-        AppendRequest {
-            data: "!".into(),
-            close: true,
-            ..Default::default()
-        },
-    )?;
+    store.append(&n, AppendRequest::new("z").stream_seq("\u{1}"))?;
+    assert_eq!(
+        store.head(&n, &Guard::NONE)?.stream_seq.as_deref(),
+        Some("b")
+    );
+    let closed = store.append(&n, AppendRequest::new("!").closing())?;
     assert!(closed.closed);
     assert!(matches!(
         store.append(&n, append("more")),
         Err(Error::StreamClosed { .. })
     ));
-    assert_eq!(store.close(&n, None)?.status, AppendStatus::AlreadyClosed);
+    assert_eq!(
+        store.close(&n, &Guard::NONE)?.status,
+        AppendStatus::AlreadyClosed
+    );
     assert_eq!(read_all(&store, &n)?, b"xz!");
     let c = store.read(&n, &ReadRequest::from(ReadFrom::Start))?;
     assert!(c.closed);
     drop(store);
     let store = open(dir.path());
-    assert!(store.head(&n, None)?.closed);
+    assert!(store.head(&n, &Guard::NONE)?.closed);
     Ok(())
 }
 
@@ -259,13 +192,7 @@ fn create_is_idempotent_and_incarnations_change() -> R {
     let store = open(dir.path());
     let n = name("inc");
     let a = store.create(&n, text("text/plain"))?;
-    let again = store.create(
-        &n,
-        CreateOptions {
-            stream_seq: Some("zzz".into()),
-            ..text("text/plain")
-        },
-    )?;
+    let again = store.create(&n, text("text/plain").stream_seq("zzz"))?;
     assert!(!again.created);
     assert_eq!(again.info.incarnation, a.info.incarnation);
     assert_eq!(
@@ -279,38 +206,22 @@ fn create_is_idempotent_and_incarnations_change() -> R {
     let e = store
         .append(
             &n,
-            AppendRequest {
-                data: "x".into(),
-                expect: Some(Incarnation::new("nope")?),
-                ..Default::default()
-            },
+            AppendRequest::new("x").expect(Incarnation::new("nope")?),
         )
         .unwrap_err();
     assert!(
         matches!(e, Error::IncarnationMismatch { ref current } if *current == a.info.incarnation)
     );
-    store.delete(&n, Some(&a.info.incarnation))?;
-    assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
-    let missing = store.create(
-        &n,
-        CreateOptions {
-            expect: Some(a.info.incarnation.clone()),
-            ..text("text/plain")
-        },
-    );
+    store.delete(&n, &Guard::expect(a.info.incarnation.clone()))?;
+    assert!(matches!(store.head(&n, &Guard::NONE), Err(Error::NotFound)));
+    let missing = store.create(&n, text("text/plain").expect(a.info.incarnation.clone()));
     assert!(matches!(missing, Err(Error::IncarnationMissing)));
-    let b = store.create(
-        &n,
-        CreateOptions {
-            stream_seq: Some("5".into()),
-            ..text("text/plain")
-        },
-    )?;
+    let b = store.create(&n, text("text/plain").stream_seq("5"))?;
     assert_ne!(b.info.incarnation, a.info.incarnation);
     assert_eq!(b.info.stream_seq.as_deref(), Some("5"));
     drop(store);
     let store = open(dir.path());
-    let h = store.head(&n, None)?;
+    let h = store.head(&n, &Guard::NONE)?;
     assert_eq!(h.incarnation, b.info.incarnation);
     assert_eq!(h.stream_seq.as_deref(), Some("5"));
     Ok(())
@@ -326,14 +237,7 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     let mid = store.append(&src, append("def"))?.tail;
     store.append(&src, append("ghi"))?;
     let f = name("fork");
-    let fork = CreateOptions {
-        fork: Some(ForkFrom {
-            source: src.clone(),
-            offset: Some(mid),
-            sub_offset: 0,
-        }),
-        ..Default::default()
-    };
+    let fork = CreateOptions::new().fork(ForkFrom::at(src.clone(), mid));
     let c = store.create(&f, fork.clone())?;
     assert_eq!(c.info.tail, mid);
     assert_eq!(c.info.content_type, "text/plain");
@@ -342,8 +246,8 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     assert_eq!(read_all(&store, &src)?, b"abcdefghi");
     assert!(!store.create(&f, fork)?.created);
     // Deleting the source soft-deletes it: gone for clients, kept for the fork.
-    store.delete(&src, None)?;
-    assert!(matches!(store.head(&src, None), Err(Error::Gone)));
+    store.delete(&src, &Guard::NONE)?;
+    assert!(matches!(store.head(&src, &Guard::NONE), Err(Error::Gone)));
     assert!(matches!(
         store.create(&src, text("text/plain")),
         Err(Error::ConfigMismatch(_))
@@ -351,43 +255,28 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
     drop(store);
     let store = open(dir.path());
     assert_eq!(read_all(&store, &f)?, b"abcdefXYZ");
-    assert!(matches!(store.head(&src, None), Err(Error::Gone)));
-    store.delete(&f, None)?;
-    assert!(matches!(store.head(&src, None), Err(Error::NotFound)));
+    assert!(matches!(store.head(&src, &Guard::NONE), Err(Error::Gone)));
+    store.delete(&f, &Guard::NONE)?;
+    assert!(matches!(
+        store.head(&src, &Guard::NONE),
+        Err(Error::NotFound)
+    ));
     // Sub-offsets refine the point inside the next message.
     let s2 = name("src2");
     store.create(&s2, text("text/plain"))?;
     store.append(&s2, append("hello"))?;
-    let sub = CreateOptions {
-        fork: Some(ForkFrom {
-            source: s2.clone(),
-            offset: Some(Offset::ZERO),
-            sub_offset: 2,
-        }),
-        ..Default::default()
-    };
+    let sub = CreateOptions::new().fork(ForkFrom::at(s2.clone(), Offset::ZERO).sub_offset(2));
     store.create(&name("f2"), sub)?;
     assert_eq!(read_all(&store, &name("f2"))?, b"he");
-    let over = CreateOptions {
-        fork: Some(ForkFrom {
-            source: s2.clone(),
-            offset: Some(Offset::ZERO),
-            sub_offset: 6,
-        }),
-        ..Default::default()
-    };
+    let over = CreateOptions::new().fork(ForkFrom::at(s2.clone(), Offset::ZERO).sub_offset(6));
     assert!(matches!(
         store.create(&name("f3"), over),
         Err(Error::InvalidForkPosition(_))
     ));
-    let past = CreateOptions {
-        fork: Some(ForkFrom {
-            source: s2,
-            offset: Some(Offset::new(9_999_999_999_999_999, 9_999_999_999_999_999)),
-            sub_offset: 0,
-        }),
-        ..Default::default()
-    };
+    let past = CreateOptions::new().fork(ForkFrom::at(
+        s2,
+        Offset::new(9_999_999_999_999_999, 9_999_999_999_999_999),
+    ));
     assert!(matches!(
         store.create(&name("f4"), past),
         Err(Error::InvalidForkPosition(_))
@@ -398,7 +287,7 @@ fn forks_stitch_source_data_and_soft_delete() -> R {
 #[test]
 fn snapshots_and_retention() -> R {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path(), Options::default().segment_bytes(4096))?;
+    let store = Store::open(dir.path(), Options::default().with_segment_bytes(4096))?;
     let n = name("snap");
     store.create(&n, text("application/json"))?;
     let mut last = Offset::ZERO;
@@ -410,41 +299,36 @@ fn snapshots_and_retention() -> R {
             )?
             .tail;
     }
-    let (info, _) = store.publish_snapshot(
-        &n,
-        last,
-        Some("application/json"),
-        &mut &b"{\"count\":300}"[..],
-        None,
-        None,
-    )?;
-    let (again, _) = store.publish_snapshot(
-        &n,
-        last,
-        Some("application/json"),
-        &mut &b"{\"count\":300}"[..],
-        None,
-        None,
-    )?;
+    let info = store
+        .publish_snapshot(
+            &n,
+            PublishSnapshot::new(last, &b"{\"count\":300}"[..]).content_type("application/json"),
+        )?
+        .snapshot;
+    let again = store
+        .publish_snapshot(
+            &n,
+            PublishSnapshot::new(last, &b"{\"count\":300}"[..]).content_type("application/json"),
+        )?
+        .snapshot;
     assert_eq!(info.digest, again.digest);
     assert!(matches!(
         store.publish_snapshot(
             &n,
-            last,
-            Some("application/json"),
-            &mut &b"{}"[..],
-            None,
-            None
+            PublishSnapshot::new(last, &b"{}"[..]).content_type("application/json")
         ),
         Err(Error::SnapshotConflict)
     ));
     assert_eq!(
-        store.snapshot(&n, None, None)?.data.as_ref(),
+        store
+            .snapshot(&n, &SnapshotRequest::latest())?
+            .data
+            .as_ref(),
         b"{\"count\":300}"
     );
-    let before = store.head(&n, None)?;
+    let before = store.head(&n, &Guard::NONE)?;
     assert_eq!(before.snapshot.as_ref().map(|s| s.offset), Some(last));
-    store.set_retention(&n, last, None)?;
+    store.set_retention(&n, &RetentionRequest::to(last))?;
     assert!(matches!(
         store.read(&n, &ReadRequest::from(ReadFrom::At(Offset::ZERO))),
         Err(Error::OffsetGone { .. })
@@ -457,14 +341,14 @@ fn snapshots_and_retention() -> R {
     assert_eq!(c.to_vec(), b"[]");
     assert!(
         store
-            .set_retention(&n, Offset::new(301, last.bytes + 10), None)
+            .set_retention(&n, &RetentionRequest::to(Offset::new(301, last.bytes + 10)))
             .is_err()
     );
     drop(store);
-    let store = Store::open(dir.path(), Options::default().segment_bytes(4096))?;
-    assert_eq!(store.head(&n, None)?.earliest, last);
+    let store = Store::open(dir.path(), Options::default().with_segment_bytes(4096))?;
+    assert_eq!(store.head(&n, &Guard::NONE)?.earliest, last);
     assert_eq!(
-        store.snapshot(&n, Some(last), None)?.info.digest,
+        store.snapshot(&n, &SnapshotRequest::at(last))?.info.digest,
         info.digest
     );
     Ok(())
@@ -476,16 +360,10 @@ fn expiry_to_the_millisecond() -> R {
     let store = open(dir.path());
     let n = name("ttl");
     let at = std::time::SystemTime::now() + Duration::from_millis(300);
-    store.create(
-        &n,
-        CreateOptions {
-            expiry: Expiry::At(at),
-            ..text("text/plain")
-        },
-    )?;
-    store.head(&n, None)?;
+    store.create(&n, text("text/plain").expires_at(at))?;
+    store.head(&n, &Guard::NONE)?;
     std::thread::sleep(Duration::from_millis(350));
-    assert!(matches!(store.head(&n, None), Err(Error::NotFound)));
+    assert!(matches!(store.head(&n, &Guard::NONE), Err(Error::NotFound)));
     store.create(&n, text("text/plain"))?;
     Ok(())
 }
@@ -504,7 +382,7 @@ fn waiters_wake_on_append_and_close() -> R {
     store.append(&n, append("x"))?;
     assert!(t.join().expect("join")?);
     assert!(!store.wait_blocking(&n, Offset::new(1, 1), Duration::from_millis(50))?);
-    store.close(&n, None)?;
+    store.close(&n, &Guard::NONE)?;
     assert!(store.wait_blocking(&n, Offset::new(1, 1), Duration::from_secs(5))?);
     Ok(())
 }
@@ -524,8 +402,8 @@ fn a_second_open_of_the_same_directory_is_refused() -> R {
 fn many_streams_with_a_small_cache() -> R {
     let dir = tempfile::tempdir()?;
     let opts = Options::default()
-        .max_open_streams(16)
-        .checkpoint_bytes(64 << 10);
+        .with_max_open_streams(16)
+        .with_checkpoint_bytes(64 << 10);
     let store = Store::open(dir.path(), opts.clone())?;
     for i in 0..200 {
         let n = name(&format!("many/{i}"));
@@ -556,7 +434,7 @@ fn many_streams_with_a_small_cache() -> R {
 #[test]
 fn buffered_writes_commit_without_a_waiter() -> R {
     let dir = tempfile::tempdir()?;
-    let opts = Options::default().durability(Durability::Buffered);
+    let opts = Options::default().with_durability(Durability::Buffered);
     let n = name("buffered/unwaited");
     {
         let store = Store::open(dir.path(), opts.clone())?;

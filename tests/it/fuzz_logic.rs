@@ -17,81 +17,39 @@ fn seed_files() -> std::result::Result<(Files, Files), Box<dyn std::error::Error
     let dir = tempfile::tempdir()?;
     let store = Store::open(
         dir.path(),
-        Options::default().durability(Durability::Buffered),
+        Options::default().with_durability(Durability::Buffered),
     )?;
     let j = name("seed/json");
     store.create(
         &j,
-        CreateOptions {
-            content_type: Some("application/json".into()),
-            data: "[1,{\"a\":2}]".into(),
-            stream_seq: Some("s".into()),
-            ..Default::default()
-        },
+        CreateOptions::json().data("[1,{\"a\":2}]").stream_seq("s"),
     )?;
     for i in 0..5u64 {
         store.append(
             &j,
-            AppendRequest {
-                data: format!("{{\"i\":{i}}}").into(),
-                stream_seq: Some(format!("t{i}")),
-                producer: Some(Producer {
-                    id: "p".into(),
-                    epoch: 2,
-                    seq: i,
-                }),
-                ..Default::default()
-            },
+            AppendRequest::new(format!("{{\"i\":{i}}}"))
+                .stream_seq(format!("t{i}"))
+                .producer(Producer::new("p", 2, i)),
         )?;
     }
     let f = name("seed/fork");
     store.create(
         &f,
-        CreateOptions {
-            fork: Some(ForkFrom {
-                source: j.clone(),
-                offset: None,
-                sub_offset: 0,
-            }),
-            expiry: Expiry::Ttl(3600),
-            ..Default::default()
-        },
+        CreateOptions::new()
+            .fork(ForkFrom::tail(j.clone()))
+            .ttl(3600),
     )?;
-    store.append(
-        &f,
-        AppendRequest {
-            data: "7".into(),
-            close: true,
-            ..Default::default()
-        },
-    )?;
-    let tail = store.head(&j, None)?.tail;
+    store.append(&f, AppendRequest::new("7").closing())?;
+    let tail = store.head(&j, &Guard::NONE)?.tail;
     store.publish_snapshot(
         &j,
-        tail,
-        Some("application/json"),
-        &mut &b"{}"[..],
-        None,
-        None,
+        PublishSnapshot::new(tail, &b"{}"[..]).content_type("application/json"),
     )?;
-    store.set_retention(&j, tail, None)?;
+    store.set_retention(&j, &RetentionRequest::to(tail))?;
     let b = name("seed/bytes");
-    store.create(
-        &b,
-        CreateOptions {
-            data: "raw".into(),
-            closed: true,
-            ..Default::default()
-        },
-    )?;
-    store.delete(&b, None)?;
-    store.append(
-        &f,
-        AppendRequest {
-            close: true,
-            ..Default::default()
-        },
-    )?;
+    store.create(&b, CreateOptions::new().data("raw").closed())?;
+    store.delete(&b, &Guard::NONE)?;
+    store.append(&f, AppendRequest::close())?;
     // The journal as a crash leaves it; then the sidecars the recovery checkpoint writes.
     let image = crash_image(store, dir.path())?;
     let mut wal = Vec::new();

@@ -234,7 +234,11 @@ async fn stream_snapshot_match_guards_a_publish() -> R {
 /// A body over the snapshot limit is 413, declared or streamed, and publishes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_bodies_over_the_limit_are_413() -> R {
-    let s = Server::start_with(Options::default().max_snapshot_bytes(1 << 20), config()).await?;
+    let s = Server::start_with(
+        Options::default().with_max_snapshot_bytes(1 << 20),
+        config(),
+    )
+    .await?;
     let p = "/snap/limit";
     s.create(p, "text/plain").await?;
     s.post(p, &[TEXT], "abc").await?;
@@ -457,8 +461,8 @@ async fn retention_trims_reads_below_it_and_the_start() -> R {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_reclaims_disk_space() -> R {
     let options = Options::default()
-        .segment_bytes(64 << 10)
-        .checkpoint_bytes(256 << 10);
+        .with_segment_bytes(64 << 10)
+        .with_checkpoint_bytes(256 << 10);
     let s = Server::start_with(options, config()).await?;
     let p = "/ret/disk";
     s.create(p, "application/octet-stream").await?;

@@ -32,7 +32,7 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 /// A server with 1 MiB segments and a byte stream of `MESSAGES` appends of 700 KiB (8.2 MiB in
 /// six segments). Returns the data and the offset after each append.
 async fn big_stream(p: &str) -> R<(Server, Vec<u8>, Vec<String>)> {
-    let s = Server::start_with(Options::default().segment_bytes(1 << 20), config()).await?;
+    let s = Server::start_with(Options::default().with_segment_bytes(1 << 20), config()).await?;
     s.create(p, "application/octet-stream").await?;
     let data = noise(MESSAGE * MESSAGES, 0x9e37_79b9_7f4a_7c15);
     let mut after = Vec::new();

@@ -693,9 +693,9 @@ struct Harness {
 
 fn options() -> Options {
     Options::default()
-        .durability(Durability::Buffered)
-        .checkpoint_bytes(64 << 10)
-        .segment_bytes(4096)
+        .with_durability(Durability::Buffered)
+        .with_checkpoint_bytes(64 << 10)
+        .with_segment_bytes(4096)
 }
 
 impl Harness {
@@ -763,7 +763,7 @@ impl Harness {
                     .get(*s)
                     .and_then(|m| Model::check_expect(m, e.as_ref()))
                     .map(|()| self.model.info(*s));
-                let got = self.store().head(&name(NAMES[*s]), e.as_ref());
+                let got = self.store().head(&name(NAMES[*s]), &Guard::from(e.clone()));
                 compare("head", &want, &got, |m, r| {
                     m.as_ref() == Some(&real_info(r))
                 })
@@ -828,14 +828,11 @@ impl Harness {
         let b = make_body(&mut self.model, json, body);
         let e = self.model.expect_token(s, expect);
         let seq_raw = make_seq(None, seq);
-        let req = CreateOptions {
-            content_type: ct.map(str::to_owned),
-            closed,
-            data: b.data.clone().into(),
-            stream_seq: seq_raw.clone(),
-            expect: e.clone(),
-            ..Default::default()
-        };
+        let mut req = CreateOptions::new().data(b.data.clone());
+        req.content_type = ct.map(str::to_owned);
+        req.closed = closed;
+        req.stream_seq.clone_from(&seq_raw);
+        req.expect.clone_from(&e);
         let want: Result<Option<bool>, Error> = (|| {
             let seq = filter_seq(seq_raw)?;
             if let Some(m) = &self.model.streams[s] {
@@ -939,14 +936,12 @@ impl Harness {
         let seq_f = filter_seq(seq_raw.clone());
         let prod = producer.map(|p| make_producer(m, p));
         let e = self.model.expect_token(s, expect);
-        let req = AppendRequest {
-            data: b.data.clone().into(),
-            content_type: req_ct.clone(),
-            close,
-            stream_seq: seq_raw.clone(),
-            producer: prod.clone(),
-            expect: e.clone(),
-        };
+        let mut req = AppendRequest::new(b.data.clone());
+        req.content_type.clone_from(&req_ct);
+        req.close = close;
+        req.stream_seq.clone_from(&seq_raw);
+        req.producer.clone_from(&prod);
+        req.expect.clone_from(&e);
         let has_data = !b.data.is_empty();
         // What the engine must answer, in the documented order of checks.
         let want: Result<(AppendStatus, Option<(u64, u64)>), Error> = (|| {
@@ -1086,11 +1081,9 @@ impl Harness {
             (_, Some(p), Some(m)) => ReadFrom::At(m.pos(p)),
             (_, Some(_), None) => ReadFrom::At(Offset::ZERO),
         };
-        let req = ReadRequest {
-            from,
-            max_bytes: max,
-            expect: e.clone(),
-        };
+        let mut req = ReadRequest::from(from);
+        req.max_bytes = max;
+        req.expect.clone_from(&e);
         let want: Result<Want, Error> = (|| {
             let m = self.model.get(s)?;
             let tail = m.tail();
@@ -1196,7 +1189,9 @@ impl Harness {
             .model
             .get(s)
             .and_then(|m| Model::check_expect(m, e.as_ref()));
-        let got = self.store().delete(&name(NAMES[s]), e.as_ref());
+        let got = self
+            .store()
+            .delete(&name(NAMES[s]), &Guard::from(e.clone()));
         compare("delete", &want, &got, |(), ()| true)?;
         if want.is_ok() {
             if self.model.has_forks(s) {
@@ -1218,14 +1213,9 @@ impl Harness {
             (Some(_), None) => Some(Offset::ZERO),
             (None, _) => None,
         };
-        let req = CreateOptions {
-            fork: Some(ForkFrom {
-                source: name(NAMES[src]),
-                offset: at_off,
-                sub_offset: sub,
-            }),
-            ..Default::default()
-        };
+        let mut from = ForkFrom::tail(name(NAMES[src])).sub_offset(sub);
+        from.offset = at_off;
+        let req = CreateOptions::new().fork(from);
         let want: Result<(bool, u64), Error> = (|| {
             if let Some(t) = &self.model.streams[s] {
                 if t.soft_deleted || t.closed {
@@ -1374,14 +1364,12 @@ impl Harness {
             }
             Ok(None)
         })();
-        let got = self.store().publish_snapshot(
-            &name(NAMES[s]),
-            offset,
-            Some(ct),
-            &mut &data[..],
-            digest_req.as_deref(),
-            None,
-        );
+        let mut req = PublishSnapshot::new(offset, &data[..]).content_type(ct);
+        req.if_digest.clone_from(&digest_req);
+        let got = self
+            .store()
+            .publish_snapshot(&name(NAMES[s]), req)
+            .map(|p| (p.snapshot, p.stream));
         compare("publish", &want, &got, |w, (info, _)| match w {
             Some(x) => x.digest == info.digest && x.offset == info.offset,
             None => info.content_type == ct && info.len == data.len() as u64,
@@ -1426,7 +1414,9 @@ impl Harness {
             let x = x.ok_or(Error::SnapshotNotFound)?;
             Ok((x.clone(), m.tail(), m.closed))
         })();
-        let got = self.store().snapshot(&name(NAMES[s]), offset, None);
+        let mut req = SnapshotRequest::latest();
+        req.offset = offset;
+        let got = self.store().snapshot(&name(NAMES[s]), &req);
         compare("snapshot", &want, &got, |(x, tail, closed), r| {
             x.offset == r.info.offset
                 && x.digest == r.info.digest
@@ -1451,7 +1441,9 @@ impl Harness {
                 _ => Err(Error::RetentionBeyondSnapshot),
             }
         })();
-        let got = self.store().set_retention(&name(NAMES[s]), offset, None);
+        let got = self
+            .store()
+            .set_retention(&name(NAMES[s]), &RetentionRequest::to(offset));
         compare("retention", &want, &got, |(), _| true)?;
         if want.is_ok() {
             let m = self.model.streams[s].as_mut().expect("exists");
@@ -1503,7 +1495,7 @@ impl Harness {
                     },
                 )?;
             }
-            let got = self.store().head(&n, None);
+            let got = self.store().head(&n, &Guard::NONE);
             compare(&format!("head of {nm}"), &want, &got, |(_, i), r| {
                 i.as_ref() == Some(&real_info(r))
             })?;

@@ -13,7 +13,7 @@ fn json() -> CreateOptions {
 #[test]
 fn source_retention_keeps_what_live_forks_read() -> R {
     let dir = tempfile::tempdir()?;
-    let opts = Options::default().segment_bytes(4096);
+    let opts = Options::default().with_segment_bytes(4096);
     let store = Store::open(dir.path(), opts.clone())?;
     let (src, fork) = (name("r/src"), name("r/fork"));
     store.create(&src, json())?;
@@ -23,10 +23,7 @@ fn source_retention_keeps_what_live_forks_read() -> R {
         last = store
             .append(
                 &src,
-                AppendRequest {
-                    data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(),
-                    ..Default::default()
-                },
+                AppendRequest::new(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30))),
             )?
             .tail;
         if i == 99 {
@@ -35,19 +32,12 @@ fn source_retention_keeps_what_live_forks_read() -> R {
     }
     store.create(
         &fork,
-        CreateOptions {
-            fork: Some(ForkFrom {
-                source: src.clone(),
-                offset: Some(at),
-                sub_offset: 0,
-            }),
-            ..Default::default()
-        },
+        CreateOptions::new().fork(ForkFrom::at(src.clone(), at)),
     )?;
     let before = read_to_tail(&store, &fork, None)?.0;
     assert!(before.starts_with(b"{\"i\":0,"));
-    store.publish_snapshot(&src, last, None, &mut &b"s"[..], None, None)?;
-    store.set_retention(&src, last, None)?;
+    store.publish_snapshot(&src, PublishSnapshot::new(last, &b"s"[..]))?;
+    store.set_retention(&src, &RetentionRequest::to(last))?;
     assert!(matches!(
         store.read(&src, &ReadRequest::from(ReadFrom::At(Offset::ZERO))),
         Err(Error::OffsetGone { .. })
@@ -61,8 +51,8 @@ fn source_retention_keeps_what_live_forks_read() -> R {
     let store = Store::open(image.path(), opts)?;
     assert_eq!(read_to_tail(&store, &fork, None)?.0, before);
     // Once the fork is gone, retention reclaims the source's old segments.
-    store.delete(&fork, None)?;
-    store.set_retention(&src, last, None)?;
+    store.delete(&fork, &Guard::NONE)?;
+    store.set_retention(&src, &RetentionRequest::to(last))?;
     Ok(())
 }
 
@@ -72,36 +62,29 @@ fn source_retention_keeps_what_live_forks_read() -> R {
 fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
     for segment_bytes in [4096, 64 << 20] {
         let dir = tempfile::tempdir()?;
-        let store = Store::open(dir.path(), Options::default().segment_bytes(segment_bytes))?;
+        let store = Store::open(
+            dir.path(),
+            Options::default().with_segment_bytes(segment_bytes),
+        )?;
         let (src, fork) = (name("t/src"), name("t/fork"));
         store.create(&src, json())?;
         let mut cut = Offset::ZERO;
         for i in 0..300u64 {
             let o = store.append(
                 &src,
-                AppendRequest {
-                    data: format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).into(),
-                    ..Default::default()
-                },
+                AppendRequest::new(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30))),
             )?;
             if i == 199 {
                 cut = o.tail;
             }
         }
-        store.publish_snapshot(&src, cut, None, &mut &b"s"[..], None, None)?;
-        store.set_retention(&src, cut, None)?;
+        store.publish_snapshot(&src, PublishSnapshot::new(cut, &b"s"[..]))?;
+        store.set_retention(&src, &RetentionRequest::to(cut))?;
         store.create(
             &fork,
-            CreateOptions {
-                fork: Some(ForkFrom {
-                    source: src.clone(),
-                    offset: None,
-                    sub_offset: 0,
-                }),
-                ..Default::default()
-            },
+            CreateOptions::new().fork(ForkFrom::tail(src.clone())),
         )?;
-        let info = store.head(&fork, None)?;
+        let info = store.head(&fork, &Guard::NONE)?;
         assert_eq!(info.earliest, cut, "segment_bytes {segment_bytes}");
         // From the start: gone, as on the source (the seed: offset=-1 after retention is 410).
         let e = store.read(&fork, &ReadRequest::from(ReadFrom::Start));
@@ -121,8 +104,11 @@ fn a_fork_of_a_trimmed_stream_starts_at_its_earliest_offset() -> R {
             store.read(&src, &at)?.to_vec()
         );
         drop(store);
-        let store = Store::open(dir.path(), Options::default().segment_bytes(segment_bytes))?;
-        assert_eq!(store.head(&fork, None)?.earliest, cut);
+        let store = Store::open(
+            dir.path(),
+            Options::default().with_segment_bytes(segment_bytes),
+        )?;
+        assert_eq!(store.head(&fork, &Guard::NONE)?.earliest, cut);
     }
     Ok(())
 }
@@ -137,13 +123,7 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
         let store = Store::open(dir.path(), Options::default())?;
         let n = name("trash/x");
         let c = store.create(&n, json())?;
-        store.append(
-            &n,
-            AppendRequest {
-                data: "[1,2,3]".into(),
-                ..Default::default()
-            },
-        )?;
+        store.append(&n, AppendRequest::new("[1,2,3]"))?;
         store.checkpoint()?;
         let sdir = crate::util::files_under(&dir.path().join("streams"))?
             .first()
@@ -151,7 +131,7 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
             .ok_or("no stream directory")?;
         let aside = tempfile::tempdir()?;
         crate::util::copy_dir(&sdir, aside.path())?;
-        store.delete(&n, None)?;
+        store.delete(&n, &Guard::NONE)?;
         let image = crash_image(store, dir.path())?;
         // The trash entry as a crash would leave it: renamed `.gone` and partly emptied, or
         // whole and unmarked (its removal not begun).
@@ -175,7 +155,7 @@ fn a_crash_while_emptying_the_trash_recovers() -> R {
         }
         let store = Store::open(image.path(), Options::default())?;
         assert!(
-            matches!(store.head(&n, None), Err(Error::NotFound)),
+            matches!(store.head(&n, &Guard::NONE), Err(Error::NotFound)),
             "marked {marked}"
         );
         assert_eq!(

@@ -9,10 +9,7 @@ pub type R = std::result::Result<(), Box<dyn std::error::Error>>;
 
 /// Create options with just a content type.
 pub fn typed(content_type: &str) -> CreateOptions {
-    CreateOptions {
-        content_type: Some(content_type.into()),
-        ..Default::default()
-    }
+    CreateOptions::with_content_type(content_type)
 }
 
 /// A stream name known to be valid.
@@ -115,17 +112,12 @@ pub fn read_to_tail(
     n: &StreamName,
     max_bytes: Option<u64>,
 ) -> brook::Result<(Vec<u8>, ReadChunk)> {
-    let mut from = ReadFrom::At(store.head(n, None)?.earliest);
+    let mut from = ReadFrom::At(store.head(n, &Guard::NONE)?.earliest);
     let mut out = Vec::new();
     loop {
-        let c = store.read(
-            n,
-            &ReadRequest {
-                from,
-                max_bytes,
-                expect: None,
-            },
-        )?;
+        let mut req = ReadRequest::from(from);
+        req.max_bytes = max_bytes;
+        let c = store.read(n, &req)?;
         let body = c.to_vec();
         if c.content_type.starts_with("application/json") {
             let inner = body.get(1..body.len().saturating_sub(1)).unwrap_or(&[]);

@@ -6,7 +6,7 @@ use super::*;
 /// requests with `Origin` expose the protocol's headers; every response has the security headers.
 #[tokio::test]
 async fn cors_preflight_and_response_headers() -> TestResult {
-    let options = Options::default().max_append_bytes(16);
+    let options = Options::default().with_max_append_bytes(16);
     let t = harness_with(options, ServerConfig::default())?;
     t.text_stream("/s/l", "").await;
     let r = t

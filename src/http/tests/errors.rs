@@ -5,7 +5,7 @@ use super::*;
 /// Bodies over the limit (declared or streamed), unserved methods, invalid and reserved names.
 #[tokio::test]
 async fn bad_requests_methods_and_limits() -> TestResult {
-    let options = Options::default().max_append_bytes(16);
+    let options = Options::default().with_max_append_bytes(16);
     let t = harness_with(options, ServerConfig::default())?;
     t.text_stream("/s/l", "").await;
     let r = t.post("/s/l", &[CT_TEXT], "0123456789abcdefXYZ").await;

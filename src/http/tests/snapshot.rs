@@ -148,7 +148,7 @@ async fn snapshots_retention_and_bootstrap() -> TestResult {
 /// A snapshot body over the limit is 413, declared or streamed, and nothing is published.
 #[tokio::test]
 async fn snapshot_bodies_over_the_limit_are_refused() -> TestResult {
-    let options = Options::default().max_snapshot_bytes(8);
+    let options = Options::default().with_max_snapshot_bytes(8);
     let t = harness_with(options, ServerConfig::default())?;
     t.text_stream("/s/x", "abc").await;
     let r = t
