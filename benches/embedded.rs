@@ -131,10 +131,7 @@ impl BrookSide {
         );
         let pending: Vec<_> = (0..READ_BYTES / READ_APPEND)
             .map(|k| {
-                let req = AppendRequest {
-                    data: noise(READ_APPEND, k as u64),
-                    ..Default::default()
-                };
+                let req = AppendRequest::new(noise(READ_APPEND, k as u64));
                 store.submit_append(&read, req).expect("fill")
             })
             .collect();
@@ -151,10 +148,7 @@ impl BrookSide {
     }
 
     fn append(&self, n: &StreamName, data: &Bytes) {
-        let req = AppendRequest {
-            data: data.clone(),
-            ..Default::default()
-        };
+        let req = AppendRequest::new(data.clone());
         self.store
             .submit_append(n, req)
             .expect("submit")

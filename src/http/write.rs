@@ -233,7 +233,7 @@ pub(crate) async fn append(
     // one journal write and one write per stream carry all of them; on the only connection an
     // append commits at once.
     if app.connections.load(Ordering::Relaxed) > 1
-        && app.store.options().durability_mode() == crate::Durability::Buffered
+        && app.store.options().durability() == crate::Durability::Buffered
     {
         tokio::task::yield_now().await;
     }

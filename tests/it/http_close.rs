@@ -11,7 +11,7 @@ use crate::http_support::{R, Server, config};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_before_the_body_close_the_connection() -> R {
     let limit = 64 << 10;
-    let s = Server::start_with(Options::default().max_snapshot_bytes(limit), config()).await?;
+    let s = Server::start_with(Options::default().with_max_snapshot_bytes(limit), config()).await?;
     let p = "/close/limit";
     s.create(p, "text/plain").await?;
     s.post(p, &[("content-type", "text/plain")], "abc").await?;
