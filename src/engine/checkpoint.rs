@@ -59,7 +59,12 @@ impl Shard {
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
         let mut streams = Vec::with_capacity(dirty.len());
         for s in dirty {
-            let d = s.data.lock();
+            let mut d = s.data.lock();
+            // The segments' buffered appends reach their logs before 6b syncs them: the sidecar
+            // will say they are in the stream's files, and the journal holding them will go.
+            if let Some(segs) = d.segs.as_mut() {
+                segs.flush()?;
+            }
             if !d.deleted {
                 let (lsn, state) = (d.applied_lsn, d.state.clone());
                 drop(d);

@@ -172,9 +172,6 @@ pub(super) fn replay_shard(
             }
             let mut after = Vec::new();
             apply(root, options, &stream, lsn, &record, &mut after)?;
-            if let Some(segs) = stream.data.lock().segs.as_mut() {
-                segs.flush()?;
-            }
             for p in after {
                 discard(&p);
             }

@@ -28,8 +28,13 @@ use super::stream::{Stream, Visible};
 use super::ticket::{Batch, Ticket};
 
 /// How long the shard thread leaves queued records to their writers (Buffered mode) before it
-/// commits them itself: the bound on the delay of a record whose `Pending` nobody waits on.
+/// commits them itself. A record whose `Pending` nobody waits on (or drops) is committed within
+/// two of these: the thread looks at the queue once per `LINGER` while writers are active.
 const LINGER: Duration = Duration::from_millis(20);
+
+/// Buffered mode: after this many looks in a row at an empty queue (a second with no writes)
+/// the shard thread sleeps until the next push wakes it, so an idle store costs no wakeups.
+const QUIET_LOOKS: u32 = 50;
 
 /// A journal sync slower than this is logged (at warn): the disk is struggling.
 const SLOW_SYNC: Duration = Duration::from_millis(100);
@@ -58,6 +63,9 @@ pub(super) struct Queue {
     /// The shard thread sleeps until a push wakes it (Buffered mode: writers commit their own
     /// batches, so only the first push after an idle spell wakes the thread).
     idle: bool,
+    /// Buffered mode: looks in a row at an empty queue (one per [`LINGER`]); at
+    /// [`QUIET_LOOKS`] the thread goes `idle`.
+    quiet: u32,
 }
 
 /// The journal file and what is written to it; held while a batch is written and applied.
@@ -137,6 +145,7 @@ impl Shard {
                 checkpoint_requests: 0,
                 checkpoint_due: false,
                 idle: false,
+                quiet: 0,
             }),
             wake: Condvar::new(),
             writer: Mutex::new(Writer {
@@ -351,11 +360,22 @@ impl Shard {
                 continue;
             }
             if q.items.is_empty() {
-                q.idle = true;
-                self.wake.wait(&mut q);
-                q.idle = false;
+                if q.quiet >= QUIET_LOOKS {
+                    q.idle = true;
+                    self.wake.wait(&mut q);
+                    q.idle = false;
+                    q.quiet = 0;
+                    continue;
+                }
+                // Writers were active lately: look again after a while rather than be woken
+                // (a futex pair) by every push.
+                self.wake.wait_for(&mut q, LINGER);
+                if q.items.is_empty() {
+                    q.quiet += 1;
+                }
                 continue;
             }
+            q.quiet = 0;
             self.wake.wait_for(&mut q, LINGER);
             break;
         }
@@ -393,12 +413,6 @@ impl Shard {
             }
             if !w.touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
                 w.touched.push(it.stream.clone());
-            }
-        }
-        // The batch's appends to each stream were buffered by its segments: one write each.
-        for s in &w.touched {
-            if let Some(segs) = s.data.lock().segs.as_mut() {
-                segs.flush()?;
             }
         }
         // Step 4 [sync].

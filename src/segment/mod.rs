@@ -81,20 +81,27 @@ struct Segment {
     /// serve only checked bytes, so a damaged log or index is an error, never wrong data.
     verified: u64,
     read_map: Option<Arc<ReadMap>>,
-    /// The last bytes appended, not yet written to the log file: they end at `end`. A journal
-    /// batch appends each of its records here and [`Segment::flush`] writes them in one call
-    /// before the batch is published, so readers (who read only published bytes) never see
-    /// this buffer, and a batch of many small appends costs one write, not one per append.
+    /// The last bytes appended, not yet written to the log file: they end at `end`. The
+    /// journal holds them (an append is acknowledged once its journal record is written), so
+    /// the log is written lazily, in one call for many appends: when [`FLUSH_AT`] bytes have
+    /// gathered, when a read reaches into them, and when a checkpoint rotates the journal
+    /// (before the sync that lets the journal go). Bodies of [`WRITE_THROUGH`] bytes or more
+    /// are written at once.
     unwritten: Vec<u8>,
 }
 
 impl Drop for Segment {
-    /// Writes what is still buffered (the engine flushes every batch before it publishes it, so
-    /// this matters only to a caller that appends and drops without publishing).
+    /// Writes what is still buffered (the engine's checkpoints flush every stream they record,
+    /// so this matters only to a segment dropped between checkpoints, such as one of a store
+    /// that was shut down without its final checkpoint).
     fn drop(&mut self) {
         let _ = self.flush();
     }
 }
+
+/// A segment's write buffer is written to its log once it holds this much: the bound on the
+/// memory a stream's unwritten appends take.
+const FLUSH_AT: usize = 16 << 10;
 
 /// Bodies at least this long are written to the log at once (after what is buffered), not
 /// copied into the segment's write buffer.
@@ -284,10 +291,13 @@ impl Segment {
         }
         self.count += n;
         self.end += body.data.len() as u64;
+        if self.unwritten.len() >= FLUSH_AT {
+            self.flush()?;
+        }
         Ok(())
     }
 
-    /// Writes the buffered bytes (`unwritten`) to the log file, in one call.
+    /// Writes the buffered bytes (`unwritten`, which end at `end`) to the log file, in one call.
     fn flush(&mut self) -> Result<()> {
         if self.unwritten.is_empty() {
             return Ok(());
@@ -295,9 +305,6 @@ impl Segment {
         let rel = self.end - self.base.bytes - self.unwritten.len() as u64;
         self.log.write_all_at(&self.unwritten, rel)?;
         self.unwritten.clear();
-        if self.unwritten.capacity() > 4 * WRITE_THROUGH {
-            self.unwritten = Vec::new();
-        }
         Ok(())
     }
 
@@ -464,12 +471,16 @@ impl SegmentSet {
         }
     }
 
-    /// Writes the bytes appended since the last flush to the log file. Appends are buffered (see
-    /// `Segment::unwritten`); whoever appends must flush before the appended range is published
-    /// to readers or synced.
+    /// Writes the bytes appended since the last flush to the log file, and gives the write
+    /// buffer's memory back. Appends are buffered (see `Segment::unwritten`); reads flush what
+    /// they need themselves, and a checkpoint flushes before it syncs the file system.
     pub(crate) fn flush(&mut self) -> Result<()> {
         match self.segs.last_mut() {
-            Some(s) => s.flush(),
+            Some(s) => {
+                s.flush()?;
+                s.unwritten = Vec::new();
+                Ok(())
+            }
             None => Ok(()),
         }
     }
