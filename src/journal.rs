@@ -17,6 +17,7 @@
 //! its frame. Payload layouts are in DESIGN.md ("Journal records").
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::codec::{Dec, Enc};
 use crate::error::{Error, Result};
@@ -39,32 +40,32 @@ pub(crate) enum Record {
     },
     /// Data and/or closure, with the state change it guards.
     Append {
-        name: String,
-        incarnation: String,
+        name: Arc<str>,
+        incarnation: Arc<str>,
         rec: AppendRecord,
     },
     /// The stream was deleted (`soft`: kept for its forks).
     Delete {
-        name: String,
-        incarnation: String,
+        name: Arc<str>,
+        incarnation: Arc<str>,
         soft: bool,
     },
     /// A snapshot was published (its blob file is already durable).
     Snapshot {
-        name: String,
-        incarnation: String,
+        name: Arc<str>,
+        incarnation: Arc<str>,
         info: SnapshotInfo,
     },
     /// Retention advanced.
     Retention {
-        name: String,
-        incarnation: String,
+        name: Arc<str>,
+        incarnation: Arc<str>,
         to: Offset,
     },
     /// A fork of this stream was added or removed.
     ForkRef {
-        name: String,
-        incarnation: String,
+        name: Arc<str>,
+        incarnation: Arc<str>,
         fork: String,
         add: bool,
     },
@@ -179,28 +180,28 @@ impl Record {
                 }
             }
             2 => Record::Append {
-                name: d.string()?,
-                incarnation: d.string()?,
+                name: d.string()?.into(),
+                incarnation: d.string()?.into(),
                 rec: decode_append(&mut d)?,
             },
             3 => Record::Delete {
-                name: d.string()?,
-                incarnation: d.string()?,
+                name: d.string()?.into(),
+                incarnation: d.string()?.into(),
                 soft: d.u8()? != 0,
             },
             4 => Record::Snapshot {
-                name: d.string()?,
-                incarnation: d.string()?,
+                name: d.string()?.into(),
+                incarnation: d.string()?.into(),
                 info: decode_snapshot(&mut d)?,
             },
             5 => Record::Retention {
-                name: d.string()?,
-                incarnation: d.string()?,
+                name: d.string()?.into(),
+                incarnation: d.string()?.into(),
                 to: d.offset()?,
             },
             6 => Record::ForkRef {
-                name: d.string()?,
-                incarnation: d.string()?,
+                name: d.string()?.into(),
+                incarnation: d.string()?.into(),
                 fork: d.string()?,
                 add: d.u8()? != 0,
             },

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -19,7 +20,7 @@ pub const RESERVED_SEGMENTS: [&str; 3] = ["snapshot", "retention", "bootstrap"];
 /// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
 /// before them.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StreamName(pub(crate) String);
+pub struct StreamName(pub(crate) Arc<str>);
 
 impl StreamName {
     /// Parses and validates a name.
@@ -67,7 +68,7 @@ impl StreamName {
                     .into(),
             ));
         }
-        Ok(StreamName(name.to_owned()))
+        Ok(StreamName(name.into()))
     }
 
     /// The name as a string, without a leading `/`.
@@ -205,7 +206,7 @@ impl FromStr for ReadFrom {
 /// An opaque token naming one incarnation of a stream: fresh on every creation, unique even when
 /// a name is deleted and created again, stable across restarts.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Incarnation(String);
+pub struct Incarnation(Arc<str>);
 
 impl Incarnation {
     /// Longest token accepted from a caller.
@@ -221,11 +222,16 @@ impl Incarnation {
                 "malformed Stream-Incarnation".into(),
             ));
         }
-        Ok(Incarnation(token.to_owned()))
+        Ok(Incarnation(token.into()))
     }
 
     pub(crate) fn from_raw(s: String) -> Self {
-        Incarnation(s)
+        Incarnation(s.into())
+    }
+
+    /// The token, shared (journal records name the incarnation they apply to).
+    pub(crate) fn shared(&self) -> Arc<str> {
+        self.0.clone()
     }
 
     /// The token.

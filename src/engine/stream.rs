@@ -114,7 +114,7 @@ impl Stream {
         readable: bool,
     ) -> Arc<Stream> {
         let name = StreamName::new(&state.config.name)
-            .unwrap_or_else(|_| StreamName(state.config.name.clone()));
+            .unwrap_or_else(|_| StreamName(state.config.name.as_str().into()));
         let vis = if readable {
             Visible::of(&state, false)
         } else {
@@ -246,7 +246,7 @@ impl Stream {
                 .config
                 .fork
                 .as_ref()
-                .map(|(s, o)| (StreamName(s.clone()), *o)),
+                .map(|(s, o)| (StreamName(s.as_str().into()), *o)),
             stream_seq: v.stream_seq.clone(),
         }
     }
@@ -266,8 +266,8 @@ impl Stream {
     /// The journal record of an append to this incarnation.
     pub(super) fn append_record(&self, rec: AppendRecord) -> Record {
         Record::Append {
-            name: self.name.as_str().to_owned(),
-            incarnation: self.incarnation.as_str().to_owned(),
+            name: self.name.0.clone(),
+            incarnation: self.incarnation.shared(),
             rec,
         }
     }
@@ -275,8 +275,8 @@ impl Stream {
     /// The journal record of this incarnation's delete: `soft` keeps it for its forks.
     pub(super) fn delete_record(&self, soft: bool) -> Record {
         Record::Delete {
-            name: self.name.as_str().to_owned(),
-            incarnation: self.incarnation.as_str().to_owned(),
+            name: self.name.0.clone(),
+            incarnation: self.incarnation.shared(),
             soft,
         }
     }
@@ -284,8 +284,8 @@ impl Stream {
     /// The journal record of a snapshot published on this incarnation.
     pub(super) fn snapshot_record(&self, info: SnapshotInfo) -> Record {
         Record::Snapshot {
-            name: self.name.as_str().to_owned(),
-            incarnation: self.incarnation.as_str().to_owned(),
+            name: self.name.0.clone(),
+            incarnation: self.incarnation.shared(),
             info,
         }
     }
@@ -293,8 +293,8 @@ impl Stream {
     /// The journal record of this incarnation's retention moving to `to`.
     pub(super) fn retention_record(&self, to: Offset) -> Record {
         Record::Retention {
-            name: self.name.as_str().to_owned(),
-            incarnation: self.incarnation.as_str().to_owned(),
+            name: self.name.0.clone(),
+            incarnation: self.incarnation.shared(),
             to,
         }
     }
@@ -303,8 +303,8 @@ impl Stream {
     /// incarnation's fork list.
     pub(super) fn fork_ref_record(&self, fork: &StreamName, add: bool) -> Record {
         Record::ForkRef {
-            name: self.name.as_str().to_owned(),
-            incarnation: self.incarnation.as_str().to_owned(),
+            name: self.name.0.clone(),
+            incarnation: self.incarnation.shared(),
             fork: fork.as_str().to_owned(),
             add,
         }
