@@ -171,7 +171,7 @@ pub(crate) async fn get(
     match p.live {
         Live::CatchUp => catch_up(app, name, parts, p, expect).await,
         Live::LongPoll => long_poll(app, name, p, expect).await,
-        Live::Sse => sse::respond(app, name, p, expect).await,
+        Live::Sse => sse::respond(app, name, &parts.headers, p, expect).await,
     }
 }
 

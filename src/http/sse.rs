@@ -2,6 +2,12 @@
 //! base64 for binary content types) followed by a `control` event with the next offset and
 //! cursor; at the tail the connection sleeps in [`Store::wait`](crate::Store::wait) until data,
 //! closure, its deadline, a keep-alive or the server's shutdown.
+//!
+//! So that a browser's own `EventSource` resumes where it stopped (brook's extension, within
+//! PROTOCOL.md 5.8 and 11.1): the connection opens with `retry:` (the reconnection delay), every
+//! data and control event carries `id: <streamNextOffset>`, and a request with `Last-Event-ID`
+//! (which the browser sends when it reconnects to the same URL) reads from that offset instead
+//! of the URL's.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -9,13 +15,16 @@ use std::pin::Pin;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use base64::Engine as _;
 use bytes::Bytes;
+use futures_util::StreamExt as _;
 use tokio::time::{Instant, Sleep};
 
-use crate::headers::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING};
+use crate::headers::{
+    InvalidHeader, STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, parse_read_from,
+};
 use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
 
 use super::AppState;
@@ -23,6 +32,46 @@ use super::cursor::{interval_at, response_cursor};
 use super::error::ApiError;
 use super::read::{ReadParams, has_data, read_chunk, read_woken};
 use super::reply::Reply;
+
+/// The request header an `EventSource` sends on reconnection: the last `id:` it saw.
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// The first frame of every connection: the reconnection delay an `EventSource` waits after the
+/// server ends the connection (every `sse_max_duration`) or it drops. 1 s rather than the
+/// browsers' default 3 s (Chromium's) keeps a planned reconnect's gap in delivery short, while a
+/// server that is down sees one attempt per second per browser, not a storm.
+const RETRY_FRAME: &[u8] = b"retry: 1000\n\n";
+
+/// Where an SSE read starts: the `Last-Event-ID` header when there is one (an `EventSource`
+/// reconnecting to its original URL sends the last `id:`, a `streamNextOffset`), else the URL's
+/// `offset`. The header is validated as an `offset` is: malformed is 400 `INVALID_OFFSET`.
+fn resume_from(headers: &HeaderMap, offset: Option<ReadFrom>) -> Result<ReadFrom, ApiError> {
+    let mut values = headers.get_all(LAST_EVENT_ID).iter();
+    let Some(value) = values.next() else {
+        return Ok(offset.unwrap_or(ReadFrom::Start));
+    };
+    let parsed = if values.next().is_some() {
+        Err(InvalidHeader {
+            name: "offset",
+            reason: "given more than once",
+        })
+    } else {
+        value
+            .to_str()
+            .map_err(|_| InvalidHeader {
+                name: "offset",
+                reason: "not -1, now, or an offset this server returned",
+            })
+            .and_then(parse_read_from)
+    };
+    parsed.map_err(|e| {
+        let mut err = ApiError::from(e);
+        if let ApiError::Http { detail, .. } = &mut err {
+            detail.insert_str(0, "Last-Event-ID: ");
+        }
+        err
+    })
+}
 
 /// How SSE data events carry the stream's bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -64,8 +113,18 @@ fn last_bytes(body: &[Bytes]) -> Vec<u8> {
     v
 }
 
-/// Appends an `event: data` whose payload is `body`.
-fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
+/// Appends `id: {next}`, the event's resume position. Offsets are digits and `_`: never a line
+/// break or the NUL that would make a browser ignore the id.
+fn id_line(out: &mut Vec<u8>, next: Offset) {
+    use std::io::Write as _;
+    // Writing into a Vec cannot fail.
+    let _ = writeln!(out, "id: {next}");
+}
+
+/// Appends an `event: data` whose payload is `body`, with `id: {next}`, the offset after it: a
+/// connection cut between a data event and its control event resumes after the data, not
+/// before it.
+fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding, next: Offset) {
     out.extend_from_slice(b"event: data\n");
     match encoding {
         Encoding::Base64 => {
@@ -110,12 +169,15 @@ fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding) {
             }
         }
     }
+    id_line(out, next);
     out.push(b'\n');
 }
 
 /// Appends an `event: control`: `{"streamNextOffset":..,"streamCursor":..,"upToDate":true,
-/// "streamClosed":true}`, members present as they apply. Offsets and cursors are digits and `_`,
-/// so the JSON is written directly.
+/// "streamClosed":true}`, members present as they apply, then `id: {next}` (after `data:`, which
+/// clients may expect right after `event:`). Offsets and cursors are digits and `_`, so the JSON
+/// is written directly. The id is the offset alone: the cursor only shapes URL cache keys, and
+/// a reconnecting `EventSource` keeps its original URL anyway.
 fn control_event(
     out: &mut Vec<u8>,
     next: Offset,
@@ -139,7 +201,9 @@ fn control_event(
     if closed {
         out.extend_from_slice(b",\"streamClosed\":true");
     }
-    out.extend_from_slice(b"}\n\n");
+    out.extend_from_slice(b"}\n");
+    id_line(out, next);
+    out.push(b'\n');
 }
 
 /// How many bytes at the end of `b` are an incomplete UTF-8 sequence (0 when it ends cleanly).
@@ -268,7 +332,7 @@ impl Sse {
                 self.announced = chunk.up_to_date;
                 self.done = chunk.closed;
                 let cursor = self.cursor();
-                data_event(&mut out, &chunk.body, self.encoding);
+                data_event(&mut out, &chunk.body, self.encoding, chunk.next);
                 control_event(
                     &mut out,
                     chunk.next,
@@ -340,10 +404,11 @@ impl Sse {
 pub(super) async fn respond(
     app: &AppState,
     name: StreamName,
+    headers: &HeaderMap,
     p: ReadParams,
     expect: Option<Incarnation>,
 ) -> Result<Response, ApiError> {
-    let from = p.from.unwrap_or(ReadFrom::Start);
+    let from = resume_from(headers, p.from)?;
     // The first read happens before the response starts, so a missing stream is still a 404.
     let first = read_chunk(
         app,
@@ -392,7 +457,10 @@ pub(super) async fn respond(
         s.sent(Instant::now());
         Some((Ok::<_, Infallible>(frame), s))
     });
-    Ok(r.body(Body::from_stream(events)))
+    let retry = futures_util::stream::once(std::future::ready(Ok::<_, Infallible>(
+        Bytes::from_static(RETRY_FRAME),
+    )));
+    Ok(r.body(Body::from_stream(retry.chain(events))))
 }
 
 #[cfg(test)]
@@ -408,20 +476,22 @@ mod tests {
             &mut out,
             &[Bytes::from_static(b"a\r\n\r\nevent: x\rb\n c")],
             Encoding::Text,
+            Offset::new(0, 9),
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "event: data\ndata:a\ndata:\ndata:event: x\ndata:b\ndata:  c\n\n"
+            "event: data\ndata:a\ndata:\ndata:event: x\ndata:b\ndata:  c\nid: 0000000000000000_0000000000000009\n\n"
         );
         let mut out = Vec::new();
         data_event(
             &mut out,
             &[Bytes::from_static(b"Hel"), Bytes::from_static(b"lo")],
             Encoding::Base64,
+            Offset::new(0, 5),
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "event: data\ndata:SGVsbG8=\n\n"
+            "event: data\ndata:SGVsbG8=\nid: 0000000000000000_0000000000000005\n\n"
         );
     }
 
@@ -433,7 +503,7 @@ mod tests {
         control_event(&mut out, Offset::new(1, 2), Some(7), true, false);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "event: control\ndata:{\"streamNextOffset\":\"0000000000000001_0000000000000002\",\"streamCursor\":\"7\",\"upToDate\":true}\n\n"
+            "event: control\ndata:{\"streamNextOffset\":\"0000000000000001_0000000000000002\",\"streamCursor\":\"7\",\"upToDate\":true}\nid: 0000000000000001_0000000000000002\n\n"
         );
         let mut out = Vec::new();
         control_event(&mut out, Offset::new(1, 2), Some(7), false, true);
@@ -442,6 +512,42 @@ mod tests {
             s.contains("\"streamClosed\":true") && !s.contains("streamCursor"),
             "{s}"
         );
+    }
+
+    /// `Last-Event-ID` wins over the URL's offset and is validated as one: malformed, non-ASCII or
+    /// repeated is 400 `INVALID_OFFSET`, naming the header.
+    #[test]
+    fn last_event_id_is_an_offset() {
+        let off = Offset::new(3, 4);
+        let mut h = HeaderMap::new();
+        assert_eq!(resume_from(&h, None).unwrap(), ReadFrom::Start);
+        assert_eq!(
+            resume_from(&h, Some(ReadFrom::Tail)).unwrap(),
+            ReadFrom::Tail
+        );
+        h.insert(LAST_EVENT_ID, off.to_string().parse().unwrap());
+        assert_eq!(
+            resume_from(&h, Some(ReadFrom::Start)).unwrap(),
+            ReadFrom::At(off)
+        );
+        for bad in ["", "abc", "1_2", "0000000000000001_000000000000000x"] {
+            h.insert(LAST_EVENT_ID, bad.parse().unwrap());
+            match resume_from(&h, Some(ReadFrom::Start)) {
+                Err(ApiError::Http { code, detail, .. }) => {
+                    assert_eq!(code, "INVALID_OFFSET", "{bad:?}");
+                    assert!(detail.starts_with("Last-Event-ID: "), "{detail}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        h.insert(
+            LAST_EVENT_ID,
+            axum::http::HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        assert!(resume_from(&h, None).is_err());
+        h.insert(LAST_EVENT_ID, off.to_string().parse().unwrap());
+        h.append(LAST_EVENT_ID, off.to_string().parse().unwrap());
+        assert!(resume_from(&h, None).is_err());
     }
 
     /// The bytes of a character cut at the end of a buffer are counted; whole characters are not.

@@ -21,6 +21,8 @@ mod http_seed;
 #[cfg(feature = "http")]
 mod http_sendfile;
 #[cfg(feature = "http")]
+mod http_sse_resume;
+#[cfg(feature = "http")]
 mod http_support;
 mod model;
 mod regressions;
