@@ -184,7 +184,7 @@ pub(crate) async fn bootstrap(
             &format!("multipart/mixed; boundary={boundary}"),
         )
         .header(header::CACHE_CONTROL, "no-store")
-        .header(STREAM_NEXT_OFFSET, &end.to_string())
+        .offset(STREAM_NEXT_OFFSET, end)
         .header(STREAM_INCARNATION, incarnation.as_str())
         .flag(STREAM_UP_TO_DATE, true)
         .flag(STREAM_CLOSED, closed);

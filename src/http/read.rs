@@ -14,6 +14,7 @@ use crate::headers::{
     STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL, STREAM_UP_TO_DATE,
     format_expires_at, parse_canonical_u64, parse_read_from,
 };
+use crate::name::Digits;
 use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
 use super::body::Pieces;
@@ -101,11 +102,19 @@ pub(super) fn has_data(chunk: &ReadChunk) -> bool {
 /// `"{incarnation}:{start}:{next}"`, with `:c` when the chunk reaches the end of a closed
 /// stream: the tag changes when the stream is closed, so a 304 never hides the closure.
 fn etag(chunk: &ReadChunk) -> String {
-    let closed = if chunk.closed { ":c" } else { "" };
-    format!(
-        "\"{}:{}:{}{}\"",
-        chunk.incarnation, chunk.start, chunk.next, closed
-    )
+    let inc = chunk.incarnation.as_str();
+    let mut tag = String::with_capacity(inc.len() + 72);
+    tag.push('"');
+    tag.push_str(inc);
+    tag.push(':');
+    tag.push_str(Digits::offset(chunk.start).as_str());
+    tag.push(':');
+    tag.push_str(Digits::offset(chunk.next).as_str());
+    if chunk.closed {
+        tag.push_str(":c");
+    }
+    tag.push('"');
+    tag
 }
 
 /// `Cache-Control` of a cacheable read: `public` unless the server is configured `private`.
@@ -121,7 +130,7 @@ fn cache_control(app: &AppState) -> &'static str {
 fn chunk_reply(status: StatusCode, chunk: &ReadChunk) -> Reply {
     Reply::new(status)
         .header(header::CONTENT_TYPE, &chunk.content_type)
-        .header(STREAM_NEXT_OFFSET, &chunk.next.to_string())
+        .offset(STREAM_NEXT_OFFSET, chunk.next)
         .header(STREAM_INCARNATION, chunk.incarnation.as_str())
         .flag(STREAM_UP_TO_DATE, chunk.up_to_date)
         .flag(STREAM_CLOSED, chunk.closed)
@@ -250,7 +259,7 @@ async fn long_poll(
         let at = chunk.next;
         let no_content = |closed: bool, inc: &Incarnation| {
             let mut r = Reply::new(StatusCode::NO_CONTENT)
-                .header(STREAM_NEXT_OFFSET, &at.to_string())
+                .offset(STREAM_NEXT_OFFSET, at)
                 .header(STREAM_INCARNATION, inc.as_str())
                 .header(header::CACHE_CONTROL, "no-store")
                 .flag(STREAM_UP_TO_DATE, true)
@@ -290,19 +299,19 @@ pub(crate) async fn head(
         .await?;
     let mut r = Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, &info.content_type)
-        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
+        .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
-        .header(STREAM_EARLIEST_OFFSET, &info.earliest.to_string())
+        .offset(STREAM_EARLIEST_OFFSET, info.earliest)
         .header(header::CACHE_CONTROL, "no-store")
         .flag(STREAM_CLOSED, info.closed);
     match info.expiry {
-        Expiry::Ttl(secs) => r = r.header(STREAM_TTL, &secs.to_string()),
+        Expiry::Ttl(secs) => r = r.number(STREAM_TTL, secs),
         Expiry::At(at) => r = r.header(STREAM_EXPIRES_AT, &format_expires_at(at)),
         Expiry::Never => {}
     }
     if let Some(s) = &info.snapshot {
         r = r
-            .header(STREAM_SNAPSHOT_OFFSET, &s.offset.to_string())
+            .offset(STREAM_SNAPSHOT_OFFSET, s.offset)
             .header(STREAM_SNAPSHOT_DIGEST, &s.digest);
     }
     Ok(r.empty())

@@ -5,6 +5,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
+use crate::name::{Digits, Offset};
+
 /// Sets a header from a string, skipping values that are not valid header values (never the
 /// case for the offsets, numbers and tokens brook writes).
 pub(crate) fn set_header(headers: &mut HeaderMap, name: &'static str, value: &str) {
@@ -38,6 +40,16 @@ impl Reply {
             self.headers.insert(name.into_header_name(), v);
         }
         self
+    }
+
+    /// Adds an offset header (`%016d_%016d`).
+    pub(crate) fn offset(self, name: impl IntoHeaderName, offset: Offset) -> Self {
+        self.header(name, Digits::offset(offset).as_str())
+    }
+
+    /// Adds a decimal integer header.
+    pub(crate) fn number(self, name: impl IntoHeaderName, n: u64) -> Self {
+        self.header(name, Digits::u64(n).as_str())
     }
 
     /// Adds `name: true` when `flag` is set.

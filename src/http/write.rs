@@ -158,7 +158,7 @@ pub(crate) async fn create(
     };
     let mut r = Reply::new(status)
         .header(header::CONTENT_TYPE, &info.content_type)
-        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
+        .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .flag(STREAM_CLOSED, info.closed);
     if created.created {
@@ -256,12 +256,12 @@ pub(crate) async fn append(
         .header(STREAM_INCARNATION, outcome.incarnation.as_str())
         .flag(STREAM_CLOSED, outcome.closed);
     if let Some(next) = next {
-        r = r.header(STREAM_NEXT_OFFSET, &next.to_string());
+        r = r.offset(STREAM_NEXT_OFFSET, next);
     }
     if let Some((epoch, seq)) = outcome.producer.or(sent) {
         r = r
-            .header(PRODUCER_EPOCH, &epoch.to_string())
-            .header(PRODUCER_SEQ, &seq.to_string());
+            .number(PRODUCER_EPOCH, epoch)
+            .number(PRODUCER_SEQ, seq);
     }
     Ok(r.empty())
 }
