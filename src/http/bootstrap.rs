@@ -11,14 +11,12 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::headers::{
-    QUERY_LIVE, STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_OFFSET,
-    STREAM_UP_TO_DATE,
-};
+use crate::headers::{QUERY_LIVE};
 use crate::{
     Error, Guard, Incarnation, Message, Offset, ReadFrom, ReadRequest, SnapshotRequest, StreamName,
 };
 
+use super::names::{STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE};
 use super::error::{ApiError, Op};
 use super::reply::Reply;
 use super::request::query_params;
@@ -183,7 +181,7 @@ pub(crate) async fn bootstrap(
             header::CONTENT_TYPE,
             &format!("multipart/mixed; boundary={boundary}"),
         )
-        .header(header::CACHE_CONTROL, "no-store")
+        .fixed(header::CACHE_CONTROL, "no-store")
         .offset(STREAM_NEXT_OFFSET, end)
         .header(STREAM_INCARNATION, incarnation.as_str())
         .flag(STREAM_UP_TO_DATE, true)
@@ -203,7 +201,7 @@ pub(crate) async fn bootstrap(
         r = r.header(STREAM_SNAPSHOT_OFFSET, &offset.to_string());
         state.push_part(&ct, data);
     } else {
-        r = r.header(STREAM_SNAPSHOT_OFFSET, "-1");
+        r = r.fixed(STREAM_SNAPSHOT_OFFSET, "-1");
         state.push_part("application/octet-stream", Bytes::new());
     }
     let body = futures_util::stream::unfold(state, |mut s| async move {

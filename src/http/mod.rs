@@ -48,6 +48,7 @@ mod body;
 mod bootstrap;
 mod cursor;
 mod error;
+mod names;
 mod read;
 mod reply;
 mod request;

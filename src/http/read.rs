@@ -8,15 +8,11 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use tokio::time::Instant;
 
-use crate::headers::{
-    QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, STREAM_CLOSED, STREAM_CURSOR,
-    STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET,
-    STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL, STREAM_UP_TO_DATE,
-    format_expires_at, parse_canonical_u64, parse_read_from,
-};
+use crate::headers::{QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, format_expires_at, parse_canonical_u64, parse_read_from};
 use crate::name::Digits;
 use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
+use super::names::{STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL, STREAM_UP_TO_DATE};
 use super::body::Pieces;
 use super::cursor::response_cursor;
 use super::error::{ApiError, Op};
@@ -208,19 +204,19 @@ async fn catch_up(
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
         let r = chunk_reply(StatusCode::OK, &chunk)
             .flag(STREAM_UP_TO_DATE, true)
-            .header(header::CACHE_CONTROL, "no-store");
+            .fixed(header::CACHE_CONTROL, "no-store");
         return Ok(r.body(Pieces::new(chunk.body).into_body()));
     }
     let tag = etag(&chunk);
     if none_match(&parts.headers, &tag) {
         let r = chunk_reply(StatusCode::NOT_MODIFIED, &chunk)
             .header(header::ETAG, &tag)
-            .header(header::CACHE_CONTROL, cache_control(app));
+            .fixed(header::CACHE_CONTROL, cache_control(app));
         return Ok(r.empty());
     }
     let r = chunk_reply(StatusCode::OK, &chunk)
         .header(header::ETAG, &tag)
-        .header(header::CACHE_CONTROL, cache_control(app));
+        .fixed(header::CACHE_CONTROL, cache_control(app));
     Ok(r.body(Pieces::new(chunk.body).into_body()))
 }
 
@@ -252,7 +248,7 @@ async fn long_poll(
             let tag = etag(&chunk);
             let r = chunk_reply(StatusCode::OK, &chunk)
                 .header(header::ETAG, &tag)
-                .header(header::CACHE_CONTROL, cache_control(app))
+                .fixed(header::CACHE_CONTROL, cache_control(app))
                 .header(STREAM_CURSOR, &cursor);
             return Ok(r.body(Pieces::new(chunk.body).into_body()));
         }
@@ -261,7 +257,7 @@ async fn long_poll(
             let mut r = Reply::new(StatusCode::NO_CONTENT)
                 .offset(STREAM_NEXT_OFFSET, at)
                 .header(STREAM_INCARNATION, inc.as_str())
-                .header(header::CACHE_CONTROL, "no-store")
+                .fixed(header::CACHE_CONTROL, "no-store")
                 .flag(STREAM_UP_TO_DATE, true)
                 .flag(STREAM_CLOSED, closed);
             if !closed {
@@ -302,7 +298,7 @@ pub(crate) async fn head(
         .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .offset(STREAM_EARLIEST_OFFSET, info.earliest)
-        .header(header::CACHE_CONTROL, "no-store")
+        .fixed(header::CACHE_CONTROL, "no-store")
         .flag(STREAM_CLOSED, info.closed);
     match info.expiry {
         Expiry::Ttl(secs) => r = r.number(STREAM_TTL, secs),

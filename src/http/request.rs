@@ -3,16 +3,17 @@
 //! absolute URL.
 
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::Incarnation;
-use crate::headers::{InvalidHeader, STREAM_INCARNATION};
+use crate::headers::{InvalidHeader};
 
+use super::names::{STREAM_INCARNATION};
 use super::AppState;
 use super::error::ApiError;
 
 /// A request header's raw bytes.
-pub(crate) fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+pub(crate) fn raw<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a [u8]> {
     headers.get(name).map(HeaderValue::as_bytes)
 }
 
@@ -26,7 +27,7 @@ pub(crate) fn text(
 
 /// The request's `Stream-Incarnation`, if any.
 pub(crate) fn expected_incarnation(headers: &HeaderMap) -> Result<Option<Incarnation>, ApiError> {
-    match headers.get(STREAM_INCARNATION) {
+    match headers.get(&STREAM_INCARNATION) {
         None => Ok(None),
         Some(v) => {
             let bad = || InvalidHeader {

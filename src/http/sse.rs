@@ -15,9 +15,9 @@ use base64::Engine as _;
 use bytes::Bytes;
 use tokio::time::{Instant, Sleep};
 
-use crate::headers::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING};
 use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
 
+use super::names::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, X_ACCEL_BUFFERING};
 use super::AppState;
 use super::cursor::{interval_at, response_cursor};
 use super::error::ApiError;
@@ -357,12 +357,12 @@ pub(super) async fn respond(
     .await?;
     let encoding = encoding_for(&first.content_type);
     let mut r = Reply::new(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
+        .fixed(header::CONTENT_TYPE, "text/event-stream")
+        .fixed(header::CACHE_CONTROL, "no-cache")
         .header(STREAM_INCARNATION, first.incarnation.as_str())
-        .header("x-accel-buffering", "no");
+        .fixed(X_ACCEL_BUFFERING, "no");
     if encoding == Encoding::Base64 {
-        r = r.header(STREAM_SSE_DATA_ENCODING, "base64");
+        r = r.fixed(STREAM_SSE_DATA_ENCODING, "base64");
     }
     let start = Instant::now();
     let deadline = start + app.config.sse_max_duration;

@@ -9,17 +9,13 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use crate::engine::Attempt;
-use crate::headers::{
-    PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT,
-    STREAM_FORK_OFFSET, STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION,
-    STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL, parse_closed, parse_expires_at, parse_offset,
-    parse_producer, parse_stream_seq, parse_sub_offset, parse_ttl,
-};
+use crate::headers::{parse_closed, parse_expires_at, parse_offset, parse_producer, parse_stream_seq, parse_sub_offset, parse_ttl};
 use crate::{
     AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, Guard, StreamName,
     normalize_content_type,
 };
 
+use super::names::{PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_FORK_OFFSET, STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL};
 use super::body::read_body;
 use super::error::{ApiError, Op};
 use super::reply::Reply;
@@ -47,7 +43,7 @@ fn content_type(headers: &HeaderMap, op: Op) -> Result<Option<String>, ApiError>
 
 /// `Stream-TTL` and `Stream-Expires-At` (both at once is a 400, PROTOCOL.md 5.1).
 fn expiry(headers: &HeaderMap) -> Result<Expiry, ApiError> {
-    match (raw(headers, STREAM_TTL), raw(headers, STREAM_EXPIRES_AT)) {
+    match (raw(headers, &STREAM_TTL), raw(headers, &STREAM_EXPIRES_AT)) {
         (Some(_), Some(_)) => Err(ApiError::bad_request(
             "INVALID_ARGUMENT",
             "Stream-TTL and Stream-Expires-At are mutually exclusive",
@@ -77,9 +73,9 @@ fn fork_source(value: &str) -> Result<StreamName, ApiError> {
 
 /// `Stream-Forked-From`, `Stream-Fork-Offset`, `Stream-Fork-Sub-Offset`.
 fn fork(headers: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
-    let offset = raw(headers, STREAM_FORK_OFFSET);
-    let sub = raw(headers, STREAM_FORK_SUB_OFFSET);
-    let Some(source) = headers.get(STREAM_FORKED_FROM) else {
+    let offset = raw(headers, &STREAM_FORK_OFFSET);
+    let sub = raw(headers, &STREAM_FORK_SUB_OFFSET);
+    let Some(source) = headers.get(&STREAM_FORKED_FROM) else {
         if offset.is_some() || sub.is_some() {
             return Err(ApiError::bad_request(
                 "INVALID_ARGUMENT",
@@ -135,9 +131,9 @@ pub(crate) async fn create(
     let opts = CreateOptions {
         content_type: content_type(h, Op::Create)?,
         expiry: expiry(h)?,
-        closed: parse_closed(raw(h, STREAM_CLOSED)),
+        closed: parse_closed(raw(h, &STREAM_CLOSED)),
         data: Bytes::new(),
-        stream_seq: parse_stream_seq(raw(h, STREAM_SEQ))?,
+        stream_seq: parse_stream_seq(raw(h, &STREAM_SEQ))?,
         fork: fork(h)?,
         expect: expected_incarnation(h)?,
     };
@@ -176,13 +172,13 @@ pub(crate) async fn append(
     body: Body,
 ) -> Result<Response, ApiError> {
     let h = &parts.headers;
-    let close = parse_closed(raw(h, STREAM_CLOSED));
+    let close = parse_closed(raw(h, &STREAM_CLOSED));
     let producer = parse_producer(
-        raw(h, PRODUCER_ID),
-        raw(h, PRODUCER_EPOCH),
-        raw(h, PRODUCER_SEQ),
+        raw(h, &PRODUCER_ID),
+        raw(h, &PRODUCER_EPOCH),
+        raw(h, &PRODUCER_SEQ),
     )?;
-    let stream_seq = parse_stream_seq(raw(h, STREAM_SEQ))?;
+    let stream_seq = parse_stream_seq(raw(h, &STREAM_SEQ))?;
     let expect = expected_incarnation(h)?;
     let data = read_body(body, h, app.store.options().max_append_bytes()).await?;
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
