@@ -384,11 +384,11 @@ pub fn normalize_content_type(ct: &str) -> Result<String> {
 fn is_normal_essence(ct: &str) -> bool {
     let token = |s: &str| {
         !s.is_empty()
-            && s.bytes().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$&-^_.+".contains(&b)
-            })
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$&-^_.+".contains(&b))
     };
-    ct.split_once('/').is_some_and(|(t, s)| token(t) && token(s))
+    ct.split_once('/')
+        .is_some_and(|(t, s)| token(t) && token(s))
 }
 
 /// Whether a normalized content type selects JSON mode (`application/json`, any parameters).
@@ -476,7 +476,13 @@ mod tests {
             let e = StreamName::new(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
-        for good in ["snapshots", "retention/x/y", "caf\u{e9}/%41", "a/.../b", "a/%2e%2e%2e"] {
+        for good in [
+            "snapshots",
+            "retention/x/y",
+            "caf\u{e9}/%41",
+            "a/.../b",
+            "a/%2e%2e%2e",
+        ] {
             assert!(StreamName::new(good).is_ok(), "{good:?}");
         }
     }
@@ -489,7 +495,14 @@ mod tests {
         );
         assert_eq!(normalize_content_type("text/plain").unwrap(), "text/plain");
         assert!(normalize_content_type("nonsense").is_err());
-        for ct in ["text/PLAIN", "text/plain ", "text/", "/plain", "a/b/c", "text/pl ain"] {
+        for ct in [
+            "text/PLAIN",
+            "text/plain ",
+            "text/",
+            "/plain",
+            "a/b/c",
+            "text/pl ain",
+        ] {
             let slow = normalize_content_type(&format!("{ct};"));
             assert_eq!(normalize_content_type(ct).ok(), slow.ok(), "{ct:?}");
         }
@@ -497,4 +510,3 @@ mod tests {
         assert!(!is_json("application/jsonx"));
     }
 }
-

@@ -10,14 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::HeaderMap;
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use super::request::content_length;
 
 /// A response body made of the pieces of a [`ReadChunk`](crate::ReadChunk): views of the
 /// stream's files handed to the socket as they are, with an exact length (so the response
@@ -74,27 +72,50 @@ impl http_body::Body for Pieces {
     }
 }
 
-/// Reads a whole request body of at most `limit` bytes. A larger body is refused with 413 as
-/// soon as that is known: from its `Content-Length` before reading anything, or once the bytes
-/// read pass the limit, never after buffering all of it.
+/// Reads a whole request body of at most `limit` bytes; `declared` is its `Content-Length`. A
+/// larger body is refused with 413 as soon as that is known: from its `Content-Length` before
+/// reading anything, or once the bytes read pass the limit, never after buffering all of it.
+/// A body that arrives in one frame (a small one nearly always does) is returned as it is.
 pub(crate) async fn read_body(
-    body: Body,
-    headers: &HeaderMap,
+    mut body: Body,
+    declared: Option<u64>,
     limit: usize,
 ) -> Result<Bytes, ApiError> {
-    if content_length(headers).is_some_and(|n| n > limit as u64) {
+    if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit as u64));
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ApiError::too_large(limit as u64))
+    let mut first = Bytes::new();
+    let mut more: Option<BytesMut> = None;
+    let mut total = 0usize;
+    while !http_body::Body::is_end_stream(&body) {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        let Ok(frame) = frame else {
+            return Err(ApiError::bad_request(
+                "INVALID_BODY",
+                "the request body could not be read",
+            ));
+        };
+        // Trailers carry no data.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if data.is_empty() {
+            continue;
         }
-        Err(_) => Err(ApiError::bad_request(
-            "INVALID_BODY",
-            "the request body could not be read",
-        )),
+        total += data.len();
+        if total > limit {
+            return Err(ApiError::too_large(limit as u64));
+        }
+        if first.is_empty() {
+            first = data;
+        } else {
+            more.get_or_insert_with(|| BytesMut::from(&first[..]))
+                .extend_from_slice(&data);
+        }
     }
+    Ok(more.map_or(first, BytesMut::freeze))
 }
 
 /// A blocking [`io::Read`] over a request body that an async task pumps in, so the engine can

@@ -11,13 +11,16 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::headers::{QUERY_LIVE};
+use crate::headers::QUERY_LIVE;
 use crate::{
     Error, Guard, Incarnation, Message, Offset, ReadFrom, ReadRequest, SnapshotRequest, StreamName,
 };
 
-use super::names::{STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE};
 use super::error::{ApiError, Op};
+use super::names::{
+    STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_OFFSET,
+    STREAM_UP_TO_DATE,
+};
 use super::reply::Reply;
 use super::request::query_params;
 use super::{AppState, blocking};

@@ -8,14 +8,21 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use tokio::time::Instant;
 
-use crate::headers::{QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, format_expires_at, parse_canonical_u64, parse_read_from};
+use crate::headers::{
+    QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, format_expires_at,
+    parse_canonical_u64, parse_read_from,
+};
 use crate::name::Digits;
 use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
-use super::names::{STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL, STREAM_UP_TO_DATE};
 use super::body::Pieces;
 use super::cursor::response_cursor;
 use super::error::{ApiError, Op};
+use super::names::{
+    STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION,
+    STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL,
+    STREAM_UP_TO_DATE,
+};
 use super::reply::Reply;
 use super::request::{expected_incarnation, none_match, query_params, single};
 use super::{AppState, blocking, sse};

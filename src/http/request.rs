@@ -6,11 +6,11 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::Incarnation;
-use crate::headers::{InvalidHeader};
+use crate::headers::InvalidHeader;
 
-use super::names::{STREAM_INCARNATION};
 use super::AppState;
 use super::error::ApiError;
+use super::names::STREAM_INCARNATION;
 
 /// A request header's raw bytes.
 pub(crate) fn raw<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a [u8]> {
@@ -25,9 +25,66 @@ pub(crate) fn text(
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The request headers a write reads, found in one pass over the request's headers instead of
+/// a hashed lookup per name. Each is the name's first value, as [`HeaderMap::get`] answers.
+#[derive(Default)]
+pub(crate) struct WriteHeaders<'a> {
+    /// `Content-Type`.
+    pub(crate) content_type: Option<&'a HeaderValue>,
+    /// `Content-Length`.
+    pub(crate) content_length: Option<&'a HeaderValue>,
+    /// `Stream-Closed`.
+    pub(crate) closed: Option<&'a HeaderValue>,
+    /// `Stream-Seq`.
+    pub(crate) stream_seq: Option<&'a HeaderValue>,
+    /// `Stream-Incarnation`.
+    pub(crate) incarnation: Option<&'a HeaderValue>,
+    /// `Producer-Id`.
+    pub(crate) producer_id: Option<&'a HeaderValue>,
+    /// `Producer-Epoch`.
+    pub(crate) producer_epoch: Option<&'a HeaderValue>,
+    /// `Producer-Seq`.
+    pub(crate) producer_seq: Option<&'a HeaderValue>,
+}
+
+impl<'a> WriteHeaders<'a> {
+    /// Picks them out of `headers`.
+    pub(crate) fn of(headers: &'a HeaderMap) -> Self {
+        let mut w = WriteHeaders::default();
+        for (name, value) in headers {
+            let slot = match name.as_str() {
+                "content-type" => &mut w.content_type,
+                "content-length" => &mut w.content_length,
+                crate::headers::STREAM_CLOSED => &mut w.closed,
+                crate::headers::STREAM_SEQ => &mut w.stream_seq,
+                crate::headers::STREAM_INCARNATION => &mut w.incarnation,
+                crate::headers::PRODUCER_ID => &mut w.producer_id,
+                crate::headers::PRODUCER_EPOCH => &mut w.producer_epoch,
+                crate::headers::PRODUCER_SEQ => &mut w.producer_seq,
+                _ => continue,
+            };
+            // Iteration yields a name's values in order: the first is the one `get` answers.
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        }
+        w
+    }
+}
+
+/// A header's raw bytes.
+pub(crate) fn bytes_of(value: Option<&HeaderValue>) -> Option<&[u8]> {
+    value.map(HeaderValue::as_bytes)
+}
+
 /// The request's `Stream-Incarnation`, if any.
 pub(crate) fn expected_incarnation(headers: &HeaderMap) -> Result<Option<Incarnation>, ApiError> {
-    match headers.get(&STREAM_INCARNATION) {
+    incarnation_of(headers.get(&STREAM_INCARNATION))
+}
+
+/// A `Stream-Incarnation` value, if any.
+pub(crate) fn incarnation_of(value: Option<&HeaderValue>) -> Result<Option<Incarnation>, ApiError> {
+    match value {
         None => Ok(None),
         Some(v) => {
             let bad = || InvalidHeader {
@@ -42,13 +99,12 @@ pub(crate) fn expected_incarnation(headers: &HeaderMap) -> Result<Option<Incarna
 
 /// The request's declared `Content-Length`, if any (`None` when it is not a decimal).
 pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    content_length_of(headers.get(header::CONTENT_LENGTH))
+}
+
+/// A `Content-Length` value, if any (`None` when it is not a decimal).
+pub(crate) fn content_length_of(value: Option<&HeaderValue>) -> Option<u64> {
+    value?.to_str().ok()?.trim().parse().ok()
 }
 
 /// Whether `If-None-Match` names `tag` (or is `*`). Weak tags compare by their opaque part.

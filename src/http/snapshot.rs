@@ -7,15 +7,18 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::headers::{parse_offset};
+use crate::headers::parse_offset;
 use crate::{
     Offset, PublishSnapshot, Published, RetentionRequest, Snapshot, SnapshotRequest, StreamName,
     normalize_content_type,
 };
 
-use super::names::{STREAM_CLOSED, STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_MATCH, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE};
 use super::body::{Pieces, pump};
 use super::error::{ApiError, Op};
+use super::names::{
+    STREAM_CLOSED, STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_NEXT_OFFSET,
+    STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_MATCH, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE,
+};
 use super::reply::Reply;
 use super::request::{absolute_url, content_length, expected_incarnation, none_match, text};
 use super::{AppState, blocking};
