@@ -177,6 +177,25 @@ const DIGIT_PAIRS: [u8; 200] = {
     t
 };
 
+/// Writes `n`'s digits at the end of `out`, which is all `0`s and long enough.
+fn fill_right(out: &mut [u8], mut n: u64) {
+    let mut at = out.len();
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        out[at] = DIGIT_PAIRS[pair];
+        out[at + 1] = DIGIT_PAIRS[pair + 1];
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        out[at - 2] = DIGIT_PAIRS[pair];
+        out[at - 1] = DIGIT_PAIRS[pair + 1];
+    } else if n > 0 {
+        out[at - 1] = b'0' + n as u8;
+    }
+}
+
 /// The decimal text of an integer or an [`Offset`], rendered into a stack buffer: exactly what
 /// their `Display` writes (`{}`, and `{:016}_{:016}`), without the formatting machinery or a
 /// `String` (a response carries several of them).
@@ -201,9 +220,17 @@ impl Digits {
     /// An offset, as its `Display` writes it: `%016d_%016d`.
     pub(crate) fn offset(o: Offset) -> Digits {
         let mut d = Digits {
-            buf: [0; 41],
-            len: 0,
+            buf: [b'0'; 41],
+            len: 33,
         };
+        // Every offset brook makes: two halves of exactly 16 digits.
+        if o.messages <= Offset::MAX_PART && o.bytes <= Offset::MAX_PART {
+            fill_right(&mut d.buf[..16], o.messages);
+            d.buf[16] = b'_';
+            fill_right(&mut d.buf[17..33], o.bytes);
+            return d;
+        }
+        d.len = 0;
         d.push(o.messages, 16);
         d.buf[d.len] = b'_';
         d.len += 1;

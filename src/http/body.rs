@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -224,6 +224,31 @@ pub(crate) fn pump(
     )
 }
 
+/// Which of one connection's request bodies were read to their end (see [`Tracked`]): each
+/// tracked body gets the next number and records it when it ends. Shared by the connection's
+/// requests, so tracking a body allocates nothing.
+#[derive(Default)]
+pub(crate) struct Ends {
+    /// The last number given to a body.
+    issued: AtomicU64,
+    /// The highest number of a body that ended.
+    ended: AtomicU64,
+}
+
+impl Ends {
+    /// The number of the next tracked body.
+    pub(crate) fn issue(&self) -> u64 {
+        self.issued.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether body `n` was read to its end. Asked when its response is ready, before the
+    /// connection's next request (and body) exists; a body of an earlier request that ends late
+    /// records a lower number, which `fetch_max` ignores.
+    pub(crate) fn ended(&self, n: u64) -> bool {
+        self.ended.load(Ordering::Acquire) >= n
+    }
+}
+
 /// A request body that records when it was read to its end, so the server can tell a client
 /// not to reuse a connection whose request body was left unread (a refusal decided from the
 /// headers alone): hyper then closes the connection after the response, and a client that
@@ -231,14 +256,16 @@ pub(crate) fn pump(
 pub(crate) struct Tracked {
     /// The body as received.
     inner: hyper::body::Incoming,
-    /// Set once `inner` has yielded its last frame.
-    done: Arc<AtomicBool>,
+    /// Where its end is recorded.
+    ends: Arc<Ends>,
+    /// Its number there.
+    n: u64,
 }
 
 impl Tracked {
-    /// Tracks `inner`; `done` is set when it has been read to the end.
-    pub(crate) fn new(inner: hyper::body::Incoming, done: Arc<AtomicBool>) -> Tracked {
-        Tracked { inner, done }
+    /// Tracks `inner` as body `n` of `ends`.
+    pub(crate) fn new(inner: hyper::body::Incoming, ends: Arc<Ends>, n: u64) -> Tracked {
+        Tracked { inner, ends, n }
     }
 }
 
@@ -254,7 +281,7 @@ impl http_body::Body for Tracked {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None)) || this.inner.is_end_stream() {
-            this.done.store(true, Ordering::Release);
+            this.ends.ended.fetch_max(this.n, Ordering::Release);
         }
         polled
     }
