@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, RandomState};
 
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
@@ -184,7 +184,10 @@ pub(crate) async fn bootstrap(
             header::CONTENT_TYPE,
             &format!("multipart/mixed; boundary={boundary}"),
         )
-        .fixed(header::CACHE_CONTROL, "no-store")
+        .fixed(
+            header::CACHE_CONTROL,
+            const { HeaderValue::from_static("no-store") },
+        )
         .offset(STREAM_NEXT_OFFSET, end)
         .header(STREAM_INCARNATION, incarnation.as_str())
         .flag(STREAM_UP_TO_DATE, true)
@@ -204,7 +207,10 @@ pub(crate) async fn bootstrap(
         r = r.header(STREAM_SNAPSHOT_OFFSET, &offset.to_string());
         state.push_part(&ct, data);
     } else {
-        r = r.fixed(STREAM_SNAPSHOT_OFFSET, "-1");
+        r = r.fixed(
+            STREAM_SNAPSHOT_OFFSET,
+            const { HeaderValue::from_static("-1") },
+        );
         state.push_part("application/octet-stream", Bytes::new());
     }
     let body = futures_util::stream::unfold(state, |mut s| async move {

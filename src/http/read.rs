@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tokio::time::Instant;
 
@@ -121,11 +121,11 @@ fn etag(chunk: &ReadChunk) -> String {
 }
 
 /// `Cache-Control` of a cacheable read: `public` unless the server is configured `private`.
-fn cache_control(app: &AppState) -> &'static str {
+fn cache_control(app: &AppState) -> HeaderValue {
     if app.config.private_cache {
-        "private, max-age=60, stale-while-revalidate=300"
+        const { HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300") }
     } else {
-        "public, max-age=60, stale-while-revalidate=300"
+        const { HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300") }
     }
 }
 
@@ -211,7 +211,10 @@ async fn catch_up(
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
         let r = chunk_reply(StatusCode::OK, &chunk)
             .flag(STREAM_UP_TO_DATE, true)
-            .fixed(header::CACHE_CONTROL, "no-store");
+            .fixed(
+                header::CACHE_CONTROL,
+                const { HeaderValue::from_static("no-store") },
+            );
         return Ok(r.body(Pieces::new(chunk.body).into_body()));
     }
     let tag = etag(&chunk);
@@ -264,7 +267,10 @@ async fn long_poll(
             let mut r = Reply::new(StatusCode::NO_CONTENT)
                 .offset(STREAM_NEXT_OFFSET, at)
                 .header(STREAM_INCARNATION, inc.as_str())
-                .fixed(header::CACHE_CONTROL, "no-store")
+                .fixed(
+                    header::CACHE_CONTROL,
+                    const { HeaderValue::from_static("no-store") },
+                )
                 .flag(STREAM_UP_TO_DATE, true)
                 .flag(STREAM_CLOSED, closed);
             if !closed {
@@ -305,7 +311,10 @@ pub(crate) async fn head(
         .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .offset(STREAM_EARLIEST_OFFSET, info.earliest)
-        .fixed(header::CACHE_CONTROL, "no-store")
+        .fixed(
+            header::CACHE_CONTROL,
+            const { HeaderValue::from_static("no-store") },
+        )
         .flag(STREAM_CLOSED, info.closed);
     match info.expiry {
         Expiry::Ttl(secs) => r = r.number(STREAM_TTL, secs),

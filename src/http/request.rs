@@ -2,6 +2,8 @@
 //! (`Stream-Incarnation`, `If-None-Match`, `Content-Length`), the query string, and the request's
 //! absolute URL.
 
+use std::borrow::Cow;
+
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
@@ -120,8 +122,9 @@ pub(crate) fn none_match(headers: &HeaderMap, tag: &str) -> bool {
         })
 }
 
-/// The request's query parameters, percent-decoded, in order.
-pub(crate) fn query_params(parts: &Parts) -> Vec<(String, String)> {
+/// The request's query parameters, percent-decoded (borrowed when there is nothing to decode),
+/// in order.
+pub(crate) fn query_params(parts: &Parts) -> Vec<(Cow<'_, str>, Cow<'_, str>)> {
     let Some(q) = parts.uri.query() else {
         return Vec::new();
     };
@@ -136,13 +139,13 @@ pub(crate) fn query_params(parts: &Parts) -> Vec<(String, String)> {
 
 /// The one value of a query parameter; an error when it is given more than once.
 pub(crate) fn single<'a>(
-    params: &'a [(String, String)],
+    params: &'a [(Cow<'_, str>, Cow<'_, str>)],
     name: &'static str,
 ) -> Result<Option<&'a str>, ApiError> {
     let mut found = params
         .iter()
         .filter(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str());
+        .map(|(_, v)| v.as_ref());
     let first = found.next();
     if found.next().is_some() {
         return Err(ApiError::bad_request(
@@ -159,8 +162,11 @@ pub(crate) fn single<'a>(
 
 /// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte; a `%` without two
 /// hex digits stays as it is, and bytes that are not UTF-8 become U+FFFD.
-fn percent_decode(s: &str) -> String {
+fn percent_decode(s: &str) -> Cow<'_, str> {
     let b = s.as_bytes();
+    if !b.iter().any(|&c| c == b'+' || c == b'%') {
+        return Cow::Borrowed(s);
+    }
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -181,7 +187,7 @@ fn percent_decode(s: &str) -> String {
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The absolute URL of the request's path, for `Location`.

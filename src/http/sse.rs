@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use base64::Engine as _;
 use bytes::Bytes;
@@ -357,12 +357,21 @@ pub(super) async fn respond(
     .await?;
     let encoding = encoding_for(&first.content_type);
     let mut r = Reply::new(StatusCode::OK)
-        .fixed(header::CONTENT_TYPE, "text/event-stream")
-        .fixed(header::CACHE_CONTROL, "no-cache")
+        .fixed(
+            header::CONTENT_TYPE,
+            const { HeaderValue::from_static("text/event-stream") },
+        )
+        .fixed(
+            header::CACHE_CONTROL,
+            const { HeaderValue::from_static("no-cache") },
+        )
         .header(STREAM_INCARNATION, first.incarnation.as_str())
-        .fixed(X_ACCEL_BUFFERING, "no");
+        .fixed(X_ACCEL_BUFFERING, const { HeaderValue::from_static("no") });
     if encoding == Encoding::Base64 {
-        r = r.fixed(STREAM_SSE_DATA_ENCODING, "base64");
+        r = r.fixed(
+            STREAM_SSE_DATA_ENCODING,
+            const { HeaderValue::from_static("base64") },
+        );
     }
     let start = Instant::now();
     let deadline = start + app.config.sse_max_duration;
