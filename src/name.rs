@@ -208,6 +208,7 @@ pub(crate) struct Digits {
 
 impl Digits {
     /// `n` in decimal, as `{}` writes it.
+    #[cfg(any(feature = "http", test))]
     pub(crate) fn u64(n: u64) -> Digits {
         let mut d = Digits {
             buf: [0; 41],
