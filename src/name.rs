@@ -34,35 +34,51 @@ impl StreamName {
                 "stream name is longer than {MAX_NAME_LEN} bytes"
             )));
         }
-        if name.chars().any(char::is_control) {
+        // ASCII names (nearly all) are checked byte by byte; others char by char.
+        let control = if name.is_ascii() {
+            name.bytes().any(|b| b.is_ascii_control())
+        } else {
+            name.chars().any(char::is_control)
+        };
+        if control {
             return Err(Error::InvalidArgument(
                 "stream name contains a control character".into(),
             ));
         }
-        let segments: Vec<&str> = name.split('/').collect();
-        for seg in &segments {
+        // The last two segments, for the reserved shapes below.
+        let (mut last, mut second_last) = ("", None);
+        for seg in name.split('/') {
             if seg.is_empty() {
                 return Err(Error::InvalidArgument(
                     "stream name has an empty segment".into(),
                 ));
             }
-            let decoded = percent_decode_lossy(seg);
-            if decoded == "." || decoded == ".." {
+            // Without a `%`, a segment decodes to itself (and has no NUL: that is a control
+            // character, refused above).
+            let (dots, nul) = if seg.contains('%') {
+                let decoded = percent_decode_lossy(seg);
+                (decoded == "." || decoded == "..", decoded.contains('\0'))
+            } else {
+                (seg == "." || seg == "..", false)
+            };
+            if dots {
                 return Err(Error::InvalidArgument(
                     "stream name has a '.' or '..' segment".into(),
                 ));
             }
-            if decoded.contains('\0') {
+            if nul {
                 return Err(Error::InvalidArgument("stream name contains NUL".into()));
             }
+            second_last = Some(last);
+            last = seg;
         }
-        let last = segments[segments.len() - 1];
         if RESERVED_SEGMENTS.contains(&last) {
             return Err(Error::InvalidArgument(format!(
                 "stream names may not end in the reserved segment '{last}'"
             )));
         }
-        if segments.len() >= 2 && matches!(segments[segments.len() - 2], "snapshot" | "retention") {
+        // `second_last` is the empty placeholder when the name has one segment.
+        if matches!(second_last, Some("snapshot" | "retention")) {
             return Err(Error::InvalidArgument(
                 "stream names may not have 'snapshot' or 'retention' as their second-to-last segment"
                     .into(),
@@ -146,7 +162,113 @@ impl Offset {
 
 impl fmt::Display for Offset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016}_{:016}", self.messages, self.bytes)
+        f.write_str(Digits::offset(*self).as_str())
+    }
+}
+
+/// The two-digit strings `00` to `99`, back to back.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Writes `n`'s digits at the end of `out`, which is all `0`s and long enough.
+fn fill_right(out: &mut [u8], mut n: u64) {
+    let mut at = out.len();
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        out[at] = DIGIT_PAIRS[pair];
+        out[at + 1] = DIGIT_PAIRS[pair + 1];
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        out[at - 2] = DIGIT_PAIRS[pair];
+        out[at - 1] = DIGIT_PAIRS[pair + 1];
+    } else if n > 0 {
+        out[at - 1] = b'0' + n as u8;
+    }
+}
+
+/// The decimal text of an integer or an [`Offset`], rendered into a stack buffer: exactly what
+/// their `Display` writes (`{}`, and `{:016}_{:016}`), without the formatting machinery or a
+/// `String` (a response carries several of them).
+pub(crate) struct Digits {
+    /// The text, `buf[..len]`.
+    buf: [u8; 41],
+    /// Its length.
+    len: usize,
+}
+
+impl Digits {
+    /// `n` in decimal, as `{}` writes it.
+    #[cfg(any(feature = "http", test))]
+    pub(crate) fn u64(n: u64) -> Digits {
+        let mut d = Digits {
+            buf: [0; 41],
+            len: 0,
+        };
+        d.push(n, 1);
+        d
+    }
+
+    /// An offset, as its `Display` writes it: `%016d_%016d`.
+    pub(crate) fn offset(o: Offset) -> Digits {
+        let mut d = Digits {
+            buf: [b'0'; 41],
+            len: 33,
+        };
+        // Every offset brook makes: two halves of exactly 16 digits.
+        if o.messages <= Offset::MAX_PART && o.bytes <= Offset::MAX_PART {
+            fill_right(&mut d.buf[..16], o.messages);
+            d.buf[16] = b'_';
+            fill_right(&mut d.buf[17..33], o.bytes);
+            return d;
+        }
+        d.len = 0;
+        d.push(o.messages, 16);
+        d.buf[d.len] = b'_';
+        d.len += 1;
+        d.push(o.bytes, 16);
+        d
+    }
+
+    /// Appends `n` in decimal, zero-padded to at least `width` (at most 20) digits.
+    fn push(&mut self, mut n: u64, width: usize) {
+        let mut tmp = [b'0'; 20];
+        let mut at = tmp.len();
+        while n >= 100 {
+            let pair = (n % 100) as usize * 2;
+            n /= 100;
+            at -= 2;
+            tmp[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        }
+        if n >= 10 {
+            at -= 2;
+            let pair = n as usize * 2;
+            tmp[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        } else {
+            at -= 1;
+            tmp[at] = b'0' + n as u8;
+        }
+        // `tmp` is all zeros before `at`.
+        let from = at.min(tmp.len() - width);
+        let digits = &tmp[from..];
+        self.buf[self.len..self.len + digits.len()].copy_from_slice(digits);
+        self.len += digits.len();
+    }
+
+    /// The text.
+    pub(crate) fn as_str(&self) -> &str {
+        // Only ASCII digits and `_` were written.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
     }
 }
 
@@ -257,6 +379,10 @@ impl fmt::Debug for Incarnation {
 ///
 /// `Application/JSON ; Charset=utf-8` becomes `application/json;charset=utf-8`.
 pub fn normalize_content_type(ct: &str) -> Result<String> {
+    // The common case, a bare `type/subtype` already in lower case, is its own normal form.
+    if is_normal_essence(ct) {
+        return Ok(ct.to_owned());
+    }
     let mut parts = ct.split(';');
     let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
     let valid_token = |s: &str| {
@@ -285,6 +411,18 @@ pub fn normalize_content_type(ct: &str) -> Result<String> {
         out.push_str(v.trim());
     }
     Ok(out)
+}
+
+/// Whether `ct` is `type/subtype` of lower-case token characters, without parameters or
+/// whitespace: what [`normalize_content_type`] would return unchanged.
+fn is_normal_essence(ct: &str) -> bool {
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$&-^_.+".contains(&b))
+    };
+    ct.split_once('/')
+        .is_some_and(|(t, s)| token(t) && token(s))
 }
 
 /// Whether a normalized content type selects JSON mode (`application/json`, any parameters).
@@ -324,6 +462,25 @@ mod tests {
         }
     }
 
+    /// `Digits` writes what `format!` writes, at every length and past the 16-digit halves.
+    #[test]
+    fn digits_match_format() {
+        let mut n = 1u64;
+        let mut values = vec![0, 9, 10, 99, 100, 101, u64::MAX, Offset::MAX_PART];
+        while let Some(m) = n.checked_mul(10) {
+            values.extend([n - 1, n, n + 1, n * 7 + 3]);
+            n = m;
+        }
+        for &v in &values {
+            assert_eq!(Digits::u64(v).as_str(), v.to_string());
+            for &w in &values[..8] {
+                let o = Offset::new(v, w);
+                assert_eq!(Digits::offset(o).as_str(), format!("{v:016}_{w:016}"));
+                assert_eq!(o.to_string(), format!("{v:016}_{w:016}"));
+            }
+        }
+    }
+
     #[test]
     fn names_are_validated() {
         assert_eq!(StreamName::new("/a/b").unwrap().as_str(), "a/b");
@@ -343,6 +500,25 @@ mod tests {
             assert!(StreamName::new(bad).is_err(), "{bad:?}");
         }
         assert!(StreamName::new("snapshots/x").is_ok());
+        for (bad, why) in [
+            ("a/%2e/b", "'.' or '..'"),
+            ("a/%00/b", "NUL"),
+            ("a/b\u{85}", "control"),
+            ("snapshot/x", "second-to-last"),
+            ("retention/x/y/snapshot", "reserved"),
+        ] {
+            let e = StreamName::new(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        for good in [
+            "snapshots",
+            "retention/x/y",
+            "caf\u{e9}/%41",
+            "a/.../b",
+            "a/%2e%2e%2e",
+        ] {
+            assert!(StreamName::new(good).is_ok(), "{good:?}");
+        }
     }
 
     #[test]
@@ -353,6 +529,17 @@ mod tests {
         );
         assert_eq!(normalize_content_type("text/plain").unwrap(), "text/plain");
         assert!(normalize_content_type("nonsense").is_err());
+        for ct in [
+            "text/PLAIN",
+            "text/plain ",
+            "text/",
+            "/plain",
+            "a/b/c",
+            "text/pl ain",
+        ] {
+            let slow = normalize_content_type(&format!("{ct};"));
+            assert_eq!(normalize_content_type(ct).ok(), slow.ok(), "{ct:?}");
+        }
         assert!(is_json("application/json;charset=utf-8"));
         assert!(!is_json("application/jsonx"));
     }

@@ -6,18 +6,16 @@ use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::HeaderMap;
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use super::request::content_length;
 
 /// A response body made of the pieces of a [`ReadChunk`](crate::ReadChunk): views of the
 /// stream's files handed to the socket as they are, with an exact length (so the response
@@ -74,27 +72,50 @@ impl http_body::Body for Pieces {
     }
 }
 
-/// Reads a whole request body of at most `limit` bytes. A larger body is refused with 413 as
-/// soon as that is known: from its `Content-Length` before reading anything, or once the bytes
-/// read pass the limit, never after buffering all of it.
+/// Reads a whole request body of at most `limit` bytes; `declared` is its `Content-Length`. A
+/// larger body is refused with 413 as soon as that is known: from its `Content-Length` before
+/// reading anything, or once the bytes read pass the limit, never after buffering all of it.
+/// A body that arrives in one frame (a small one nearly always does) is returned as it is.
 pub(crate) async fn read_body(
-    body: Body,
-    headers: &HeaderMap,
+    mut body: Body,
+    declared: Option<u64>,
     limit: usize,
 ) -> Result<Bytes, ApiError> {
-    if content_length(headers).is_some_and(|n| n > limit as u64) {
+    if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit as u64));
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ApiError::too_large(limit as u64))
+    let mut first = Bytes::new();
+    let mut more: Option<BytesMut> = None;
+    let mut total = 0usize;
+    while !http_body::Body::is_end_stream(&body) {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        let Ok(frame) = frame else {
+            return Err(ApiError::bad_request(
+                "INVALID_BODY",
+                "the request body could not be read",
+            ));
+        };
+        // Trailers carry no data.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if data.is_empty() {
+            continue;
         }
-        Err(_) => Err(ApiError::bad_request(
-            "INVALID_BODY",
-            "the request body could not be read",
-        )),
+        total += data.len();
+        if total > limit {
+            return Err(ApiError::too_large(limit as u64));
+        }
+        if first.is_empty() {
+            first = data;
+        } else {
+            more.get_or_insert_with(|| BytesMut::from(&first[..]))
+                .extend_from_slice(&data);
+        }
     }
+    Ok(more.map_or(first, BytesMut::freeze))
 }
 
 /// A blocking [`io::Read`] over a request body that an async task pumps in, so the engine can
@@ -203,6 +224,31 @@ pub(crate) fn pump(
     )
 }
 
+/// Which of one connection's request bodies were read to their end (see [`Tracked`]): each
+/// tracked body gets the next number and records it when it ends. Shared by the connection's
+/// requests, so tracking a body allocates nothing.
+#[derive(Default)]
+pub(crate) struct Ends {
+    /// The last number given to a body.
+    issued: AtomicU64,
+    /// The highest number of a body that ended.
+    ended: AtomicU64,
+}
+
+impl Ends {
+    /// The number of the next tracked body.
+    pub(crate) fn issue(&self) -> u64 {
+        self.issued.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether body `n` was read to its end. Asked when its response is ready, before the
+    /// connection's next request (and body) exists; a body of an earlier request that ends late
+    /// records a lower number, which `fetch_max` ignores.
+    pub(crate) fn ended(&self, n: u64) -> bool {
+        self.ended.load(Ordering::Acquire) >= n
+    }
+}
+
 /// A request body that records when it was read to its end, so the server can tell a client
 /// not to reuse a connection whose request body was left unread (a refusal decided from the
 /// headers alone): hyper then closes the connection after the response, and a client that
@@ -210,14 +256,16 @@ pub(crate) fn pump(
 pub(crate) struct Tracked {
     /// The body as received.
     inner: hyper::body::Incoming,
-    /// Set once `inner` has yielded its last frame.
-    done: Arc<AtomicBool>,
+    /// Where its end is recorded.
+    ends: Arc<Ends>,
+    /// Its number there.
+    n: u64,
 }
 
 impl Tracked {
-    /// Tracks `inner`; `done` is set when it has been read to the end.
-    pub(crate) fn new(inner: hyper::body::Incoming, done: Arc<AtomicBool>) -> Tracked {
-        Tracked { inner, done }
+    /// Tracks `inner` as body `n` of `ends`.
+    pub(crate) fn new(inner: hyper::body::Incoming, ends: Arc<Ends>, n: u64) -> Tracked {
+        Tracked { inner, ends, n }
     }
 }
 
@@ -233,7 +281,7 @@ impl http_body::Body for Tracked {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None)) || this.inner.is_end_stream() {
-            this.done.store(true, Ordering::Release);
+            this.ends.ended.fetch_max(this.n, Ordering::Release);
         }
         polled
     }

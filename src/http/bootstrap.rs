@@ -7,19 +7,20 @@ use std::hash::{BuildHasher, RandomState};
 
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::headers::{
-    QUERY_LIVE, STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_OFFSET,
-    STREAM_UP_TO_DATE,
-};
+use crate::headers::QUERY_LIVE;
 use crate::{
     Error, Guard, Incarnation, Message, Offset, ReadFrom, ReadRequest, SnapshotRequest, StreamName,
 };
 
 use super::error::{ApiError, Op};
+use super::names::{
+    STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_OFFSET,
+    STREAM_UP_TO_DATE,
+};
 use super::reply::Reply;
 use super::request::query_params;
 use super::{AppState, blocking};
@@ -183,8 +184,11 @@ pub(crate) async fn bootstrap(
             header::CONTENT_TYPE,
             &format!("multipart/mixed; boundary={boundary}"),
         )
-        .header(header::CACHE_CONTROL, "no-store")
-        .header(STREAM_NEXT_OFFSET, &end.to_string())
+        .fixed(
+            header::CACHE_CONTROL,
+            const { HeaderValue::from_static("no-store") },
+        )
+        .offset(STREAM_NEXT_OFFSET, end)
         .header(STREAM_INCARNATION, incarnation.as_str())
         .flag(STREAM_UP_TO_DATE, true)
         .flag(STREAM_CLOSED, closed);
@@ -203,7 +207,10 @@ pub(crate) async fn bootstrap(
         r = r.header(STREAM_SNAPSHOT_OFFSET, &offset.to_string());
         state.push_part(&ct, data);
     } else {
-        r = r.header(STREAM_SNAPSHOT_OFFSET, "-1");
+        r = r.fixed(
+            STREAM_SNAPSHOT_OFFSET,
+            const { HeaderValue::from_static("-1") },
+        );
         state.push_part("application/octet-stream", Bytes::new());
     }
     let body = futures_util::stream::unfold(state, |mut s| async move {

@@ -5,12 +5,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::Error;
-use crate::headers::{
-    InvalidHeader, PRODUCER_EPOCH, PRODUCER_EXPECTED_SEQ, PRODUCER_RECEIVED_SEQ, STREAM_CLOSED,
+use crate::headers::InvalidHeader;
+
+use super::names::{
+    PRODUCER_EPOCH, PRODUCER_EXPECTED_SEQ, PRODUCER_RECEIVED_SEQ, STREAM_CLOSED,
     STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_LAST_SEQ, STREAM_NEXT_OFFSET,
     STREAM_SNAPSHOT_DIGEST,
 };
-
 use super::reply::{problem, set_header};
 
 /// What the request was doing when the engine refused it: a few errors answer differently

@@ -48,6 +48,7 @@ mod body;
 mod bootstrap;
 mod cursor;
 mod error;
+mod names;
 mod read;
 mod reply;
 mod request;
@@ -61,7 +62,7 @@ mod write;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -233,21 +234,23 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let open = Open::count(app.connections.clone());
         let app = app.clone();
+        let ends = Arc::new(body::Ends::default());
         let service =
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let app = app.clone();
+                let ends = ends.clone();
                 async move {
                     // A request with a body its handler did not read to the end (a refusal
                     // decided from the headers) leaves the connection unusable: say so, or the
                     // client may send its next request on a connection hyper is closing.
-                    let unread = (!http_body::Body::is_end_stream(req.body()))
-                        .then(|| Arc::new(AtomicBool::new(false)));
-                    let req = match &unread {
-                        Some(done) => req.map(|b| Body::new(body::Tracked::new(b, done.clone()))),
+                    let tracked =
+                        (!http_body::Body::is_end_stream(req.body())).then(|| ends.issue());
+                    let req = match tracked {
+                        Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
                         None => req.map(Body::new),
                     };
                     let mut res = handle(&app, req).await;
-                    if unread.is_some_and(|done| !done.load(Ordering::Acquire)) {
+                    if tracked.is_some_and(|n| !ends.ended(n)) {
                         res.headers_mut()
                             .insert(header::CONNECTION, HeaderValue::from_static("close"));
                     }

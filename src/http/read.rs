@@ -4,21 +4,25 @@
 use std::time::SystemTime;
 
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tokio::time::Instant;
 
 use crate::headers::{
-    QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, STREAM_CLOSED, STREAM_CURSOR,
-    STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET,
-    STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL, STREAM_UP_TO_DATE,
-    format_expires_at, parse_canonical_u64, parse_read_from,
+    QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, format_expires_at,
+    parse_canonical_u64, parse_read_from,
 };
+use crate::name::Digits;
 use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
 use super::body::Pieces;
 use super::cursor::response_cursor;
 use super::error::{ApiError, Op};
+use super::names::{
+    STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION,
+    STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL,
+    STREAM_UP_TO_DATE,
+};
 use super::reply::Reply;
 use super::request::{expected_incarnation, none_match, query_params, single};
 use super::{AppState, blocking, sse};
@@ -101,19 +105,27 @@ pub(super) fn has_data(chunk: &ReadChunk) -> bool {
 /// `"{incarnation}:{start}:{next}"`, with `:c` when the chunk reaches the end of a closed
 /// stream: the tag changes when the stream is closed, so a 304 never hides the closure.
 fn etag(chunk: &ReadChunk) -> String {
-    let closed = if chunk.closed { ":c" } else { "" };
-    format!(
-        "\"{}:{}:{}{}\"",
-        chunk.incarnation, chunk.start, chunk.next, closed
-    )
+    let inc = chunk.incarnation.as_str();
+    let mut tag = String::with_capacity(inc.len() + 72);
+    tag.push('"');
+    tag.push_str(inc);
+    tag.push(':');
+    tag.push_str(Digits::offset(chunk.start).as_str());
+    tag.push(':');
+    tag.push_str(Digits::offset(chunk.next).as_str());
+    if chunk.closed {
+        tag.push_str(":c");
+    }
+    tag.push('"');
+    tag
 }
 
 /// `Cache-Control` of a cacheable read: `public` unless the server is configured `private`.
-fn cache_control(app: &AppState) -> &'static str {
+fn cache_control(app: &AppState) -> HeaderValue {
     if app.config.private_cache {
-        "private, max-age=60, stale-while-revalidate=300"
+        const { HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300") }
     } else {
-        "public, max-age=60, stale-while-revalidate=300"
+        const { HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300") }
     }
 }
 
@@ -121,7 +133,7 @@ fn cache_control(app: &AppState) -> &'static str {
 fn chunk_reply(status: StatusCode, chunk: &ReadChunk) -> Reply {
     Reply::new(status)
         .header(header::CONTENT_TYPE, &chunk.content_type)
-        .header(STREAM_NEXT_OFFSET, &chunk.next.to_string())
+        .offset(STREAM_NEXT_OFFSET, chunk.next)
         .header(STREAM_INCARNATION, chunk.incarnation.as_str())
         .flag(STREAM_UP_TO_DATE, chunk.up_to_date)
         .flag(STREAM_CLOSED, chunk.closed)
@@ -199,19 +211,22 @@ async fn catch_up(
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
         let r = chunk_reply(StatusCode::OK, &chunk)
             .flag(STREAM_UP_TO_DATE, true)
-            .header(header::CACHE_CONTROL, "no-store");
+            .fixed(
+                header::CACHE_CONTROL,
+                const { HeaderValue::from_static("no-store") },
+            );
         return Ok(r.body(Pieces::new(chunk.body).into_body()));
     }
     let tag = etag(&chunk);
     if none_match(&parts.headers, &tag) {
         let r = chunk_reply(StatusCode::NOT_MODIFIED, &chunk)
             .header(header::ETAG, &tag)
-            .header(header::CACHE_CONTROL, cache_control(app));
+            .fixed(header::CACHE_CONTROL, cache_control(app));
         return Ok(r.empty());
     }
     let r = chunk_reply(StatusCode::OK, &chunk)
         .header(header::ETAG, &tag)
-        .header(header::CACHE_CONTROL, cache_control(app));
+        .fixed(header::CACHE_CONTROL, cache_control(app));
     Ok(r.body(Pieces::new(chunk.body).into_body()))
 }
 
@@ -243,16 +258,19 @@ async fn long_poll(
             let tag = etag(&chunk);
             let r = chunk_reply(StatusCode::OK, &chunk)
                 .header(header::ETAG, &tag)
-                .header(header::CACHE_CONTROL, cache_control(app))
+                .fixed(header::CACHE_CONTROL, cache_control(app))
                 .header(STREAM_CURSOR, &cursor);
             return Ok(r.body(Pieces::new(chunk.body).into_body()));
         }
         let at = chunk.next;
         let no_content = |closed: bool, inc: &Incarnation| {
             let mut r = Reply::new(StatusCode::NO_CONTENT)
-                .header(STREAM_NEXT_OFFSET, &at.to_string())
+                .offset(STREAM_NEXT_OFFSET, at)
                 .header(STREAM_INCARNATION, inc.as_str())
-                .header(header::CACHE_CONTROL, "no-store")
+                .fixed(
+                    header::CACHE_CONTROL,
+                    const { HeaderValue::from_static("no-store") },
+                )
                 .flag(STREAM_UP_TO_DATE, true)
                 .flag(STREAM_CLOSED, closed);
             if !closed {
@@ -290,19 +308,22 @@ pub(crate) async fn head(
         .await?;
     let mut r = Reply::new(StatusCode::OK)
         .header(header::CONTENT_TYPE, &info.content_type)
-        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
+        .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
-        .header(STREAM_EARLIEST_OFFSET, &info.earliest.to_string())
-        .header(header::CACHE_CONTROL, "no-store")
+        .offset(STREAM_EARLIEST_OFFSET, info.earliest)
+        .fixed(
+            header::CACHE_CONTROL,
+            const { HeaderValue::from_static("no-store") },
+        )
         .flag(STREAM_CLOSED, info.closed);
     match info.expiry {
-        Expiry::Ttl(secs) => r = r.header(STREAM_TTL, &secs.to_string()),
+        Expiry::Ttl(secs) => r = r.number(STREAM_TTL, secs),
         Expiry::At(at) => r = r.header(STREAM_EXPIRES_AT, &format_expires_at(at)),
         Expiry::Never => {}
     }
     if let Some(s) = &info.snapshot {
         r = r
-            .header(STREAM_SNAPSHOT_OFFSET, &s.offset.to_string())
+            .offset(STREAM_SNAPSHOT_OFFSET, s.offset)
             .header(STREAM_SNAPSHOT_DIGEST, &s.digest);
     }
     Ok(r.empty())

@@ -5,11 +5,15 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
+use crate::name::{Digits, Offset};
+
+use super::names::{CROSS_ORIGIN_RESOURCE_POLICY, TRUE, X_CONTENT_TYPE_OPTIONS};
+
 /// Sets a header from a string, skipping values that are not valid header values (never the
 /// case for the offsets, numbers and tokens brook writes).
-pub(crate) fn set_header(headers: &mut HeaderMap, name: &'static str, value: &str) {
+pub(crate) fn set_header(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
-        headers.insert(HeaderName::from_static(name), v);
+        headers.insert(name, v);
     }
 }
 
@@ -31,22 +35,36 @@ impl Reply {
         }
     }
 
-    /// Adds a header; `name` is a [`HeaderName`] or one of the lower-case constants of
-    /// [`crate::headers`].
-    pub(crate) fn header(mut self, name: impl IntoHeaderName, value: &str) -> Self {
+    /// Adds a header (a [`HeaderName`] constant: `http::header`'s or `super::names`').
+    pub(crate) fn header(mut self, name: HeaderName, value: &str) -> Self {
         if let Ok(v) = HeaderValue::from_str(value) {
-            self.headers.insert(name.into_header_name(), v);
+            self.headers.insert(name, v);
         }
         self
     }
 
+    /// Adds a header with a static value (a `const` one: no copy, no check).
+    pub(crate) fn fixed(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// Adds an offset header (`%016d_%016d`).
+    pub(crate) fn offset(self, name: HeaderName, offset: Offset) -> Self {
+        self.header(name, Digits::offset(offset).as_str())
+    }
+
+    /// Adds a decimal integer header.
+    pub(crate) fn number(self, name: HeaderName, n: u64) -> Self {
+        self.header(name, Digits::u64(n).as_str())
+    }
+
     /// Adds `name: true` when `flag` is set.
-    pub(crate) fn flag(self, name: &'static str, flag: bool) -> Self {
+    pub(crate) fn flag(mut self, name: HeaderName, flag: bool) -> Self {
         if flag {
-            self.header(name, "true")
-        } else {
-            self
+            self.headers.insert(name, TRUE);
         }
+        self
     }
 
     /// The response, with `body`.
@@ -60,28 +78,6 @@ impl Reply {
     /// The response, without a body.
     pub(crate) fn empty(self) -> Response {
         self.body(Body::empty())
-    }
-}
-
-/// A header name given as a typed name or a lower-case static string.
-pub(crate) trait IntoHeaderName {
-    /// The header name.
-    fn into_header_name(self) -> HeaderName;
-}
-
-impl IntoHeaderName for HeaderName {
-    /// The name itself.
-    fn into_header_name(self) -> HeaderName {
-        self
-    }
-}
-
-impl IntoHeaderName for &'static str {
-    /// The name, without a copy or a check (see the invariant below).
-    fn into_header_name(self) -> HeaderName {
-        // Invariant: only the lower-case constants of `crate::headers` and literals like
-        // "x-content-type-options" reach here; `headers_are_valid_names` tests them all.
-        HeaderName::from_static(self)
     }
 }
 
@@ -141,23 +137,25 @@ const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
 /// is 400 bytes, more than the rest of an append's response.
 pub(crate) fn common_headers(h: &mut HeaderMap, cors: bool) {
     h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
+        X_CONTENT_TYPE_OPTIONS,
+        const { HeaderValue::from_static("nosniff") },
     );
     h.insert(
-        "cross-origin-resource-policy",
-        HeaderValue::from_static("cross-origin"),
+        CROSS_ORIGIN_RESOURCE_POLICY,
+        const { HeaderValue::from_static("cross-origin") },
     );
     if !cors {
         return;
     }
     h.insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
+        const { HeaderValue::from_static("*") },
     );
+    // Built at compile time: checking its 400 bytes on every response would cost more than
+    // the rest of this function.
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static(EXPOSED_HEADERS),
+        const { HeaderValue::from_static(EXPOSED_HEADERS) },
     );
 }
 
@@ -174,7 +172,10 @@ pub(crate) fn preflight(headers: &HeaderMap) -> Response {
     }
     Reply::new(StatusCode::NO_CONTENT)
         .header(header::ACCESS_CONTROL_ALLOW_METHODS, ALLOWED_METHODS)
-        .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
+        .fixed(
+            header::ACCESS_CONTROL_MAX_AGE,
+            const { HeaderValue::from_static("86400") },
+        )
         .header(header::ALLOW, ALLOWED_METHODS)
         .header(header::ACCESS_CONTROL_ALLOW_HEADERS, &allow)
         .empty()

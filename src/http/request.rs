@@ -2,17 +2,20 @@
 //! (`Stream-Incarnation`, `If-None-Match`, `Content-Length`), the query string, and the request's
 //! absolute URL.
 
+use std::borrow::Cow;
+
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::Incarnation;
-use crate::headers::{InvalidHeader, STREAM_INCARNATION};
+use crate::headers::InvalidHeader;
 
 use super::AppState;
 use super::error::ApiError;
+use super::names::STREAM_INCARNATION;
 
 /// A request header's raw bytes.
-pub(crate) fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+pub(crate) fn raw<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a [u8]> {
     headers.get(name).map(HeaderValue::as_bytes)
 }
 
@@ -24,9 +27,66 @@ pub(crate) fn text(
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The request headers a write reads, found in one pass over the request's headers instead of
+/// a hashed lookup per name. Each is the name's first value, as [`HeaderMap::get`] answers.
+#[derive(Default)]
+pub(crate) struct WriteHeaders<'a> {
+    /// `Content-Type`.
+    pub(crate) content_type: Option<&'a HeaderValue>,
+    /// `Content-Length`.
+    pub(crate) content_length: Option<&'a HeaderValue>,
+    /// `Stream-Closed`.
+    pub(crate) closed: Option<&'a HeaderValue>,
+    /// `Stream-Seq`.
+    pub(crate) stream_seq: Option<&'a HeaderValue>,
+    /// `Stream-Incarnation`.
+    pub(crate) incarnation: Option<&'a HeaderValue>,
+    /// `Producer-Id`.
+    pub(crate) producer_id: Option<&'a HeaderValue>,
+    /// `Producer-Epoch`.
+    pub(crate) producer_epoch: Option<&'a HeaderValue>,
+    /// `Producer-Seq`.
+    pub(crate) producer_seq: Option<&'a HeaderValue>,
+}
+
+impl<'a> WriteHeaders<'a> {
+    /// Picks them out of `headers`.
+    pub(crate) fn of(headers: &'a HeaderMap) -> Self {
+        let mut w = WriteHeaders::default();
+        for (name, value) in headers {
+            let slot = match name.as_str() {
+                "content-type" => &mut w.content_type,
+                "content-length" => &mut w.content_length,
+                crate::headers::STREAM_CLOSED => &mut w.closed,
+                crate::headers::STREAM_SEQ => &mut w.stream_seq,
+                crate::headers::STREAM_INCARNATION => &mut w.incarnation,
+                crate::headers::PRODUCER_ID => &mut w.producer_id,
+                crate::headers::PRODUCER_EPOCH => &mut w.producer_epoch,
+                crate::headers::PRODUCER_SEQ => &mut w.producer_seq,
+                _ => continue,
+            };
+            // Iteration yields a name's values in order: the first is the one `get` answers.
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        }
+        w
+    }
+}
+
+/// A header's raw bytes.
+pub(crate) fn bytes_of(value: Option<&HeaderValue>) -> Option<&[u8]> {
+    value.map(HeaderValue::as_bytes)
+}
+
 /// The request's `Stream-Incarnation`, if any.
 pub(crate) fn expected_incarnation(headers: &HeaderMap) -> Result<Option<Incarnation>, ApiError> {
-    match headers.get(STREAM_INCARNATION) {
+    incarnation_of(headers.get(&STREAM_INCARNATION))
+}
+
+/// A `Stream-Incarnation` value, if any.
+pub(crate) fn incarnation_of(value: Option<&HeaderValue>) -> Result<Option<Incarnation>, ApiError> {
+    match value {
         None => Ok(None),
         Some(v) => {
             let bad = || InvalidHeader {
@@ -41,13 +101,12 @@ pub(crate) fn expected_incarnation(headers: &HeaderMap) -> Result<Option<Incarna
 
 /// The request's declared `Content-Length`, if any (`None` when it is not a decimal).
 pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    content_length_of(headers.get(header::CONTENT_LENGTH))
+}
+
+/// A `Content-Length` value, if any (`None` when it is not a decimal).
+pub(crate) fn content_length_of(value: Option<&HeaderValue>) -> Option<u64> {
+    value?.to_str().ok()?.trim().parse().ok()
 }
 
 /// Whether `If-None-Match` names `tag` (or is `*`). Weak tags compare by their opaque part.
@@ -63,8 +122,9 @@ pub(crate) fn none_match(headers: &HeaderMap, tag: &str) -> bool {
         })
 }
 
-/// The request's query parameters, percent-decoded, in order.
-pub(crate) fn query_params(parts: &Parts) -> Vec<(String, String)> {
+/// The request's query parameters, percent-decoded (borrowed when there is nothing to decode),
+/// in order.
+pub(crate) fn query_params(parts: &Parts) -> Vec<(Cow<'_, str>, Cow<'_, str>)> {
     let Some(q) = parts.uri.query() else {
         return Vec::new();
     };
@@ -79,13 +139,13 @@ pub(crate) fn query_params(parts: &Parts) -> Vec<(String, String)> {
 
 /// The one value of a query parameter; an error when it is given more than once.
 pub(crate) fn single<'a>(
-    params: &'a [(String, String)],
+    params: &'a [(Cow<'_, str>, Cow<'_, str>)],
     name: &'static str,
 ) -> Result<Option<&'a str>, ApiError> {
     let mut found = params
         .iter()
         .filter(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str());
+        .map(|(_, v)| v.as_ref());
     let first = found.next();
     if found.next().is_some() {
         return Err(ApiError::bad_request(
@@ -102,8 +162,11 @@ pub(crate) fn single<'a>(
 
 /// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte; a `%` without two
 /// hex digits stays as it is, and bytes that are not UTF-8 become U+FFFD.
-fn percent_decode(s: &str) -> String {
+fn percent_decode(s: &str) -> Cow<'_, str> {
     let b = s.as_bytes();
+    if !b.iter().any(|&c| c == b'+' || c == b'%') {
+        return Cow::Borrowed(s);
+    }
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -124,7 +187,7 @@ fn percent_decode(s: &str) -> String {
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The absolute URL of the request's path, for `Location`.

@@ -7,11 +7,7 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::headers::{
-    STREAM_CLOSED, STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_NEXT_OFFSET,
-    STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_MATCH, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE,
-    parse_offset,
-};
+use crate::headers::parse_offset;
 use crate::{
     Offset, PublishSnapshot, Published, RetentionRequest, Snapshot, SnapshotRequest, StreamName,
     normalize_content_type,
@@ -19,6 +15,10 @@ use crate::{
 
 use super::body::{Pieces, pump};
 use super::error::{ApiError, Op};
+use super::names::{
+    STREAM_CLOSED, STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_NEXT_OFFSET,
+    STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_MATCH, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE,
+};
 use super::reply::Reply;
 use super::request::{absolute_url, content_length, expected_incarnation, none_match, text};
 use super::{AppState, blocking};
@@ -85,8 +85,8 @@ pub(crate) async fn publish_snapshot(
         Err(e) => return Err(e),
     };
     Ok(Reply::new(StatusCode::NO_CONTENT)
-        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
-        .header(STREAM_SNAPSHOT_OFFSET, &snap.offset.to_string())
+        .offset(STREAM_NEXT_OFFSET, info.tail)
+        .offset(STREAM_SNAPSHOT_OFFSET, snap.offset)
         .header(STREAM_SNAPSHOT_DIGEST, &snap.digest)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .empty())
@@ -181,8 +181,8 @@ fn snapshot_reply(parts: &Parts, snap: Snapshot, cache_control: &str) -> Snapsho
     .header(header::CONTENT_TYPE, &snap.info.content_type)
     .header(header::ETAG, &tag)
     .header(header::CACHE_CONTROL, cache_control)
-    .header(STREAM_NEXT_OFFSET, &snap.tail.to_string())
-    .header(STREAM_SNAPSHOT_OFFSET, &snap.info.offset.to_string())
+    .offset(STREAM_NEXT_OFFSET, snap.tail)
+    .offset(STREAM_SNAPSHOT_OFFSET, snap.info.offset)
     .header(STREAM_SNAPSHOT_DIGEST, &snap.info.digest)
     .header(STREAM_INCARNATION, snap.incarnation.as_str())
     .flag(STREAM_UP_TO_DATE, snap.tail == snap.info.offset)
@@ -235,8 +235,8 @@ pub(crate) async fn retention(
         )
         .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT)
-        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
-        .header(STREAM_EARLIEST_OFFSET, &info.earliest.to_string())
+        .offset(STREAM_NEXT_OFFSET, info.tail)
+        .offset(STREAM_EARLIEST_OFFSET, info.earliest)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .empty())
 }

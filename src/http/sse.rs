@@ -15,21 +15,20 @@ use std::pin::Pin;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use base64::Engine as _;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use tokio::time::{Instant, Sleep};
 
-use crate::headers::{
-    InvalidHeader, STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, parse_read_from,
-};
+use crate::headers::{InvalidHeader, parse_read_from};
 use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
 
 use super::AppState;
 use super::cursor::{interval_at, response_cursor};
 use super::error::ApiError;
+use super::names::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, X_ACCEL_BUFFERING};
 use super::read::{ReadParams, has_data, read_chunk, read_woken};
 use super::reply::Reply;
 
@@ -422,12 +421,21 @@ pub(super) async fn respond(
     .await?;
     let encoding = encoding_for(&first.content_type);
     let mut r = Reply::new(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
+        .fixed(
+            header::CONTENT_TYPE,
+            const { HeaderValue::from_static("text/event-stream") },
+        )
+        .fixed(
+            header::CACHE_CONTROL,
+            const { HeaderValue::from_static("no-cache") },
+        )
         .header(STREAM_INCARNATION, first.incarnation.as_str())
-        .header("x-accel-buffering", "no");
+        .fixed(X_ACCEL_BUFFERING, const { HeaderValue::from_static("no") });
     if encoding == Encoding::Base64 {
-        r = r.header(STREAM_SSE_DATA_ENCODING, "base64");
+        r = r.fixed(
+            STREAM_SSE_DATA_ENCODING,
+            const { HeaderValue::from_static("base64") },
+        );
     }
     let start = Instant::now();
     let deadline = start + app.config.sse_max_duration;

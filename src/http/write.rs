@@ -4,16 +4,14 @@ use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
 use crate::engine::Attempt;
 use crate::headers::{
-    PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT,
-    STREAM_FORK_OFFSET, STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION,
-    STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL, parse_closed, parse_expires_at, parse_offset,
-    parse_producer, parse_stream_seq, parse_sub_offset, parse_ttl,
+    parse_closed, parse_expires_at, parse_offset, parse_producer, parse_stream_seq,
+    parse_sub_offset, parse_ttl,
 };
 use crate::{
     AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, Guard, StreamName,
@@ -22,13 +20,19 @@ use crate::{
 
 use super::body::read_body;
 use super::error::{ApiError, Op};
+use super::names::{
+    PRODUCER_EPOCH, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_FORK_OFFSET,
+    STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_TTL,
+};
 use super::reply::Reply;
-use super::request::{absolute_url, expected_incarnation, raw};
+use super::request::{
+    WriteHeaders, absolute_url, bytes_of, content_length_of, incarnation_of, raw,
+};
 use super::{AppState, blocking};
 
 /// The request's `Content-Type`, normalized; `None` when absent or empty.
-fn content_type(headers: &HeaderMap, op: Op) -> Result<Option<String>, ApiError> {
-    match headers.get(header::CONTENT_TYPE) {
+fn content_type(value: Option<&HeaderValue>, op: Op) -> Result<Option<String>, ApiError> {
+    match value {
         None => Ok(None),
         Some(v) if v.as_bytes().trim_ascii().is_empty() => Ok(None),
         Some(v) => {
@@ -47,7 +51,7 @@ fn content_type(headers: &HeaderMap, op: Op) -> Result<Option<String>, ApiError>
 
 /// `Stream-TTL` and `Stream-Expires-At` (both at once is a 400, PROTOCOL.md 5.1).
 fn expiry(headers: &HeaderMap) -> Result<Expiry, ApiError> {
-    match (raw(headers, STREAM_TTL), raw(headers, STREAM_EXPIRES_AT)) {
+    match (raw(headers, &STREAM_TTL), raw(headers, &STREAM_EXPIRES_AT)) {
         (Some(_), Some(_)) => Err(ApiError::bad_request(
             "INVALID_ARGUMENT",
             "Stream-TTL and Stream-Expires-At are mutually exclusive",
@@ -77,9 +81,9 @@ fn fork_source(value: &str) -> Result<StreamName, ApiError> {
 
 /// `Stream-Forked-From`, `Stream-Fork-Offset`, `Stream-Fork-Sub-Offset`.
 fn fork(headers: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
-    let offset = raw(headers, STREAM_FORK_OFFSET);
-    let sub = raw(headers, STREAM_FORK_SUB_OFFSET);
-    let Some(source) = headers.get(STREAM_FORKED_FROM) else {
+    let offset = raw(headers, &STREAM_FORK_OFFSET);
+    let sub = raw(headers, &STREAM_FORK_SUB_OFFSET);
+    let Some(source) = headers.get(&STREAM_FORKED_FROM) else {
         if offset.is_some() || sub.is_some() {
             return Err(ApiError::bad_request(
                 "INVALID_ARGUMENT",
@@ -132,16 +136,18 @@ pub(crate) async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let h = &parts.headers;
+    let w = WriteHeaders::of(h);
     let opts = CreateOptions {
-        content_type: content_type(h, Op::Create)?,
+        content_type: content_type(w.content_type, Op::Create)?,
         expiry: expiry(h)?,
-        closed: parse_closed(raw(h, STREAM_CLOSED)),
+        closed: parse_closed(bytes_of(w.closed)),
         data: Bytes::new(),
-        stream_seq: parse_stream_seq(raw(h, STREAM_SEQ))?,
+        stream_seq: parse_stream_seq(bytes_of(w.stream_seq))?,
         fork: fork(h)?,
-        expect: expected_incarnation(h)?,
+        expect: incarnation_of(w.incarnation)?,
     };
-    let data = read_body(body, h, app.store.options().max_append_bytes()).await?;
+    let declared = content_length_of(w.content_length);
+    let data = read_body(body, declared, app.store.options().max_append_bytes()).await?;
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
     let n = name.clone();
@@ -158,7 +164,7 @@ pub(crate) async fn create(
     };
     let mut r = Reply::new(status)
         .header(header::CONTENT_TYPE, &info.content_type)
-        .header(STREAM_NEXT_OFFSET, &info.tail.to_string())
+        .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .flag(STREAM_CLOSED, info.closed);
     if created.created {
@@ -175,22 +181,23 @@ pub(crate) async fn append(
     parts: &Parts,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let h = &parts.headers;
-    let close = parse_closed(raw(h, STREAM_CLOSED));
+    let w = WriteHeaders::of(&parts.headers);
+    let close = parse_closed(bytes_of(w.closed));
     let producer = parse_producer(
-        raw(h, PRODUCER_ID),
-        raw(h, PRODUCER_EPOCH),
-        raw(h, PRODUCER_SEQ),
+        bytes_of(w.producer_id),
+        bytes_of(w.producer_epoch),
+        bytes_of(w.producer_seq),
     )?;
-    let stream_seq = parse_stream_seq(raw(h, STREAM_SEQ))?;
-    let expect = expected_incarnation(h)?;
-    let data = read_body(body, h, app.store.options().max_append_bytes()).await?;
+    let stream_seq = parse_stream_seq(bytes_of(w.stream_seq))?;
+    let expect = incarnation_of(w.incarnation)?;
+    let declared = content_length_of(w.content_length);
+    let data = read_body(body, declared, app.store.options().max_append_bytes()).await?;
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
     let content_type = if data.is_empty() {
         None
     } else {
-        match content_type(h, Op::Append)? {
+        match content_type(w.content_type, Op::Append)? {
             Some(ct) => Some(ct),
             None => {
                 return Err(ApiError::bad_request(
@@ -256,12 +263,10 @@ pub(crate) async fn append(
         .header(STREAM_INCARNATION, outcome.incarnation.as_str())
         .flag(STREAM_CLOSED, outcome.closed);
     if let Some(next) = next {
-        r = r.header(STREAM_NEXT_OFFSET, &next.to_string());
+        r = r.offset(STREAM_NEXT_OFFSET, next);
     }
     if let Some((epoch, seq)) = outcome.producer.or(sent) {
-        r = r
-            .header(PRODUCER_EPOCH, &epoch.to_string())
-            .header(PRODUCER_SEQ, &seq.to_string());
+        r = r.number(PRODUCER_EPOCH, epoch).number(PRODUCER_SEQ, seq);
     }
     Ok(r.empty())
 }
