@@ -415,7 +415,7 @@ pub fn normalize_content_type(ct: &str) -> Result<String> {
 
 /// Whether `ct` is `type/subtype` of lower-case token characters, without parameters or
 /// whitespace: what [`normalize_content_type`] would return unchanged.
-fn is_normal_essence(ct: &str) -> bool {
+pub(crate) fn is_normal_essence(ct: &str) -> bool {
     let token = |s: &str| {
         !s.is_empty()
             && s.bytes()

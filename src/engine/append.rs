@@ -2,10 +2,12 @@
 //! and the enqueueing of the record under the stream's `core` lock. The blocking entry point
 //! is [`Engine::append`]; the HTTP server's async workers try [`Engine::try_append`] first.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::name::{StreamName, normalize_content_type};
+
+use crate::name::{StreamName, is_normal_essence, normalize_content_type};
 use crate::options::Options;
 use crate::state::{
     AppendCheck, AppendRecord, Decision, filter_stream_seq, prepare_body, validate_producer,
@@ -146,12 +148,12 @@ impl Engine {
         s: &Arc<Stream>,
         req: AppendRequest,
     ) -> Result<Pending<AppendOutcome>, Refusal> {
-        let ct = req
-            .content_type
-            .as_deref()
-            .map(normalize_content_type)
-            .transpose()
-            .map_err(Refusal::now)?;
+        // A type already in normal form (the HTTP layer sends it so) is compared as it is.
+        let ct: Option<Cow<'_, str>> = match req.content_type.as_deref() {
+            None => None,
+            Some(c) if is_normal_essence(c) => Some(Cow::Borrowed(c)),
+            Some(c) => Some(Cow::Owned(normalize_content_type(c).map_err(Refusal::now)?)),
+        };
         let has_data = !req.data.is_empty();
         // Step 1: validate and convert the body outside any lock; a failure is row 9's.
         let body = prepare_body(s.json, req.data, false);

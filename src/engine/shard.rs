@@ -24,7 +24,7 @@ use crate::options::{Durability, Options};
 
 use super::apply::{apply, discard};
 use super::checkpoint::Checkpoints;
-use super::stream::{Stream, Visible};
+use super::stream::Stream;
 use super::ticket::{Batch, Ticket};
 
 /// How long the shard thread leaves queued records to their writers (Buffered mode) before it
@@ -437,7 +437,7 @@ impl Shard {
         // Step 5: publish, wake readers and writers, then drop what the batch made obsolete.
         for s in &w.touched {
             let d = s.data.lock();
-            *s.visible.lock() = Visible::of(&d.state, d.deleted);
+            s.visible.lock().refresh(&d.state, d.deleted);
             drop(d);
             s.event.notify(usize::MAX);
         }

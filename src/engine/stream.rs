@@ -86,6 +86,20 @@ pub(super) struct Visible {
 }
 
 impl Visible {
+    /// Makes this view that of state `s`, keeping its snapshot list (shared with readers) when
+    /// it has not changed and reusing its Stream-Seq's buffer: what each commit publishes.
+    pub(super) fn refresh(&mut self, s: &StreamState, deleted: bool) {
+        self.tail = s.tail;
+        self.closed = s.closed;
+        self.earliest = s.earliest;
+        if *self.snapshots != s.snapshots {
+            self.snapshots = Arc::new(s.snapshots.clone());
+        }
+        self.stream_seq.clone_from(&s.stream_seq);
+        self.soft_deleted = s.soft_deleted;
+        self.deleted = deleted;
+    }
+
     /// The view of state `s` (the applied state once durable, or a staged one for a reply).
     pub(super) fn of(s: &StreamState, deleted: bool) -> Visible {
         Visible {
