@@ -88,9 +88,11 @@ struct ServeArgs {
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for a person at a terminal: a log file or a pipeline gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -109,6 +111,17 @@ fn main() -> ExitCode {
 /// the error is the message to print.
 fn run_serve(args: &ServeArgs) -> Result<(), String> {
     let dir = &args.data_dir;
+    // The address first: a port already taken fails before anything touches the data directory.
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = std::net::TcpListener::bind(&addr).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            format!("cannot listen on {addr}: the port is already in use")
+        }
+        _ => format!("cannot listen on {addr}: {e}"),
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
     let durability = match args.durability {
@@ -143,15 +156,8 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let served = runtime.block_on(async {
-        let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AddrInUse => {
-                    format!("cannot listen on {addr}: the port is already in use")
-                }
-                _ => format!("cannot listen on {addr}: {e}"),
-            })?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let local: SocketAddr = listener
             .local_addr()
             .map_err(|e| format!("cannot read the bound address: {e}"))?;

@@ -1,5 +1,7 @@
 //! Integration tests through brook's public API, in one binary.
 
+#[cfg(feature = "http")]
+mod cli_serve;
 #[cfg(all(feature = "client", feature = "http"))]
 mod client_crash;
 #[cfg(all(feature = "client", feature = "http"))]

@@ -1,0 +1,75 @@
+//! `brook serve` as an operator starts it: what it prints and what it leaves behind.
+
+use std::process::{Command, Stdio};
+
+use crate::http_support::R;
+
+/// A port that is already taken fails at once with a message naming it, and touches nothing:
+/// the data directory is not created.
+#[test]
+fn a_taken_port_fails_before_the_data_directory_is_created() -> R {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port().to_string();
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port,
+            "--data-dir",
+        ])
+        .arg(&data)
+        .stdin(Stdio::null())
+        .output()?;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("already in use"), "{stderr}");
+    assert!(!data.exists(), "the data directory was created");
+    Ok(())
+}
+
+/// The log written to a pipe (a file, a collector) carries no terminal colour codes.
+#[test]
+fn the_log_to_a_pipe_has_no_colour_codes() -> R {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port().to_string();
+    drop(taken);
+    let dir = tempfile::tempdir()?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port,
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut seen = Vec::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+        let line = line?;
+        let done = line.contains("listening on");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    child.kill()?;
+    child.wait()?;
+    assert!(seen.iter().any(|l| l.contains("listening on")), "{seen:?}");
+    assert!(
+        seen.iter().all(|l| !l.contains('\u{1b}')),
+        "colour codes in {seen:?}"
+    );
+    Ok(())
+}
