@@ -4,6 +4,14 @@ use std::process::{Command, Stdio};
 
 use crate::http_support::R;
 
+/// `brook serve` on 127.0.0.1:`port` storing in `data`.
+fn serve(port: &str, data: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_brook"));
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", port, "--data-dir"])
+        .arg(data);
+    cmd
+}
+
 /// A port that is already taken fails at once with a message naming it, and touches nothing:
 /// the data directory is not created.
 #[test]
@@ -12,18 +20,7 @@ fn a_taken_port_fails_before_the_data_directory_is_created() -> R {
     let port = taken.local_addr()?.port().to_string();
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port,
-            "--data-dir",
-        ])
-        .arg(&data)
-        .stdin(Stdio::null())
-        .output()?;
+    let out = serve(&port, &data).stdin(Stdio::null()).output()?;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("already in use"), "{stderr}");
@@ -34,20 +31,8 @@ fn a_taken_port_fails_before_the_data_directory_is_created() -> R {
 /// The log written to a pipe (a file, a collector) carries no terminal colour codes.
 #[test]
 fn the_log_to_a_pipe_has_no_colour_codes() -> R {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = taken.local_addr()?.port().to_string();
-    drop(taken);
     let dir = tempfile::tempdir()?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port,
-            "--data-dir",
-        ])
-        .arg(dir.path().join("data"))
+    let mut child = serve("0", &dir.path().join("data"))
         .env("RUST_LOG", "info")
         .env_remove("NO_COLOR")
         .stdin(Stdio::null())
