@@ -12,13 +12,18 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// Last path segments reserved for the snapshot, retention and bootstrap routes.
 pub const RESERVED_SEGMENTS: [&str; 3] = ["snapshot", "retention", "bootstrap"];
 
+/// First path segments reserved for routes that are not streams: `__ds` for the protocol's own
+/// (subscriptions, their JWKS) and `__brook` for brook's operations routes (health, metrics,
+/// listing).
+pub const RESERVED_PREFIXES: [&str; 2] = ["__ds", "__brook"];
+
 /// A stream's name: a `/`-separated path such as `v1/stream/chat-42`.
 ///
 /// Valid names are 1 to 1024 bytes of UTF-8 without NUL or other control characters,
 /// with no empty, `.` or `..` segment (a single leading `/` is dropped). The last segment may not be
 /// `snapshot`, `retention` or `bootstrap`, and the second-to-last may not be `snapshot` or
 /// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
-/// before them.
+/// before them. The first segment may not be `__ds` or `__brook` ([`RESERVED_PREFIXES`]).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamName(pub(crate) Arc<str>);
 
@@ -44,6 +49,12 @@ impl StreamName {
             return Err(Error::InvalidArgument(
                 "stream name contains a control character".into(),
             ));
+        }
+        let first = name.split('/').next().unwrap_or("");
+        if RESERVED_PREFIXES.contains(&first) {
+            return Err(Error::InvalidArgument(format!(
+                "stream names may not start with the reserved segment '{first}'"
+            )));
         }
         // The last two segments, for the reserved shapes below.
         let (mut last, mut second_last) = ("", None);
@@ -500,6 +511,17 @@ mod tests {
             assert!(StreamName::new(bad).is_err(), "{bad:?}");
         }
         assert!(StreamName::new("snapshots/x").is_ok());
+        for reserved in [
+            "__ds",
+            "__ds/subscriptions/x",
+            "__brook/metrics",
+            "/__brook",
+        ] {
+            let err = StreamName::new(reserved).unwrap_err().to_string();
+            assert!(err.contains("reserved segment"), "{reserved}: {err}");
+        }
+        assert!(StreamName::new("x/__ds").is_ok());
+        assert!(StreamName::new("__dsx/y").is_ok());
         for (bad, why) in [
             ("a/%2e/b", "'.' or '..'"),
             ("a/%00/b", "NUL"),

@@ -68,6 +68,15 @@ impl ApiError {
         }
     }
 
+    /// 404 `NOT_FOUND` for a path under a reserved prefix that no route serves.
+    pub(crate) fn no_such_route(path: &str) -> Self {
+        ApiError::Http {
+            status: StatusCode::NOT_FOUND,
+            code: "NOT_FOUND",
+            detail: format!("no route serves {path}"),
+        }
+    }
+
     /// 500 for a failure inside the server (a panicked worker), without internals.
     pub(crate) fn internal(what: &str) -> Self {
         tracing::error!("internal error: {what}");

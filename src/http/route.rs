@@ -26,6 +26,11 @@ pub(crate) enum Route {
     Retention(StreamName, String),
     /// `{s}/bootstrap`.
     Bootstrap(StreamName),
+    /// `__ds/{rest}`: the protocol's reserved routes (subscriptions, JWKS); `rest` has no
+    /// leading `/`.
+    Protocol(String),
+    /// `__brook/{rest}`: brook's operations routes (health, metrics, listing).
+    Admin(String),
 }
 
 /// The stream a path (or the part of it before a route's segments) names; an invalid name is
@@ -45,6 +50,13 @@ fn stream_name(path: Option<&str>) -> Result<StreamName, ApiError> {
 /// segments (which [`StreamName`] reserves for exactly this).
 pub(crate) fn parse_route(path: &str) -> Result<Route, ApiError> {
     let p = path.strip_prefix('/').unwrap_or(path);
+    // The reserved prefixes first: no stream name starts with them.
+    if let Some(rest) = p.strip_prefix("__ds/") {
+        return Ok(Route::Protocol(rest.to_owned()));
+    }
+    if let Some(rest) = p.strip_prefix("__brook/") {
+        return Ok(Route::Admin(rest.to_owned()));
+    }
     let (head, last) = match p.rsplit_once('/') {
         Some((h, l)) => (Some(h), l),
         None => (None, p),
@@ -132,5 +144,6 @@ pub(crate) async fn dispatch(
                 allow: "GET, OPTIONS",
             }),
         },
+        Route::Protocol(_) | Route::Admin(_) => Err(ApiError::no_such_route(parts.uri.path())),
     }
 }

@@ -27,6 +27,17 @@ fn routes_split_on_the_reserved_last_segments() {
         parse_route("/snapshots/x").ok(),
         Some(Route::Stream(n("snapshots/x")))
     );
+    assert_eq!(
+        parse_route("/__ds/subscriptions/s1").ok(),
+        Some(Route::Protocol("subscriptions/s1".into()))
+    );
+    assert_eq!(
+        parse_route("/__brook/metrics").ok(),
+        Some(Route::Admin("metrics".into()))
+    );
+    // The bare prefixes are reserved names, not routes.
+    assert!(parse_route("/__ds").is_err());
+    assert!(parse_route("/__brook").is_err());
     for bad in [
         "/",
         "/snapshot",
