@@ -125,6 +125,10 @@ pub enum Error {
         /// The latest snapshot's digest, if any.
         current: Option<String>,
     },
+    /// An offset whose two halves disagree: its message count is not the number of messages
+    /// before its byte position, so it is not an offset this stream issued.
+    #[error("invalid offset: {0}")]
+    InvalidOffset(String),
     /// An offset that is not on a message boundary where one is required.
     #[error("offset {0} is not on a message boundary")]
     NotOnBoundary(Offset),
@@ -209,6 +213,7 @@ impl Error {
             Error::SnapshotConflict => "SNAPSHOT_CONFLICT",
             Error::SnapshotStale { .. } => "SNAPSHOT_STALE",
             Error::SnapshotMatchFailed { .. } => "SNAPSHOT_MATCH_FAILED",
+            Error::InvalidOffset(_) => "INVALID_OFFSET",
             Error::NotOnBoundary(_) => "OFFSET_NOT_ON_BOUNDARY",
             Error::RetentionBeyondSnapshot => "RETENTION_BEYOND_SNAPSHOT",
             Error::SnapshotDeleteRefused => "SNAPSHOT_DELETE_REFUSED",

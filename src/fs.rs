@@ -77,6 +77,35 @@ pub(crate) fn sigpipe_is_handled() -> bool {
     handler != libc::SIG_DFL
 }
 
+/// Raises this process's soft limit on open files to its hard limit (as the Go runtime does at
+/// start) and returns the soft limit now in force; `None` when it cannot be read.
+pub(crate) fn raise_open_file_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    #[expect(
+        unsafe_code,
+        reason = "getrlimit(2)/setrlimit(2) on a local rlimit struct; no other memory is touched"
+    )]
+    // SAFETY: `lim` is a valid, writable rlimit for both calls; setrlimit only reads it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) != 0 {
+            return None;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    Some(lim.rlim_cur)
+}
+
 /// Takes the store's exclusive lock (`LOCK` in the data directory), held until the file is dropped.
 ///
 /// A lock still held is retried for up to `LOCK_PATIENCE`: a store closed and opened again by
@@ -110,6 +139,27 @@ pub(crate) fn key(name: &str) -> [u8; 16] {
     let mut k = [0u8; 16];
     k.copy_from_slice(&d[..16]);
     k
+}
+
+/// Refuses a stream directory that is, or sits in a fan-out directory that is, a symbolic
+/// link (`Corrupt`): brook never follows a link out of its data directory, to read or to
+/// remove. A missing directory is fine (the stream does not exist, or is about to be created).
+pub(crate) fn no_symlinks(stream_dir: &Path) -> Result<()> {
+    let fan_out = stream_dir.parent();
+    for p in std::iter::once(stream_dir).chain(fan_out) {
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(Error::corrupt(
+                    p,
+                    "is a symbolic link; brook does not follow links in its data directory",
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// The directory of a stream: `streams/{k[0]:02x}/{key as 32 hex digits}`.

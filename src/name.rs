@@ -386,7 +386,10 @@ impl fmt::Debug for Incarnation {
 }
 
 /// Normalizes a media type: type and subtype lower-cased, parameters kept in order with their
-/// names lower-cased and values as given, whitespace around `;` and `=` removed.
+/// names lower-cased and values as given (a quoted string whole, with its quotes and escapes:
+/// a `;` inside one separates nothing), whitespace around `;` and `=` removed. A parameter
+/// without `=`, a value that is neither a token nor a closed quoted string, or anything after a
+/// value but `;` is malformed.
 ///
 /// `Application/JSON ; Charset=utf-8` becomes `application/json;charset=utf-8`.
 pub fn normalize_content_type(ct: &str) -> Result<String> {
@@ -394,8 +397,8 @@ pub fn normalize_content_type(ct: &str) -> Result<String> {
     if is_normal_essence(ct) {
         return Ok(ct.to_owned());
     }
-    let mut parts = ct.split(';');
-    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let semi = ct.find(';').unwrap_or(ct.len());
+    let essence = ct[..semi].trim().to_ascii_lowercase();
     let valid_token = |s: &str| {
         !s.is_empty()
             && s.bytes()
@@ -409,19 +412,61 @@ pub fn normalize_content_type(ct: &str) -> Result<String> {
             )));
         }
     }
+    // Parameters (RFC 9110 section 5.6.6): `;` OWS name `=` (token / quoted-string), the
+    // name lower-cased, the value kept as sent (a quoted string with its quotes and escapes,
+    // so a `;` or `"` inside one is part of the value, not a separator).
+    let malformed = || Error::InvalidArgument(format!("malformed content type {ct:?}"));
     let mut out = essence;
-    for p in parts {
-        let p = p.trim();
-        if p.is_empty() {
-            continue;
+    let mut rest = &ct[semi..];
+    loop {
+        rest = rest.trim_start_matches([' ', '\t']);
+        let Some(after) = rest.strip_prefix(';') else {
+            if rest.is_empty() {
+                break;
+            }
+            return Err(malformed());
+        };
+        rest = after.trim_start_matches([' ', '\t']);
+        if rest.is_empty() || rest.starts_with(';') {
+            continue; // an empty parameter, as `text/plain;` or `a/b;;c=d`
         }
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+        let eq = rest.find('=').ok_or_else(malformed)?;
+        let name = rest[..eq].trim_end_matches([' ', '\t']);
+        if !valid_token(name) {
+            return Err(malformed());
+        }
+        rest = rest[eq + 1..].trim_start_matches([' ', '\t']);
+        let value_len = if rest.starts_with('"') {
+            quoted_len(rest).ok_or_else(malformed)?
+        } else {
+            rest.find([';', ' ', '\t']).unwrap_or(rest.len())
+        };
+        let value = &rest[..value_len];
+        if value.is_empty() || (!value.starts_with('"') && !valid_token(value)) {
+            return Err(malformed());
+        }
         out.push(';');
-        out.push_str(&k.trim().to_ascii_lowercase());
+        out.push_str(&name.to_ascii_lowercase());
         out.push('=');
-        out.push_str(v.trim());
+        out.push_str(value);
+        rest = &rest[value_len..];
     }
     Ok(out)
+}
+
+/// The length of the quoted string at the start of `s` (which starts with `"`), through its
+/// closing quote; `None` when it is not closed. `\` escapes the next character.
+fn quoted_len(s: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in s.char_indices().skip(1) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether `ct` is `type/subtype` of lower-case token characters, without parameters or
@@ -564,5 +609,36 @@ mod tests {
         }
         assert!(is_json("application/json;charset=utf-8"));
         assert!(!is_json("application/jsonx"));
+    }
+
+    /// A quoted parameter value is one value: its `;`, `=`, escaped quotes and spaces are kept,
+    /// so two types that differ inside the quotes stay different.
+    #[test]
+    fn quoted_parameter_values_are_kept_whole() {
+        let n = |ct: &str| normalize_content_type(ct);
+        assert_eq!(
+            n(r#"text/plain; x="a;b\"c""#).unwrap(),
+            r#"text/plain;x="a;b\"c""#
+        );
+        assert_eq!(
+            n(r#"Text/Plain ; X = "a; b" ; y=z"#).unwrap(),
+            r#"text/plain;x="a; b";y=z"#
+        );
+        assert_ne!(
+            n(r#"a/b; x="1;2""#).unwrap(),
+            n(r#"a/b; x="1";2""#).unwrap_or_default()
+        );
+        for bad in [
+            r#"text/plain; x="unclosed"#,
+            "text/plain; novalue",
+            "text/plain; x=",
+            "text/plain; x=a b",
+            r#"text/plain; x="a"b"#,
+            "text/plain; =v",
+            "text/plain; x=a\"b",
+        ] {
+            assert!(n(bad).is_err(), "{bad:?} -> {:?}", n(bad));
+        }
+        assert_eq!(n("a/b;;c=d;").unwrap(), "a/b;c=d");
     }
 }

@@ -86,7 +86,8 @@ impl Options {
 
     /// Streams kept open (file handles and maps) at once; idle clean streams beyond it are closed,
     /// least recently used first. Default 4096, at least 16. Each open stream holds about two file
-    /// descriptors per segment it has touched.
+    /// descriptors per segment it has touched. At open the store raises the soft open-file limit
+    /// to the hard one and lowers this to a quarter of that limit if it is larger (logged).
     #[must_use]
     pub fn with_max_open_streams(mut self, n: usize) -> Self {
         self.max_open_streams = n;

@@ -40,6 +40,7 @@ pub(super) fn apply(
             // before the crash (an earlier incarnation's directory went to the trash with its
             // delete, which precedes this create in the same journal). Its segments are rebuilt
             // from here; its snapshot blobs were made durable before their records and stay.
+            fs::no_symlinks(&stream.dir)?;
             if stream.dir.exists() {
                 for e in std::fs::read_dir(&stream.dir)?.flatten() {
                     let keep = e

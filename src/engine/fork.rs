@@ -50,6 +50,19 @@ impl Engine {
             .map_or(Offset::new(0, pos), |g| g.offset_at(pos)))
     }
 
+    /// `o` itself when its message count agrees with its byte position in `s` (as in every
+    /// offset `s` issued), else `InvalidOffset`: an offset is one position, not two.
+    pub(super) fn check_halves(&self, s: &Arc<Stream>, o: Offset) -> Result<Offset> {
+        let canonical = self.offset_at(s, o.bytes)?;
+        if canonical != o {
+            return Err(Error::InvalidOffset(format!(
+                "offset {o} names message {} but byte {}, where {canonical} is",
+                o.messages, o.bytes
+            )));
+        }
+        Ok(o)
+    }
+
     /// Whether byte position `pos` is a message boundary (a position brook returned).
     ///
     /// Recursion: the base is a boundary; below it the source decides.

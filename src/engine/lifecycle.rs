@@ -274,7 +274,7 @@ impl Engine {
                 "offset {at} is before the source's retained start"
             )));
         }
-        if !self.is_boundary(src, at.bytes)? {
+        if !self.is_boundary(src, at.bytes)? || self.check_halves(src, at).is_err() {
             return Err(Error::InvalidForkPosition(format!(
                 "offset {at} is not a position brook returned"
             )));

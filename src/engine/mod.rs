@@ -124,6 +124,33 @@ impl Drop for Engine {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit, and lowers `max_open_streams` to what
+/// the limit leaves for streams: a quarter of it (an open stream holds about two descriptors,
+/// and half the limit stays for connections, journals, snapshots and the embedding program).
+/// Running out of descriptors is then a refused connection, not a failed journal write.
+fn fit_descriptors(mut options: Options) -> Options {
+    let Some(limit) = fs::raise_open_file_limit() else {
+        return options;
+    };
+    let fit = usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16);
+    if options.max_open_streams > fit {
+        tracing::warn!(
+            open_file_limit = limit,
+            requested = options.max_open_streams,
+            max_open_streams = fit,
+            "the open-file limit leaves room for fewer open streams than requested; raise `ulimit -n` to keep more open"
+        );
+        options.max_open_streams = fit;
+    } else {
+        tracing::debug!(
+            open_file_limit = limit,
+            max_open_streams = options.max_open_streams,
+            "descriptor budget"
+        );
+    }
+    options
+}
+
 impl Engine {
     /// Opens (creating if needed) the store in `dir`: takes its lock, reads or writes the
     /// manifest, restores the trash, replays each shard's journal and checkpoints the replayed
@@ -131,6 +158,7 @@ impl Engine {
     pub(crate) fn open(dir: &Path, options: Options) -> Result<Arc<Engine>> {
         let started = Instant::now();
         options.validate()?;
+        let options = fit_descriptors(options);
         std::fs::create_dir_all(dir)?;
         let root = dir.canonicalize()?;
         let lock = fs::lock(&root)?;

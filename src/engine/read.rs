@@ -64,9 +64,14 @@ impl Engine {
         // Stream-Incarnation still does with it (the seed).
         s.check_expect(req.expect.as_ref())?;
         if s.json && !self.is_boundary(&s, start.bytes)? && start.bytes != vis.tail.bytes {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::InvalidOffset(format!(
                 "offset {start} is not a message boundary"
             )));
+        }
+        if let ReadFrom::At(o) = req.from
+            && o != vis.tail
+        {
+            self.check_halves(&s, o)?;
         }
         let max = req
             .max_bytes

@@ -69,10 +69,10 @@ impl Engine {
             return Err(Error::SnapshotConflict);
         }
         drop(core);
-        let canonical = self.offset_at(&s, offset.bytes)?;
         if !self.is_boundary(&s, offset.bytes)? && offset.bytes != tail.bytes {
             return Err(Error::NotOnBoundary(offset));
         }
+        let canonical = self.check_halves(&s, offset)?;
         let mut core = s.core.lock();
         if core.gone {
             return Err(Error::NotFound);
@@ -151,11 +151,7 @@ impl Engine {
         let vis = s.visible();
         let info = match offset {
             None => vis.snapshots.last().cloned(),
-            Some(o) => vis
-                .snapshots
-                .iter()
-                .find(|x| x.offset.bytes == o.bytes)
-                .cloned(),
+            Some(o) => vis.snapshots.iter().find(|x| x.offset == o).cloned(),
         }
         .ok_or(Error::SnapshotNotFound)?;
         // A request that would answer 404 without Stream-Incarnation still does (the seed).
@@ -223,7 +219,7 @@ impl Engine {
         if !self.is_boundary(&s, offset.bytes)? {
             return Err(Error::NotOnBoundary(offset));
         }
-        let canonical = self.offset_at(&s, offset.bytes)?;
+        let canonical = self.check_halves(&s, offset)?;
         let mut core = s.core.lock();
         if core.gone {
             return Err(Error::NotFound);

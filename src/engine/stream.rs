@@ -176,6 +176,7 @@ impl Stream {
         segment_bytes: u64,
         accept: impl FnOnce(&Sidecar) -> Result<bool>,
     ) -> Result<Option<Arc<Stream>>> {
+        crate::fs::no_symlinks(&dir)?;
         let Some(sc) = sidecar::load(&dir)? else {
             return Ok(None);
         };

@@ -134,7 +134,7 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         Error::SnapshotNotFound => S::NOT_FOUND,
         Error::SnapshotConflict | Error::SnapshotStale { .. } => S::CONFLICT,
         Error::SnapshotMatchFailed { .. } => S::CONFLICT,
-        Error::NotOnBoundary(_) => S::BAD_REQUEST,
+        Error::NotOnBoundary(_) | Error::InvalidOffset(_) => S::BAD_REQUEST,
         Error::RetentionBeyondSnapshot => S::CONFLICT,
         Error::SnapshotDeleteRefused => S::CONFLICT,
         Error::Locked(_) | Error::Poisoned { .. } | Error::ShutDown => S::SERVICE_UNAVAILABLE,

@@ -190,6 +190,104 @@ fn percent_decode(s: &str) -> Cow<'_, str> {
     Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// Request headers that carry one value: a request that repeats one is refused (400) rather
+/// than resolved to whichever copy comes first, which a proxy and brook could disagree on.
+const SINGLETONS: [&str; 21] = [
+    "host",
+    "content-type",
+    "content-length",
+    "authorization",
+    "last-event-id",
+    "if-none-match",
+    crate::headers::STREAM_SEQ,
+    crate::headers::STREAM_CLOSED,
+    crate::headers::STREAM_INCARNATION,
+    crate::headers::STREAM_TTL,
+    crate::headers::STREAM_EXPIRES_AT,
+    crate::headers::STREAM_FORKED_FROM,
+    crate::headers::STREAM_FORK_OFFSET,
+    crate::headers::STREAM_FORK_SUB_OFFSET,
+    crate::headers::STREAM_SSE_DATA_ENCODING,
+    crate::headers::STREAM_SNAPSHOT_MATCH,
+    crate::headers::STREAM_SNAPSHOT_OFFSET,
+    crate::headers::STREAM_SNAPSHOT_DIGEST,
+    crate::headers::PRODUCER_ID,
+    crate::headers::PRODUCER_EPOCH,
+    crate::headers::PRODUCER_SEQ,
+];
+
+/// Refuses a request that repeats a single-valued header (400 `INVALID_ARGUMENT` naming it).
+/// Free for the usual request, whose header names are all distinct.
+pub(crate) fn no_repeated_singletons(headers: &HeaderMap) -> Result<(), ApiError> {
+    if headers.len() == headers.keys_len() {
+        return Ok(());
+    }
+    for name in SINGLETONS {
+        let mut values = headers.get_all(name).iter();
+        if values.next().is_some() && values.next().is_some() {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                format!("the header {name} is given more than once"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a request whose `Host` is not a host name or IP literal with an optional port
+/// (400 `INVALID_ARGUMENT`), and an HTTP/1.1 request without one (RFC 9112 section 3.2): the
+/// value is echoed into `Location`, so it must be a well-formed authority and nothing else.
+pub(crate) fn valid_host(parts: &Parts) -> Result<(), ApiError> {
+    let refuse = |why: &str| Err(ApiError::bad_request("INVALID_ARGUMENT", why.to_owned()));
+    let Some(host) = parts.headers.get(header::HOST) else {
+        if parts.version == axum::http::Version::HTTP_11 {
+            return refuse("an HTTP/1.1 request needs a Host header");
+        }
+        return Ok(());
+    };
+    if !is_authority(host.as_bytes()) {
+        return refuse("the Host header is not a host name or address with an optional port");
+    }
+    Ok(())
+}
+
+/// Whether `v` is `host[:port]`: a name of letters, digits, `-`, `.`, `_` and `~`, or a
+/// bracketed IPv6 literal, then at most one `:` and 1 to 5 digits of a port up to 65535.
+fn is_authority(v: &[u8]) -> bool {
+    let rest = if let Some(literal) = v.strip_prefix(b"[") {
+        let Some(close) = literal.iter().position(|&c| c == b']') else {
+            return false;
+        };
+        let (ip, rest) = literal.split_at(close);
+        if ip.is_empty()
+            || !ip
+                .iter()
+                .all(|c| c.is_ascii_hexdigit() || matches!(c, b':' | b'.'))
+        {
+            return false;
+        }
+        &rest[1..]
+    } else {
+        let end = v.iter().position(|&c| c == b':').unwrap_or(v.len());
+        let (name, rest) = v.split_at(end);
+        let name_char =
+            |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~');
+        if name.is_empty() || !name.iter().all(name_char) {
+            return false;
+        }
+        rest
+    };
+    match rest {
+        [] => true,
+        [b':', port @ ..] => {
+            (1..=5).contains(&port.len())
+                && port.iter().all(u8::is_ascii_digit)
+                && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65_535
+        }
+        _ => false,
+    }
+}
+
 /// The absolute URL of the request's path, for `Location`.
 pub(crate) fn absolute_url(app: &AppState, parts: &Parts) -> String {
     let path = parts.uri.path();

@@ -11,7 +11,7 @@ use axum::response::Response;
 use crate::StreamName;
 
 use super::error::ApiError;
-use super::{AppState, bootstrap, read, snapshot, write};
+use super::{AppState, bootstrap, read, request, snapshot, write};
 
 /// What a request path addresses.
 #[derive(Debug, PartialEq, Eq)]
@@ -94,6 +94,8 @@ pub(crate) async fn dispatch(
     body: Body,
 ) -> Result<Response, ApiError> {
     const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
+    request::no_repeated_singletons(&parts.headers)?;
+    request::valid_host(&parts)?;
     let route = parse_route(parts.uri.path())?;
     let m = &parts.method;
     match route {

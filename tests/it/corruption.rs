@@ -443,3 +443,56 @@ fn damaged_shard_count_and_journal_base_lsn() -> R {
     assert!(failures.is_empty(), "{failures:#?}");
     Ok(())
 }
+
+/// A stream directory replaced by a symbolic link to a copy outside the data directory: the
+/// stream is refused as corrupt (naming the link), nothing is read from or removed at the
+/// link's target, and the store's other streams are served.
+#[test]
+fn a_stream_directory_that_is_a_symlink_is_not_followed() -> R {
+    let dir = tempfile::tempdir()?;
+    let outside = tempfile::tempdir()?;
+    let (a, b) = (name("link/a"), name("link/b"));
+    {
+        let store = Store::open(dir.path(), Options::default())?;
+        store.create(&a, typed("text/plain"))?;
+        store.append(&a, AppendRequest::new("from-inside"))?;
+        store.create(&b, typed("text/plain"))?;
+        store.append(&b, AppendRequest::new("b"))?;
+        store.checkpoint()?;
+        store.shutdown()?;
+    }
+    // Find a's directory: the one whose sidecar names it.
+    let mut a_dir = None;
+    for fan in std::fs::read_dir(dir.path().join("streams"))? {
+        for d in std::fs::read_dir(fan?.path())? {
+            let d = d?.path();
+            let meta = std::fs::read(d.join("meta.0")).or_else(|_| std::fs::read(d.join("meta.1")));
+            if meta.is_ok_and(|m| m.windows(6).any(|w| w == b"link/a")) {
+                a_dir = Some(d);
+            }
+        }
+    }
+    let a_dir = a_dir.ok_or("no directory for link/a")?;
+    let target = outside.path().join("copy");
+    copy_dir(&a_dir, &target)?;
+    std::fs::remove_dir_all(&a_dir)?;
+    std::os::unix::fs::symlink(&target, &a_dir)?;
+    let before = files_under(&target)?;
+
+    let store = Store::open(dir.path(), Options::default())?;
+    match store.read(&a, &ReadRequest::from(ReadFrom::Start)) {
+        Err(Error::Corrupt { path, reason }) => {
+            assert_eq!(path, a_dir);
+            assert!(reason.contains("symbolic link"), "{reason}");
+        }
+        other => panic!("read through a symlinked stream directory: {other:?}"),
+    }
+    assert_eq!(read_to_tail(&store, &b, None)?.0, b"b");
+    store.shutdown()?;
+    assert_eq!(
+        files_under(&target)?,
+        before,
+        "files at the link's target changed"
+    );
+    Ok(())
+}

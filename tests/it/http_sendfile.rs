@@ -45,7 +45,7 @@ async fn big_stream(p: &str) -> R<(Server, Vec<u8>, Vec<String>)> {
 }
 
 fn offset(bytes: usize) -> String {
-    format!("{:016}_{bytes:016}", 0)
+    format!("{:016}_{bytes:016}", bytes / MESSAGE)
 }
 
 /// The byte half of an offset.

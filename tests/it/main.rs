@@ -9,11 +9,15 @@ mod client_recipes;
 mod concurrency;
 mod corruption;
 mod crash;
+#[cfg(feature = "http")]
+mod descriptors;
 mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
 mod http_close;
+#[cfg(feature = "http")]
+mod http_edges;
 #[cfg(feature = "http")]
 mod http_ext;
 #[cfg(feature = "http")]

@@ -1109,7 +1109,7 @@ impl Harness {
             // A read that would answer 404, 410 or 416 still does with Stream-Incarnation.
             Model::check_expect(m, e.as_ref())?;
             if m.json && !m.is_boundary(start.bytes) && start.bytes != tail.bytes {
-                return Err(Error::InvalidArgument(String::new()));
+                return Err(Error::InvalidOffset(String::new()));
             }
             let maxb = max.unwrap_or(MAX_READ).clamp(1, MAX_READ);
             let from_b = start.bytes;

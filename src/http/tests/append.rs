@@ -76,7 +76,9 @@ async fn stream_seq_follows_the_seed() -> TestResult {
     // Not printable ASCII: ignored, not checked and not stored.
     let r = t.send("POST", "/s/q", &[CT_TEXT], Body::from("c")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    let mut req = Request::post("/s/q").header("content-type", "text/plain");
+    let mut req = Request::post("/s/q")
+        .header("host", "brook.test")
+        .header("content-type", "text/plain");
     req = req.header(
         "stream-seq",
         axum::http::HeaderValue::from_bytes(b"\xff\xfe")?,

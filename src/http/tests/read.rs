@@ -143,7 +143,12 @@ async fn long_poll_waits_and_answers() -> TestResult {
     let uri = format!("/s/lp?offset={tail}&live=long-poll");
     let waiter = tokio::spawn(async move {
         let res = app
-            .oneshot(Request::get(uri).body(Body::empty()).expect("request"))
+            .oneshot(
+                Request::get(uri)
+                    .header("host", "brook.test")
+                    .body(Body::empty())
+                    .expect("request"),
+            )
             .await
             .expect("infallible");
         let status = res.status();

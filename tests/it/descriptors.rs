@@ -1,0 +1,134 @@
+//! Open-file limits (issue 13): `brook serve` raises its soft limit to the hard one, and under a
+//! low hard limit it keeps fewer streams open instead of running out of descriptors and
+//! poisoning the store.
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+
+use crate::http_support::R;
+
+/// `brook serve` in a shell that first runs `ulimit` with `limits`; returns the child, its base
+/// URL and the log lines up to the listening line.
+fn serve_limited(
+    limits: &str,
+    dir: &std::path::Path,
+) -> R<(std::process::Child, String, Vec<String>)> {
+    let script = format!(
+        "ulimit {limits} && exec \"$0\" serve --host 127.0.0.1 --port 0 --data-dir \"$1\"",
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_brook")])
+        .arg(dir)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let mut log = Vec::new();
+    let base = loop {
+        let line = lines.next().ok_or("brook exited before listening")??;
+        log.push(line.clone());
+        if let Some(i) = line.find("listening on http://") {
+            let rest = &line[i + "listening on ".len()..];
+            break rest.split([',', ' ']).next().unwrap_or(rest).to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Ok((child, base, log))
+}
+
+/// The soft and hard "Max open files" of a process.
+fn open_file_limits(pid: u32) -> R<(u64, u64)> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .ok_or("no Max open files line")?;
+    let mut nums = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    Ok((nums.next().ok_or("soft")?, nums.next().ok_or("hard")?))
+}
+
+/// A soft limit below the hard one is raised to it at start.
+#[test]
+fn the_soft_open_file_limit_is_raised_to_the_hard_one() -> R {
+    let hard: u64 = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "ulimit -Hn"])
+            .output()?
+            .stdout,
+    )?
+    .trim()
+    .parse()
+    .unwrap_or(0);
+    if hard <= 300 {
+        return Err(format!("this test needs a hard open-file limit above 300, not {hard}").into());
+    }
+    let dir = tempfile::tempdir()?;
+    let (mut child, _, _) = serve_limited("-Sn 256", dir.path())?;
+    let got = open_file_limits(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    let (soft, hard_now) = got?;
+    assert_eq!(soft, hard_now, "the soft limit stayed below the hard one");
+    assert!(soft > 256);
+    Ok(())
+}
+
+/// Under a hard limit of 300 descriptors, 600 streams created and appended to by 40 concurrent
+/// clients all succeed: brook keeps at most a quarter of the limit's worth of streams open
+/// (and says so in its log), rather than failing journal writes and poisoning the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_open_file_limit_bounds_open_streams_instead_of_poisoning() -> R {
+    let dir = tempfile::tempdir()?;
+    let (mut child, base, log) = serve_limited("-n 300", dir.path())?;
+    let warned = log
+        .iter()
+        .any(|l| l.contains("open-file limit") && l.contains("max_open_streams=75"));
+    let client = reqwest::Client::new();
+    let mut failures = Vec::new();
+    for round in 0..15 {
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let (client, base) = (client.clone(), base.clone());
+            tasks.push(tokio::spawn(async move {
+                let url = format!("{base}/fd/{round}-{i}");
+                let put = client
+                    .put(&url)
+                    .header("content-type", "text/plain")
+                    .body("first")
+                    .send()
+                    .await?;
+                let post = client
+                    .post(&url)
+                    .header("content-type", "text/plain")
+                    .body("second")
+                    .send()
+                    .await?;
+                Ok::<_, reqwest::Error>((url, put.status().as_u16(), post.status().as_u16()))
+            }));
+        }
+        for t in tasks {
+            let (url, put, post) = t.await??;
+            if (put, post) != (201, 204) {
+                failures.push(format!("{url}: PUT {put}, POST {post}"));
+            }
+        }
+    }
+    let check = client.get(format!("{base}/fd/0-0")).send().await?;
+    let status = check.status().as_u16();
+    let body = check.text().await?;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no descriptor-budget warning in the log: {log:#?}");
+    assert!(
+        failures.is_empty(),
+        "{} of 600 failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert_eq!((status, body.as_str()), (200, "firstsecond"));
+    Ok(())
+}
