@@ -104,6 +104,12 @@ pub enum Error {
     /// The fork's source was deleted and is kept only for its forks.
     #[error("fork source stream is deleted")]
     ForkSourceGone,
+    /// The fork's source is already [`MAX_FORK_DEPTH`](crate::MAX_FORK_DEPTH) forks deep.
+    #[error("fork source is already {max} forks deep; fork a stream nearer the root")]
+    ForkTooDeep {
+        /// The deepest chain brook keeps.
+        max: usize,
+    },
     /// A fork position that is not a valid position in the source.
     #[error("invalid fork position: {0}")]
     InvalidForkPosition(String),
@@ -208,6 +214,7 @@ impl Error {
             Error::OffsetBeyondTail { .. } => "OFFSET_BEYOND_TAIL",
             Error::ForkSourceNotFound => "FORK_SOURCE_NOT_FOUND",
             Error::ForkSourceGone => "FORK_SOURCE_GONE",
+            Error::ForkTooDeep { .. } => "FORK_TOO_DEEP",
             Error::InvalidForkPosition(_) => "INVALID_FORK_OFFSET",
             Error::SnapshotNotFound => "SNAPSHOT_NOT_FOUND",
             Error::SnapshotConflict => "SNAPSHOT_CONFLICT",

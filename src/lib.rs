@@ -57,7 +57,9 @@ mod types; // requests and outcomes
 pub struct ReadmeDoctests;
 
 pub use error::{Error, Result};
-pub use name::{Incarnation, Offset, ReadFrom, StreamName, is_json, normalize_content_type};
+pub use name::{
+    Incarnation, MAX_FORK_DEPTH, Offset, ReadFrom, StreamName, is_json, normalize_content_type,
+};
 pub use options::{Durability, Options};
 pub use store::{Pending, Store};
 pub use types::{

@@ -9,6 +9,10 @@ use crate::error::{Error, Result};
 /// Longest stream name brook accepts, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;
 
+/// Longest fork chain brook creates: a fork of a stream that is itself this many forks deep is
+/// refused (`ForkTooDeep`), so a read of any fork holds at most this many ancestors open.
+pub const MAX_FORK_DEPTH: usize = 64;
+
 /// Last path segments reserved for the snapshot, retention and bootstrap routes.
 pub const RESERVED_SEGMENTS: [&str; 3] = ["snapshot", "retention", "bootstrap"];
 

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::Record;
-use crate::name::{Incarnation, Offset, StreamName, is_json, normalize_content_type};
+use crate::name::{
+    Incarnation, MAX_FORK_DEPTH, Offset, StreamName, is_json, normalize_content_type,
+};
 use crate::state::{AppendRecord, Config, StreamState, filter_stream_seq, prepare_body, to_ms};
 use crate::store::Pending;
 use crate::types::{CreateOptions, Created, Expiry, ForkFrom};
@@ -89,6 +91,7 @@ impl Engine {
                     self.expire(&src);
                     return Err(Error::ForkSourceNotFound);
                 }
+                self.check_fork_depth(&src)?;
                 let sct = src.config.content_type.clone();
                 if let Some(ct) = &requested_ct
                     && *ct != sct
@@ -185,6 +188,23 @@ impl Engine {
             },
             ticket,
         })
+    }
+
+    /// Refuses a fork of `src` when `src` is already [`MAX_FORK_DEPTH`] forks deep
+    /// (`ForkTooDeep`), walking its chain (at most that many lookups).
+    fn check_fork_depth(&self, src: &Arc<Stream>) -> Result<()> {
+        let mut depth = 0;
+        let mut cur = src.clone();
+        while cur.config.fork.is_some() {
+            depth += 1;
+            if depth >= MAX_FORK_DEPTH {
+                return Err(Error::ForkTooDeep {
+                    max: MAX_FORK_DEPTH,
+                });
+            }
+            cur = self.source_of(&cur)?;
+        }
+        Ok(())
     }
 
     /// Answers a create that found `s` (with `ct` the request's normalized content type and

@@ -129,7 +129,7 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
             Op::Snapshot => S::CONFLICT,
         },
         Error::ForkSourceNotFound => S::NOT_FOUND,
-        Error::ForkSourceGone => S::CONFLICT,
+        Error::ForkSourceGone | Error::ForkTooDeep { .. } => S::CONFLICT,
         Error::InvalidForkPosition(_) => S::BAD_REQUEST,
         Error::SnapshotNotFound => S::NOT_FOUND,
         Error::SnapshotConflict | Error::SnapshotStale { .. } => S::CONFLICT,

@@ -227,6 +227,54 @@ fn create_is_idempotent_and_incarnations_change() -> R {
     Ok(())
 }
 
+/// A fork chain stops at `MAX_FORK_DEPTH` forks: the next fork is `ForkTooDeep` and creates
+/// nothing, the deepest fork reads every ancestor's data, and the store stays open within a
+/// small descriptor budget (a read holds at most the chain's streams).
+#[test]
+fn fork_chains_stop_at_the_maximum_depth() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), Options::default().with_max_open_streams(16))?;
+    let mut prev = name("deep/0");
+    store.create(&prev, text("text/plain"))?;
+    store.append(&prev, append("0,"))?;
+    let mut want = b"0,".to_vec();
+    for depth in 1..=MAX_FORK_DEPTH {
+        let next = name(&format!("deep/{depth}"));
+        let tail = store.head(&prev, &Guard::NONE)?.tail;
+        store.create(
+            &next,
+            CreateOptions::new().fork(ForkFrom::at(prev.clone(), tail)),
+        )?;
+        let piece = format!("{depth},");
+        store.append(&next, append(&piece))?;
+        want.extend_from_slice(piece.as_bytes());
+        prev = next;
+    }
+    assert_eq!(read_all(&store, &prev)?, want);
+    let tail = store.head(&prev, &Guard::NONE)?.tail;
+    let too_deep = name("deep/too-deep");
+    match store.create(
+        &too_deep,
+        CreateOptions::new().fork(ForkFrom::at(prev.clone(), tail)),
+    ) {
+        Err(Error::ForkTooDeep { max }) => assert_eq!(max, MAX_FORK_DEPTH),
+        other => panic!("a fork past the maximum depth: {other:?}"),
+    }
+    assert!(matches!(
+        store.head(&too_deep, &Guard::NONE),
+        Err(Error::NotFound)
+    ));
+    // Forking a shallower stream of the chain still works.
+    let side = name("deep/side");
+    let mid = name(&format!("deep/{}", MAX_FORK_DEPTH / 2));
+    let at = store.head(&mid, &Guard::NONE)?.tail;
+    store.create(&side, CreateOptions::new().fork(ForkFrom::at(mid, at)))?;
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(read_all(&store, &prev)?, want);
+    Ok(())
+}
+
 #[test]
 fn forks_stitch_source_data_and_soft_delete() -> R {
     let dir = tempfile::tempdir()?;
