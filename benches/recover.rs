@@ -7,6 +7,8 @@
 //!   when `max_open_streams / (2 * shards)` of its streams are dirty). Elements/s = streams/s.
 //! * `crash/checkpointed/{n}`: `n` checkpointed streams on disk, then one append on each of 1000
 //!   of them before the crash. Elements/s counts the `n` streams on disk.
+//! * `crash/churn/{n}`: after a crash with `n` streams created, appended to and deleted since
+//!   the last checkpoint (the journal holds only churn). Elements/s = deleted streams/s.
 //! * `clean/{n}`: `n` streams on disk after a clean shutdown.
 //!
 //! A crash image is made by a child process (this binary, re-run with `BROOK_RECOVER_CHILD`)
@@ -139,6 +141,20 @@ fn child(spec: &str) -> ! {
             std::mem::forget(store);
             arg
         }
+        "churn" => {
+            let store = Store::open(dir, no_checkpoints()).expect("open");
+            for (i, n) in names(arg as usize).iter().enumerate() {
+                store
+                    .create(n, brook::CreateOptions::with_content_type("text/plain"))
+                    .expect("create");
+                store
+                    .append(n, AppendRequest::new(format!("churn {i}")))
+                    .expect("append");
+                store.delete(n, &brook::Guard::NONE).expect("delete");
+            }
+            std::mem::forget(store);
+            arg
+        }
         "clean" => {
             let store = Store::open(dir, buffered).expect("open");
             common::create_many(&store, &names(arg as usize), "text/plain", 8);
@@ -174,7 +190,7 @@ fn bench_recover(c: &mut Criterion) {
     );
     drop(image);
 
-    for kind in ["created", "checkpointed"] {
+    for kind in ["created", "checkpointed", "churn"] {
         let image = common::tempdir();
         crash_image(kind, image.path(), n_streams as u64);
         group.throughput(Throughput::Elements(n_streams as u64));

@@ -104,6 +104,13 @@ pub enum Error {
     /// The fork's source was deleted and is kept only for its forks.
     #[error("fork source stream is deleted")]
     ForkSourceGone,
+    /// The store has `max_open_streams` streams open and none can be closed yet (each has
+    /// changes a checkpoint has not recorded): a transient refusal that changed nothing.
+    #[error("too many streams open to create another now ({open}); retry shortly")]
+    TooManyOpenStreams {
+        /// Streams open when the create was refused.
+        open: usize,
+    },
     /// The fork's source is already [`MAX_FORK_DEPTH`](crate::MAX_FORK_DEPTH) forks deep.
     #[error("fork source is already {max} forks deep; fork a stream nearer the root")]
     ForkTooDeep {
@@ -215,6 +222,7 @@ impl Error {
             Error::ForkSourceNotFound => "FORK_SOURCE_NOT_FOUND",
             Error::ForkSourceGone => "FORK_SOURCE_GONE",
             Error::ForkTooDeep { .. } => "FORK_TOO_DEEP",
+            Error::TooManyOpenStreams { .. } => "TOO_MANY_OPEN_STREAMS",
             Error::InvalidForkPosition(_) => "INVALID_FORK_OFFSET",
             Error::SnapshotNotFound => "SNAPSHOT_NOT_FOUND",
             Error::SnapshotConflict => "SNAPSHOT_CONFLICT",

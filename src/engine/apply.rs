@@ -160,3 +160,39 @@ pub(super) fn discard(p: &Path) {
     }
     let _ = std::fs::remove_dir_all(&gone);
 }
+
+/// [`discard`] for many paths at once: every directory is renamed to `*.gone` first, each parent
+/// synced once, and only then are they emptied, so a crash part-way leaves only `*.gone`
+/// directories (which recovery removes), never a partly emptied one it would restore.
+pub(super) fn discard_all(paths: &[PathBuf]) {
+    let mut gone = Vec::new();
+    let mut parents: Vec<&Path> = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            let _ = std::fs::remove_file(p);
+            continue;
+        }
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let to = p.with_file_name(format!("{name}.gone"));
+        if std::fs::rename(p, &to).is_ok() {
+            if let Some(parent) = p.parent()
+                && !parents.contains(&parent)
+            {
+                parents.push(parent);
+            }
+            gone.push(to);
+        }
+    }
+    let synced: Vec<bool> = parents.iter().map(|d| fs::sync_dir(d).is_ok()).collect();
+    for g in gone {
+        let parent_synced = g
+            .parent()
+            .and_then(|p| parents.iter().position(|q| *q == p))
+            .is_some_and(|i| synced[i]);
+        if parent_synced {
+            let _ = std::fs::remove_dir_all(&g);
+        }
+    }
+}

@@ -5,6 +5,7 @@
 //! one stream's `core` at a time otherwise). Forks record themselves in their source's fork list
 //! (a `ForkRef` record in the source's shard) before their own Create record is enqueued.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -128,7 +129,7 @@ impl Engine {
             state.earliest = src.visible().earliest;
         }
 
-        let mut reg = self.registry.lock();
+        let mut reg = self.room_to_open()?;
         if reg.get(name.as_str()).is_some_and(|s| !s.core.lock().gone) {
             drop(reg);
             // Lost a race with another create: answer as for an existing stream.
@@ -188,6 +189,31 @@ impl Engine {
             },
             ticket,
         })
+    }
+
+    /// The registry, locked, with room for one more open stream. At `max_open_streams` it
+    /// closes idle streams; if every open stream still has unrecorded changes, it checkpoints
+    /// (so they can close) and tries again, and refuses with `TooManyOpenStreams` only if that
+    /// did not make room. A create that would open a stream's files (descriptors) beyond the
+    /// budget is refused here, before its record reaches the journal, rather than failing there.
+    fn room_to_open(&self) -> Result<parking_lot::MutexGuard<'_, HashMap<String, Arc<Stream>>>> {
+        let cap = self.options.max_open_streams;
+        let mut reg = self.registry.lock();
+        if reg.len() < cap {
+            return Ok(reg);
+        }
+        super::registry::evict(&mut reg, cap);
+        if reg.len() < cap {
+            return Ok(reg);
+        }
+        drop(reg);
+        self.checkpoint()?;
+        let mut reg = self.registry.lock();
+        super::registry::evict(&mut reg, cap);
+        if reg.len() < cap {
+            return Ok(reg);
+        }
+        Err(Error::TooManyOpenStreams { open: reg.len() })
     }
 
     /// Refuses a fork of `src` when `src` is already [`MAX_FORK_DEPTH`] forks deep

@@ -6,15 +6,16 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::{self, Record};
 use crate::options::Options;
+use crate::sidecar;
 
-use super::apply::{apply, discard};
+use super::apply::{apply, dir_key, discard_all};
 use super::stream::{Stream, Visible};
 
 /// The first 8 bytes of `STORE`; a shard count (`u32`) follows.
@@ -124,6 +125,11 @@ pub(super) struct Replayed {
 /// from its sidecar on first mention (or created from a Create record); records of other
 /// incarnations are skipped, and so are records at or below a stream's sidecar LSN (inside
 /// `apply`). Each stream's staged state and view are set to the replayed state.
+///
+/// An incarnation that the journal itself deletes for good is not rebuilt only to be removed:
+/// its records are skipped but for that delete, which removes what of it is on disk (see
+/// [`replay_doomed_delete`]). Churn (streams created and deleted between checkpoints) then
+/// costs recovery no file operations, only the scan.
 pub(super) fn replay_shard(
     root: &Path,
     options: &Options,
@@ -135,6 +141,7 @@ pub(super) fn replay_shard(
     let files = journal::list_files(dir)?;
     let mut end = 0;
     let count = files.len();
+    let mut records = Vec::new();
     for (i, (_, path)) in files.iter().enumerate() {
         let scanned = journal::scan(path, id as u32)?;
         if scanned.torn && i + 1 < count {
@@ -160,40 +167,125 @@ pub(super) fn replay_shard(
             end = end.max(scanned.base_lsn);
         }
         replayed.bytes += scanned.end_lsn.saturating_sub(scanned.base_lsn);
-        for (lsn, record) in scanned.records {
-            end = lsn;
-            replayed.records += 1;
-            let name = record.name().to_owned();
-            let Some(stream) = replay_target(root, options, id, registry, lsn, &record)? else {
-                continue;
-            };
-            if stream.incarnation.as_str() != record.incarnation() {
-                continue;
-            }
-            let mut after = Vec::new();
-            apply(root, options, &stream, lsn, &record, &mut after)?;
-            for p in after {
-                discard(&p);
-            }
-            let d = stream.data.lock();
-            let deleted = d.deleted;
-            let state = d.state.clone();
-            drop(d);
-            {
-                let mut core = stream.core.lock();
-                core.state = state.clone();
-                core.last_lsn = lsn;
-                core.gone = deleted;
-            }
-            *stream.visible.lock() = Visible::of(&state, deleted);
-            if deleted {
-                registry.remove(&name);
-            }
-            replayed.streams.insert(name);
+        if let Some(&(lsn, _)) = scanned.records.last() {
+            end = end.max(lsn);
         }
+        records.extend(scanned.records);
         end = end.max(scanned.end_lsn);
     }
+
+    // The incarnations this journal deletes for good, and the last Create of each name.
+    let mut doomed: HashSet<(&str, &str)> = HashSet::new();
+    let mut last_create: HashMap<&str, usize> = HashMap::new();
+    for (i, (_, r)) in records.iter().enumerate() {
+        match r {
+            Record::Delete { soft: false, .. } => {
+                doomed.insert((r.name(), r.incarnation()));
+            }
+            Record::Create { .. } => {
+                last_create.insert(r.name(), i);
+            }
+            _ => {}
+        }
+    }
+
+    // What durable records made obsolete, removed together once the whole journal is replayed
+    // (one directory sync for all of them, not one per delete).
+    let mut obsolete = Vec::new();
+    for (i, (lsn, record)) in records.iter().enumerate() {
+        let lsn = *lsn;
+        replayed.records += 1;
+        let name = record.name();
+        if doomed.contains(&(name, record.incarnation())) {
+            if matches!(record, Record::Delete { soft: false, .. }) {
+                let recreated = last_create.get(name).is_some_and(|&c| c > i);
+                replay_doomed_delete(
+                    root,
+                    options,
+                    id,
+                    registry,
+                    lsn,
+                    record,
+                    recreated,
+                    &mut obsolete,
+                )?;
+                replayed.streams.insert(name.to_owned());
+            }
+            continue;
+        }
+        let Some(stream) = replay_target(root, options, id, registry, lsn, record)? else {
+            continue;
+        };
+        if stream.incarnation.as_str() != record.incarnation() {
+            continue;
+        }
+        apply(root, options, &stream, lsn, record, &mut obsolete)?;
+        let d = stream.data.lock();
+        let deleted = d.deleted;
+        let state = d.state.clone();
+        drop(d);
+        {
+            let mut core = stream.core.lock();
+            core.state = state.clone();
+            core.last_lsn = lsn;
+            core.gone = deleted;
+        }
+        *stream.visible.lock() = Visible::of(&state, deleted);
+        if deleted {
+            registry.remove(name);
+        }
+        replayed.streams.insert(name.to_owned());
+    }
+    discard_all(&obsolete);
     Ok(end)
+}
+
+/// Replays the delete that ends an incarnation whose earlier records were skipped: what of it
+/// is on disk goes to `obsolete`. That is its directory when its sidecar names it (it was
+/// checkpointed), or when the directory has no sidecar at all and no later Create of the name
+/// in this journal will clear it (its files were written after the last checkpoint). A
+/// directory with another incarnation's sidecar, or one a later Create rebuilds, is left alone.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the replay's context, passed through"
+)]
+fn replay_doomed_delete(
+    root: &Path,
+    options: &Options,
+    id: usize,
+    registry: &mut HashMap<String, Arc<Stream>>,
+    lsn: u64,
+    record: &Record,
+    recreated: bool,
+    obsolete: &mut Vec<PathBuf>,
+) -> Result<()> {
+    let name = record.name();
+    if let Some(s) = registry.get(name).cloned() {
+        // Registered by an earlier record of another incarnation: not this one's to remove.
+        if s.incarnation.as_str() != record.incarnation() {
+            return Ok(());
+        }
+    }
+    let sdir = fs::stream_dir(root, name);
+    fs::no_symlinks(&sdir)?;
+    match sidecar::load(&sdir)? {
+        Some(sc) if sc.state.config.incarnation == record.incarnation() => {
+            if let Some(s) = Stream::load(sdir, id, options.segment_bytes, |_| Ok(true))? {
+                apply(root, options, &s, lsn, record, obsolete)?;
+            }
+            registry.remove(name);
+        }
+        Some(_) => {}
+        None if sdir.exists() && !recreated => {
+            let trash =
+                root.join("trash")
+                    .join(format!("{}-{}", dir_key(&sdir), record.incarnation()));
+            std::fs::rename(&sdir, &trash)?;
+            obsolete.push(trash);
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 /// The stream a replayed `record` at `lsn` applies to, registering it on first mention; `None`

@@ -137,7 +137,10 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         Error::NotOnBoundary(_) | Error::InvalidOffset(_) => S::BAD_REQUEST,
         Error::RetentionBeyondSnapshot => S::CONFLICT,
         Error::SnapshotDeleteRefused => S::CONFLICT,
-        Error::Locked(_) | Error::Poisoned { .. } | Error::ShutDown => S::SERVICE_UNAVAILABLE,
+        Error::Locked(_)
+        | Error::Poisoned { .. }
+        | Error::ShutDown
+        | Error::TooManyOpenStreams { .. } => S::SERVICE_UNAVAILABLE,
         Error::Corrupt { .. } | Error::Io(_) => S::INTERNAL_SERVER_ERROR,
     }
 }

@@ -419,3 +419,68 @@ fn ks_named(
     let v: Vec<serde_json::Value> = serde_json::from_slice(&[b"[", &data[..], b"]"].concat())?;
     Ok(v.iter().filter_map(|m| m["k"].as_u64()).collect())
 }
+
+/// Every stream directory under `streams/`.
+fn stream_dirs(root: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    for fan in std::fs::read_dir(root.join("streams"))? {
+        for d in std::fs::read_dir(fan?.path())? {
+            out.push(d?.path());
+        }
+    }
+    Ok(out)
+}
+
+/// Churn between checkpoints (streams created, appended to and deleted), a checkpointed stream
+/// deleted, and a name deleted and created again, then a crash: recovery skips the incarnations
+/// the journal deletes, yet leaves no directory or trash of them, keeps the re-created stream's
+/// data, and the names can be created again.
+#[test]
+fn churn_replays_without_rebuilding_deleted_streams() -> R {
+    let dir = tempfile::tempdir()?;
+    let opts = Options::default()
+        .with_durability(Durability::Buffered)
+        .with_checkpoint_bytes(1 << 30);
+    let store = Store::open(dir.path(), opts)?;
+    let kept = name("churn/checkpointed");
+    store.create(&kept, typed("text/plain"))?;
+    store.append(&kept, AppendRequest::new("old"))?;
+    let again = name("churn/again");
+    store.create(&again, typed("text/plain"))?;
+    store.append(&again, AppendRequest::new("first life"))?;
+    store.checkpoint()?;
+    for i in 0..300 {
+        let s = name(&format!("churn/{i}"));
+        store.create(&s, typed("text/plain"))?;
+        store.append(&s, AppendRequest::new(format!("hello {i}")))?;
+        store.delete(&s, &Guard::NONE)?;
+    }
+    store.delete(&kept, &Guard::NONE)?;
+    store.delete(&again, &Guard::NONE)?;
+    store.create(&again, typed("text/plain"))?;
+    store.append(&again, AppendRequest::new("second life"))?;
+    let image = crash_image(store, dir.path())?;
+
+    let store = Store::open(image.path(), Options::default())?;
+    assert_eq!(read_to_tail(&store, &again, None)?.0, b"second life");
+    for n in [name("churn/0"), name("churn/299"), kept.clone()] {
+        assert!(
+            matches!(store.head(&n, &Guard::NONE), Err(Error::NotFound)),
+            "{n:?} survived its delete"
+        );
+    }
+    assert_eq!(
+        stream_dirs(image.path())?.len(),
+        1,
+        "only churn/again keeps a directory"
+    );
+    assert_eq!(std::fs::read_dir(image.path().join("trash"))?.count(), 0);
+    store.create(&name("churn/7"), typed("text/plain"))?;
+    store.append(&name("churn/7"), AppendRequest::new("new"))?;
+    store.shutdown()?;
+    drop(store);
+    let store = Store::open(image.path(), Options::default())?;
+    assert_eq!(read_to_tail(&store, &name("churn/7"), None)?.0, b"new");
+    assert_eq!(read_to_tail(&store, &again, None)?.0, b"second life");
+    Ok(())
+}

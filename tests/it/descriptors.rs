@@ -107,13 +107,20 @@ async fn a_low_open_file_limit_bounds_open_streams_instead_of_poisoning() -> R {
                     .body("second")
                     .send()
                     .await?;
-                Ok::<_, reqwest::Error>((url, put.status().as_u16(), post.status().as_u16()))
+                let put_status = put.status().as_u16();
+                let post_status = post.status().as_u16();
+                let why = if post_status == 204 {
+                    String::new()
+                } else {
+                    post.text().await?
+                };
+                Ok::<_, reqwest::Error>((url, put_status, post_status, why))
             }));
         }
         for t in tasks {
-            let (url, put, post) = t.await??;
+            let (url, put, post, why) = t.await??;
             if (put, post) != (201, 204) {
-                failures.push(format!("{url}: PUT {put}, POST {post}"));
+                failures.push(format!("{url}: PUT {put}, POST {post} {why}"));
             }
         }
     }
