@@ -173,6 +173,17 @@ pub enum Error {
         /// The failure that poisoned the shard.
         source: Arc<std::io::Error>,
     },
+    /// The write reached the journal file, but a later step of its commit (applying it to the
+    /// stream's files, or the sync) failed: it may or may not survive a restart, so it was not
+    /// acknowledged, and the shard is poisoned with `source`. Retrying a plain append may
+    /// duplicate it; a retry with the same producer headers (or Stream-Seq) is safe.
+    #[error(
+        "the write's outcome is unknown: it reached the journal, then the commit failed; reopen the store"
+    )]
+    OutcomeUnknown {
+        /// The failure after the journal write.
+        source: Arc<std::io::Error>,
+    },
     /// The store was shut down.
     #[error("the store is shut down")]
     ShutDown,
@@ -234,7 +245,11 @@ impl Error {
             Error::SnapshotDeleteRefused => "SNAPSHOT_DELETE_REFUSED",
             Error::Locked(_) => "STORE_LOCKED",
             Error::Corrupt { .. } => "CORRUPT",
+            Error::Poisoned { source } if source.kind() == std::io::ErrorKind::StorageFull => {
+                "INSUFFICIENT_STORAGE"
+            }
             Error::Poisoned { .. } => "POISONED",
+            Error::OutcomeUnknown { .. } => "OUTCOME_UNKNOWN",
             Error::ShutDown => "SHUT_DOWN",
             Error::Io(_) => "IO_ERROR",
         }

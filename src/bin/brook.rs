@@ -53,6 +53,16 @@ struct ServeArgs {
     /// from its last offset), in milliseconds.
     #[arg(long, alias = "sse-reconnect-ms", default_value_t = 60_000)]
     sse_max_duration_ms: u64,
+    /// How long a request body may deliver nothing before the request is refused with 408.
+    #[arg(long, default_value_t = 30_000)]
+    body_read_timeout_ms: u64,
+    /// How long a connection's writes may make no progress (its peer reads nothing) before it
+    /// is closed.
+    #[arg(long, default_value_t = 60_000)]
+    write_stall_timeout_ms: u64,
+    /// How long shutdown waits for open requests before dropping their connections.
+    #[arg(long, default_value_t = 10_000)]
+    shutdown_grace_ms: u64,
     /// What an acknowledged write survives.
     #[arg(long, value_enum, default_value = "sync")]
     durability: DurabilityArg,
@@ -147,6 +157,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     let config = ServerConfig {
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
+        body_read_timeout: Duration::from_millis(args.body_read_timeout_ms),
+        write_stall_timeout: Duration::from_millis(args.write_stall_timeout_ms),
+        shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
         private_cache: args.private_cache,
         public_url: args.public_url.clone(),
         ..ServerConfig::default()

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -277,10 +277,14 @@ impl Shard {
         };
         if self.poison.get().is_some() {
             batch.finish(false);
-        } else if let Err(e) = self.commit(w, &buf, &items) {
+        } else if let Err((e, written)) = self.commit(w, &buf, &items) {
             // The cause is recorded before the batch fails, so its writers see it.
             self.poison(e);
-            batch.finish(false);
+            if written {
+                batch.finish_unknown();
+            } else {
+                batch.finish(false);
+            }
         } else {
             batch.finish(true);
             w.written += buf.len() as u64;
@@ -391,9 +395,29 @@ impl Shard {
     /// durable view, advance the durable LSN, and remove the files the batch made obsolete.
     ///
     /// Called under `writer`; takes each stream's `data` then `visible` (never `core`).
-    fn commit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
+    ///
+    /// On failure, says whether the batch may be in the journal (`true`): a journal write that
+    /// fails is cut back off the file (`false`, nothing of the batch stays) unless that fails too.
+    fn commit(
+        &self,
+        w: &mut Writer,
+        buf: &[u8],
+        items: &[Queued],
+    ) -> std::result::Result<(), (Error, bool)> {
         // Step 3: one write for the batch, then the records' effects on the streams' files.
-        w.file.write_all(buf)?;
+        if let Err(e) = w.file.write_all(buf) {
+            let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
+            let cut = w
+                .file
+                .set_len(start)
+                .and_then(|()| w.file.seek(std::io::SeekFrom::Start(start)).map(drop));
+            return Err((e.into(), cut.is_err()));
+        }
+        self.apply_and_sync(w, buf, items).map_err(|e| (e, true))
+    }
+
+    /// Steps 3 (apply) to 5 for a batch already written to the journal file.
+    fn apply_and_sync(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
         let mut after: Vec<PathBuf> = Vec::new();
         w.touched.clear();
         for it in items {

@@ -3,7 +3,8 @@
 //! Every accepted write returns a [`Ticket`] inside its `Pending`: the caller acknowledges only
 //! once the ticket resolves, so nothing is acknowledged before it is durable (write-path step 5).
 //! A ticket resolves to `Err(Error::Poisoned)`, carrying the shard's first failure, if its shard
-//! was poisoned before the ticket's record became durable.
+//! was poisoned before the ticket's record reached the journal (nothing of it is stored), and to
+//! `Err(Error::OutcomeUnknown)` if its batch reached the journal file and a later step failed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -18,8 +19,10 @@ use super::shard::Shard;
 const PENDING: u8 = 0;
 /// [`Batch::state`] once the batch is durable.
 const DURABLE: u8 = 1;
-/// [`Batch::state`] once the batch failed (its shard is poisoned).
+/// [`Batch::state`] once the batch failed before any of it stayed in the journal.
 const FAILED: u8 = 2;
+/// [`Batch::state`] once the batch failed after it was written to the journal file.
+const UNKNOWN: u8 = 3;
 
 /// The completion of one journal batch: every record in it becomes durable (or fails) at once,
 /// so only the writers waiting on this batch are woken when it is synced.
@@ -43,6 +46,13 @@ impl Batch {
     pub(super) fn finish(&self, ok: bool) {
         self.state
             .store(if ok { DURABLE } else { FAILED }, Ordering::Release);
+        self.event.notify(usize::MAX);
+    }
+
+    /// Marks the batch failed after its records were written to the journal file (they may be
+    /// replayed after a restart) and wakes its writers. The shard's cause must be recorded.
+    pub(super) fn finish_unknown(&self) {
+        self.state.store(UNKNOWN, Ordering::Release);
         self.event.notify(usize::MAX);
     }
 }
@@ -82,6 +92,10 @@ impl Ticket {
             return match b.state.load(Ordering::Acquire) {
                 PENDING => None,
                 DURABLE => Some(Ok(())),
+                UNKNOWN => Some(Err(match self.shard.poisoned_error() {
+                    crate::Error::Poisoned { source } => crate::Error::OutcomeUnknown { source },
+                    other => other,
+                })),
                 _ => Some(Err(self.shard.poisoned_error())),
             };
         }

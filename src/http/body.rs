@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Buf, Bytes, BytesMut};
@@ -76,10 +77,13 @@ impl http_body::Body for Pieces {
 /// larger body is refused with 413 as soon as that is known: from its `Content-Length` before
 /// reading anything, or once the bytes read pass the limit, never after buffering all of it.
 /// A body that arrives in one frame (a small one nearly always does) is returned as it is.
+///
+/// A body that delivers nothing for `idle` is refused with 408 (`REQUEST_TIMEOUT`).
 pub(crate) async fn read_body(
     mut body: Body,
     declared: Option<u64>,
     limit: usize,
+    idle: Duration,
 ) -> Result<Bytes, ApiError> {
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit as u64));
@@ -88,7 +92,10 @@ pub(crate) async fn read_body(
     let mut more: Option<BytesMut> = None;
     let mut total = 0usize;
     while !http_body::Body::is_end_stream(&body) {
-        let Some(frame) = body.frame().await else {
+        let Some(frame) = next_frame(&mut body, idle)
+            .await
+            .map_err(|_| ApiError::body_timeout(idle))?
+        else {
             break;
         };
         let Ok(frame) = frame else {
@@ -116,6 +123,19 @@ pub(crate) async fn read_body(
         }
     }
     Ok(more.map_or(first, BytesMut::freeze))
+}
+
+/// The body's next frame, waiting at most `idle` for it (`Err` when it did not come). A frame
+/// already there (as a small body's nearly always is) is taken without arming a timer.
+async fn next_frame(
+    body: &mut Body,
+    idle: Duration,
+) -> Result<Option<Result<Frame<Bytes>, axum::Error>>, tokio::time::error::Elapsed> {
+    let mut next = body.frame();
+    if let Some(ready) = futures_util::FutureExt::now_or_never(&mut next) {
+        return Ok(ready);
+    }
+    tokio::time::timeout(idle, next).await
 }
 
 /// A blocking [`io::Read`] over a request body that an async task pumps in, so the engine can
@@ -155,6 +175,8 @@ pub(crate) struct PumpStatus {
     overflow: Arc<AtomicBool>,
     /// Set when the body could not be read.
     failed: Arc<AtomicBool>,
+    /// Set when the body delivered nothing for the idle limit (`failed` is set too).
+    timed_out: Arc<AtomicBool>,
 }
 
 impl PumpStatus {
@@ -167,6 +189,11 @@ impl PumpStatus {
     pub(crate) fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
     }
+
+    /// The body stalled past its idle limit.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::Acquire)
+    }
 }
 
 /// A reader for a body of at most `limit` bytes, and the task that feeds it. Run the task
@@ -175,6 +202,7 @@ impl PumpStatus {
 pub(crate) fn pump(
     body: Body,
     limit: u64,
+    idle: Duration,
 ) -> (
     ChannelReader,
     PumpStatus,
@@ -187,7 +215,18 @@ pub(crate) fn pump(
         let mut body = body;
         let mut total = 0u64;
         loop {
-            let item = match body.frame().await {
+            let Ok(next) = next_frame(&mut body, idle).await else {
+                flags.failed.store(true, Ordering::Release);
+                flags.timed_out.store(true, Ordering::Release);
+                let _ = tx
+                    .send(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the request body stalled",
+                    )))
+                    .await;
+                return;
+            };
+            let item = match next {
                 None => return,
                 Some(Err(_)) => {
                     flags.failed.store(true, Ordering::Release);

@@ -68,6 +68,18 @@ impl ApiError {
         }
     }
 
+    /// 408 `REQUEST_TIMEOUT`: the request body delivered nothing for `idle`.
+    pub(crate) fn body_timeout(idle: std::time::Duration) -> Self {
+        ApiError::Http {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "REQUEST_TIMEOUT",
+            detail: format!(
+                "the request body delivered no bytes for {} ms; nothing was written",
+                idle.as_millis()
+            ),
+        }
+    }
+
     /// 404 `NOT_FOUND` for a path under a reserved prefix that no route serves.
     pub(crate) fn no_such_route(path: &str) -> Self {
         ApiError::Http {
@@ -137,8 +149,12 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         Error::NotOnBoundary(_) | Error::InvalidOffset(_) => S::BAD_REQUEST,
         Error::RetentionBeyondSnapshot => S::CONFLICT,
         Error::SnapshotDeleteRefused => S::CONFLICT,
+        Error::Poisoned { source } if source.kind() == std::io::ErrorKind::StorageFull => {
+            S::INSUFFICIENT_STORAGE
+        }
         Error::Locked(_)
         | Error::Poisoned { .. }
+        | Error::OutcomeUnknown { .. }
         | Error::ShutDown
         | Error::TooManyOpenStreams { .. } => S::SERVICE_UNAVAILABLE,
         Error::Corrupt { .. } | Error::Io(_) => S::INTERNAL_SERVER_ERROR,

@@ -94,11 +94,20 @@ pub struct ServerConfig {
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
+    /// How long a request body may deliver no bytes before the request is refused with `408`
+    /// (a stalled upload holds what it sent so far). Default 30 s.
+    pub body_read_timeout: Duration,
+    /// How long a connection's writes may make no progress (the peer reads nothing) before the
+    /// connection is closed. Default 60 s.
+    pub write_stall_timeout: Duration,
+    /// How long shutdown waits for open requests after it stopped accepting; connections still
+    /// open then are dropped. Default 10 s.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
     /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
-    /// `Host`.
+    /// `Host`, 30 s body reads, 60 s write stalls, 10 s of shutdown grace.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
@@ -106,6 +115,9 @@ impl Default for ServerConfig {
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
             public_url: None,
+            body_read_timeout: Duration::from_secs(30),
+            write_stall_timeout: Duration::from_mins(1),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -233,6 +245,7 @@ pub async fn serve(
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
         let open = Open::count(app.connections.clone());
+        let socket = socket::Socket::new(stream, sendfile, app.config.write_stall_timeout);
         let app = app.clone();
         let ends = Arc::new(body::Ends::default());
         let service =
@@ -257,8 +270,7 @@ pub async fn serve(
                     Ok::<_, std::convert::Infallible>(res)
                 }
             });
-        let conn =
-            builder.serve_connection(TokioIo::new(socket::Socket::new(stream, sendfile)), service);
+        let conn = builder.serve_connection(TokioIo::new(socket), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             // A connection's error (reset, malformed request) concerns that connection only.
@@ -269,7 +281,15 @@ pub async fn serve(
     drop(listener);
     // Live readers watch this and answer (204, end of SSE) at once.
     let _ = signal.send(true);
-    graceful.shutdown().await;
+    if tokio::time::timeout(app.config.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace = ?app.config.shutdown_grace,
+            "connections still open after the shutdown grace period are dropped"
+        );
+    }
     Ok(())
 }
 

@@ -57,7 +57,7 @@ pub(crate) async fn publish_snapshot(
     if content_length(h).is_some_and(|n| n > limit) {
         return Err(ApiError::too_large(limit));
     }
-    let (mut reader, status, feed) = pump(body, limit);
+    let (mut reader, status, feed) = pump(body, limit, app.config.body_read_timeout);
     let store = app.store.clone();
     let publish = blocking(Op::Snapshot, move || {
         let req = PublishSnapshot {
@@ -76,6 +76,9 @@ pub(crate) async fn publish_snapshot(
     } = match published {
         Ok(v) => v,
         Err(_) if status.overflowed() => return Err(ApiError::too_large(limit)),
+        Err(_) if status.timed_out() => {
+            return Err(ApiError::body_timeout(app.config.body_read_timeout));
+        }
         Err(_) if status.failed() => {
             return Err(ApiError::bad_request(
                 "INVALID_BODY",

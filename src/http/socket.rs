@@ -11,14 +11,21 @@
 //! (headers, small or heap slices) is written by `writev`, one call for the run of slices
 //! before the next large mapped one. Each call writes from one source only and returns what it
 //! wrote; hyper calls again for the rest.
+//!
+//! A peer that stops reading is cut off: once writes have made no progress for the stall limit
+//! (the socket's buffers full all along), the next write fails with `TimedOut` and hyper closes
+//! the connection. Without it, a reader that never reads would hold its connection, and the
+//! frames queued for it, for as long as it likes.
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 use crate::segment::{FileRange, file_range};
 
@@ -33,20 +40,55 @@ pub(crate) struct Socket {
     /// Whether large mapped slices go by `sendfile`: only if SIGPIPE cannot end the process
     /// (sendfile has no `MSG_NOSIGNAL`), and not after a `sendfile` on this connection failed.
     sendfile: bool,
+    /// How long writes may make no progress before the connection is given up.
+    stall_limit: Duration,
+    /// Armed at the first write that could not proceed since the last one that did; made on
+    /// the first stall (most connections never have one).
+    stall: Option<Pin<Box<Sleep>>>,
+    /// A write is pending and `stall` runs for it.
+    stalled: bool,
     /// Bytes this connection sent with `sendfile`.
     #[cfg(test)]
     file_bytes: u64,
 }
 
 impl Socket {
-    /// Serves `tcp`, sending mapped slices with `sendfile` if `sendfile` is true.
-    pub(crate) fn new(tcp: TcpStream, sendfile: bool) -> Socket {
+    /// Serves `tcp`, sending mapped slices with `sendfile` if `sendfile` is true, and giving up
+    /// on a peer whose socket accepts nothing for `stall_limit`.
+    pub(crate) fn new(tcp: TcpStream, sendfile: bool, stall_limit: Duration) -> Socket {
         Socket {
             tcp,
             sendfile,
+            stall_limit,
+            stall: None,
+            stalled: false,
             #[cfg(test)]
             file_bytes: 0,
         }
+    }
+
+    /// Passes a write's outcome on, timing how long writes stay pending: a write that is still
+    /// pending `stall_limit` after the first one that could not proceed fails with `TimedOut`.
+    fn guard<T>(&mut self, cx: &mut Context<'_>, res: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if res.is_ready() {
+            self.stalled = false;
+            return res;
+        }
+        let limit = self.stall_limit;
+        let timer = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if !self.stalled {
+            self.stalled = true;
+            timer.as_mut().reset(Instant::now() + limit);
+        }
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer accepted no bytes within the write stall limit",
+            )));
+        }
+        Poll::Pending
     }
 
     /// The file range behind `slice`, if it is to be sent with `sendfile`.
@@ -119,10 +161,11 @@ impl AsyncWrite for Socket {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match this.file_range(buf) {
+        let res = match this.file_range(buf) {
             Some(at) => this.poll_send_file(cx, buf, &at),
             None => Pin::new(&mut this.tcp).poll_write(cx, buf),
-        }
+        };
+        this.guard(cx, res)
     }
 
     /// The first slice, if it is a large mapped one, by `sendfile`; otherwise one `writev` of the
@@ -137,13 +180,16 @@ impl AsyncWrite for Socket {
         for (i, buf) in bufs.iter().enumerate() {
             if let Some(at) = this.file_range(buf) {
                 if i == 0 {
-                    return this.poll_send_file(cx, buf, &at);
+                    let res = this.poll_send_file(cx, buf, &at);
+                    return this.guard(cx, res);
                 }
                 plain = i;
                 break;
             }
         }
-        Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs.get(..plain).unwrap_or(bufs))
+        let res =
+            Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs.get(..plain).unwrap_or(bufs));
+        this.guard(cx, res)
     }
 
     /// True: hyper then queues the body's `Bytes` as they are (a flattening IO would have them
@@ -154,7 +200,9 @@ impl AsyncWrite for Socket {
 
     /// Nothing is buffered here: flushes the TCP stream.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.tcp).poll_flush(cx);
+        this.guard(cx, res)
     }
 
     /// Shuts the TCP stream's write side down.
@@ -179,7 +227,10 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let client = TcpStream::connect(listener.local_addr()?).await?;
         let (server, _) = listener.accept().await?;
-        Ok((Socket::new(server, sendfile), client))
+        Ok((
+            Socket::new(server, sendfile, Duration::from_mins(1)),
+            client,
+        ))
     }
 
     /// Writes all of `pieces` the way hyper flushes its queue (vectored writes, advancing past
@@ -295,6 +346,39 @@ mod tests {
         let (got, file_bytes) = send(socket, client, &views).await?;
         assert!(got == data[123..], "bytes differ");
         assert_eq!(file_bytes, data.len() as u64 - 123);
+        Ok(())
+    }
+
+    /// A peer that reads nothing: writes fill the socket's buffers, then stay pending, and the
+    /// write pending at the stall limit fails with `TimedOut`. A peer that reads again in time
+    /// resets the clock.
+    #[tokio::test]
+    async fn a_peer_that_stops_reading_is_given_up_after_the_stall_limit() -> R {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let mut client = TcpStream::connect(listener.local_addr()?).await?;
+        let (server, _) = listener.accept().await?;
+        let limit = Duration::from_millis(300);
+        let mut socket = Socket::new(server, false, limit);
+        let chunk = vec![7u8; 64 << 10];
+        let started = std::time::Instant::now();
+        let mut written = 0usize;
+        let err = loop {
+            match std::future::poll_fn(|cx| Pin::new(&mut socket).poll_write(cx, &chunk)).await {
+                Ok(n) => written += n,
+                Err(e) => break e,
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "never timed out"
+            );
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(written > 0);
+        assert!(started.elapsed() >= limit);
+        // The client still gets what was written before the stall.
+        let mut got = vec![0u8; 1024];
+        client.read_exact(&mut got).await?;
+        assert!(got.iter().all(|&b| b == 7));
         Ok(())
     }
 

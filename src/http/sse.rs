@@ -397,6 +397,10 @@ impl Sse {
     }
 }
 
+/// The most stream data one SSE event carries (before base64), unless one JSON message alone is
+/// larger: the bound on what a slow reader's connection holds.
+pub(crate) const SSE_EVENT_BYTES: u64 = 256 << 10;
+
 /// `live=sse`: catch-up chunks, each as a data event followed by its control event, then live
 /// data as it becomes durable, until the stream is closed (final control with
 /// `streamClosed: true`), the connection's lifetime is up, or the server shuts down.
@@ -408,13 +412,19 @@ pub(super) async fn respond(
     expect: Option<Incarnation>,
 ) -> Result<Response, ApiError> {
     let from = resume_from(headers, p.from)?;
+    // Events carry at most SSE_EVENT_BYTES of data (a single larger JSON message whole), so a
+    // connection whose reader is slow holds at most about one event in memory.
+    let max_bytes = Some(
+        p.max_bytes
+            .map_or(SSE_EVENT_BYTES, |m| m.min(SSE_EVENT_BYTES)),
+    );
     // The first read happens before the response starts, so a missing stream is still a 404.
     let first = read_chunk(
         app,
         &name,
         ReadRequest {
             from,
-            max_bytes: p.max_bytes,
+            max_bytes,
             expect,
         },
     )
@@ -446,7 +456,7 @@ pub(super) async fn respond(
         incarnation: first.incarnation.clone(),
         encoding,
         json: is_json(&first.content_type),
-        max_bytes: p.max_bytes,
+        max_bytes,
         next: first.start,
         announced: false,
         cursor_floor: response_cursor(p.cursor, SystemTime::now()),

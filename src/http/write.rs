@@ -147,7 +147,13 @@ pub(crate) async fn create(
         expect: incarnation_of(w.incarnation)?,
     };
     let declared = content_length_of(w.content_length);
-    let data = read_body(body, declared, app.store.options().max_append_bytes()).await?;
+    let data = read_body(
+        body,
+        declared,
+        app.store.options().max_append_bytes(),
+        app.config.body_read_timeout,
+    )
+    .await?;
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
     let n = name.clone();
@@ -191,7 +197,13 @@ pub(crate) async fn append(
     let stream_seq = parse_stream_seq(bytes_of(w.stream_seq))?;
     let expect = incarnation_of(w.incarnation)?;
     let declared = content_length_of(w.content_length);
-    let data = read_body(body, declared, app.store.options().max_append_bytes()).await?;
+    let data = read_body(
+        body,
+        declared,
+        app.store.options().max_append_bytes(),
+        app.config.body_read_timeout,
+    )
+    .await?;
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
     let content_type = if data.is_empty() {

@@ -11,6 +11,7 @@ mod corruption;
 mod crash;
 #[cfg(feature = "http")]
 mod descriptors;
+mod disk_full;
 mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
@@ -26,6 +27,8 @@ mod http_incarnation;
 mod http_seed;
 #[cfg(feature = "http")]
 mod http_sendfile;
+#[cfg(feature = "http")]
+mod http_slow;
 #[cfg(feature = "http")]
 mod http_sse_resume;
 #[cfg(feature = "http")]
