@@ -192,52 +192,161 @@ pub(super) fn replay_shard(
     // What durable records made obsolete, removed together once the whole journal is replayed
     // (one directory sync for all of them, not one per delete).
     let mut obsolete = Vec::new();
+    // Streams whose records could not be applied (a damaged stream directory), with the
+    // records kept for them.
+    let mut damaged: HashMap<&str, Vec<(u64, &Record)>> = HashMap::new();
+    let lookahead = Lookahead {
+        doomed: &doomed,
+        last_create: &last_create,
+    };
     for (i, (lsn, record)) in records.iter().enumerate() {
         let lsn = *lsn;
         replayed.records += 1;
         let name = record.name();
-        if doomed.contains(&(name, record.incarnation())) {
-            if matches!(record, Record::Delete { soft: false, .. }) {
-                let recreated = last_create.get(name).is_some_and(|&c| c > i);
-                replay_doomed_delete(
-                    root,
-                    options,
-                    id,
-                    registry,
-                    lsn,
-                    record,
-                    recreated,
-                    &mut obsolete,
-                )?;
+        if let Some(kept) = damaged.get_mut(name) {
+            kept.push((lsn, record));
+            continue;
+        }
+        let at = Position { i, lsn };
+        match replay_one(
+            root,
+            options,
+            id,
+            registry,
+            at,
+            record,
+            &lookahead,
+            &mut obsolete,
+        ) {
+            Ok(()) => {
                 replayed.streams.insert(name.to_owned());
             }
-            continue;
+            Err(e) if is_damage(&e) => {
+                tracing::error!(
+                    stream = name,
+                    error = %e,
+                    "stream damaged: its journal records are kept in quarantine/, and it answers CORRUPT until repaired"
+                );
+                registry.remove(name);
+                damaged.insert(name, vec![(lsn, record)]);
+            }
+            Err(e) => return Err(e),
         }
-        let Some(stream) = replay_target(root, options, id, registry, lsn, record)? else {
-            continue;
-        };
-        if stream.incarnation.as_str() != record.incarnation() {
-            continue;
-        }
-        apply(root, options, &stream, lsn, record, &mut obsolete)?;
-        let d = stream.data.lock();
-        let deleted = d.deleted;
-        let state = d.state.clone();
-        drop(d);
-        {
-            let mut core = stream.core.lock();
-            core.state = state.clone();
-            core.last_lsn = lsn;
-            core.gone = deleted;
-        }
-        *stream.visible.lock() = Visible::of(&state, deleted);
-        if deleted {
-            registry.remove(name);
-        }
-        replayed.streams.insert(name.to_owned());
+    }
+    for (name, kept) in &damaged {
+        keep_records(root, id, name, kept)?;
     }
     discard_all(&obsolete);
     Ok(end)
+}
+
+/// Whether a replay failure means the stream's own files are damaged (isolate the stream), not
+/// that the store cannot work now (a full disk, no descriptors: the open fails and is retried).
+fn is_damage(e: &Error) -> bool {
+    match e {
+        Error::Corrupt { .. } => true,
+        Error::Io(io) => matches!(
+            io.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
+        ),
+        _ => false,
+    }
+}
+
+/// What replay knows of the whole journal before it applies any record.
+struct Lookahead<'a> {
+    /// The incarnations the journal deletes for good.
+    doomed: &'a HashSet<(&'a str, &'a str)>,
+    /// The index of the last Create of each name.
+    last_create: &'a HashMap<&'a str, usize>,
+}
+
+/// Where a record is in the replayed journal: its index among the records, and its LSN.
+#[derive(Clone, Copy)]
+struct Position {
+    i: usize,
+    lsn: u64,
+}
+
+/// Replays one record (see [`replay_shard`]): skipped, applied, or for a doomed incarnation's
+/// final delete, [`replay_doomed_delete`]. An error concerns this record's stream only, unless
+/// the caller decides otherwise.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the replay's context, passed through"
+)]
+fn replay_one(
+    root: &Path,
+    options: &Options,
+    id: usize,
+    registry: &mut HashMap<String, Arc<Stream>>,
+    at: Position,
+    record: &Record,
+    ahead: &Lookahead<'_>,
+    obsolete: &mut Vec<PathBuf>,
+) -> Result<()> {
+    let (name, lsn) = (record.name(), at.lsn);
+    if ahead.doomed.contains(&(name, record.incarnation())) {
+        if matches!(record, Record::Delete { soft: false, .. }) {
+            let recreated = ahead.last_create.get(name).is_some_and(|&c| c > at.i);
+            replay_doomed_delete(
+                root, options, id, registry, lsn, record, recreated, obsolete,
+            )?;
+        }
+        return Ok(());
+    }
+    let Some(stream) = replay_target(root, options, id, registry, lsn, record)? else {
+        return Ok(());
+    };
+    if stream.incarnation.as_str() != record.incarnation() {
+        return Ok(());
+    }
+    apply(root, options, &stream, lsn, record, obsolete)?;
+    let d = stream.data.lock();
+    let deleted = d.deleted;
+    let state = d.state.clone();
+    drop(d);
+    {
+        let mut core = stream.core.lock();
+        core.state = state.clone();
+        core.last_lsn = lsn;
+        core.gone = deleted;
+    }
+    *stream.visible.lock() = Visible::of(&state, deleted);
+    if deleted {
+        registry.remove(name);
+    }
+    Ok(())
+}
+
+/// Keeps the journal records of a stream that replay could not apply in
+/// `quarantine/{shard:02}-{key}-{first lsn:020}.wal` (a journal file of just those records,
+/// synced), so the checkpoint that follows recovery does not take them away with the old
+/// journal.
+fn keep_records(root: &Path, id: usize, name: &str, kept: &[(u64, &Record)]) -> Result<()> {
+    let Some(&(first, _)) = kept.first() else {
+        return Ok(());
+    };
+    let qdir = root.join("quarantine");
+    std::fs::create_dir_all(&qdir)?;
+    let key = dir_key(&fs::stream_dir(root, name));
+    let path = qdir.join(format!("{id:02}-{key}-{first:020}.wal"));
+    let mut buf = journal::file_header(id as u32, first);
+    for (_, r) in kept {
+        r.encode_frame(&mut buf);
+    }
+    let mut f = File::create(&path)?;
+    f.write_all(&buf)?;
+    f.sync_all()?;
+    fs::sync_dir(&qdir)?;
+    fs::sync_dir(root)?;
+    tracing::error!(
+        stream = name,
+        records = kept.len(),
+        path = %path.display(),
+        "journal records of a damaged stream kept"
+    );
+    Ok(())
 }
 
 /// Replays the delete that ends an incarnation whose earlier records were skipped: what of it

@@ -56,6 +56,16 @@ impl Engine {
             },
         )?;
         let Some(s) = loaded else {
+            if dir.exists() {
+                // Segments without a sidecar: a create that never became durable (its files
+                // outran its record before a power loss), or a sidecar lost to damage. Either
+                // way no stream is known here; a create of the name clears the directory.
+                tracing::warn!(
+                    stream = name,
+                    dir = %dir.display(),
+                    "stream directory has no sidecar: answering as if the stream did not exist"
+                );
+            }
             return Ok(None);
         };
         self.register(&mut reg, name, s.clone());

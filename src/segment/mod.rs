@@ -162,8 +162,18 @@ impl Segment {
     fn open(dir: &Path, base_bytes: u64) -> Result<Segment> {
         let lp = log_path(dir, base_bytes);
         let ip = idx_path(dir, base_bytes);
-        let log = Arc::new(OpenOptions::new().read(true).write(true).open(&lp)?);
-        let idx = OpenOptions::new().read(true).write(true).open(&ip)?;
+        let open = |p: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => Error::corrupt(p, "segment file is missing"),
+                    _ => e.into(),
+                })
+        };
+        let log = Arc::new(open(&lp)?);
+        let idx = open(&ip)?;
         let log_cap = log.metadata()?.len();
         let idx_len = idx.metadata()?.len();
         if idx_len < IDX_HEADER || !(idx_len - IDX_HEADER).is_multiple_of(ENTRY) {

@@ -496,3 +496,72 @@ fn a_stream_directory_that_is_a_symlink_is_not_followed() -> R {
     );
     Ok(())
 }
+
+/// The directory of the stream `n` under `root` (the one whose sidecar names it).
+fn dir_of(root: &Path, n: &str) -> std::io::Result<Option<PathBuf>> {
+    for fan in std::fs::read_dir(root.join("streams"))? {
+        for d in std::fs::read_dir(fan?.path())? {
+            let d = d?.path();
+            for slot in ["meta.0", "meta.1"] {
+                if std::fs::read(d.join(slot))
+                    .is_ok_and(|m| m.windows(n.len()).any(|w| w == n.as_bytes()))
+                {
+                    return Ok(Some(d));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A stream whose segment log or index was lost while the journal still held its records: the
+/// store opens anyway, the other streams are served, that stream is `Corrupt`, and its journal
+/// records are kept in `quarantine/` (a second restart still opens).
+#[test]
+fn a_damaged_stream_is_isolated_and_its_records_kept() -> R {
+    for victim_ext in ["log", "idx"] {
+        let dir = tempfile::tempdir()?;
+        let (a, b) = (name("iso/a"), name("iso/b"));
+        let store = Store::open(dir.path(), options())?;
+        for n in [&a, &b] {
+            store.create(n, typed("text/plain"))?;
+            store.append(n, AppendRequest::new("checkpointed,"))?;
+        }
+        store.checkpoint()?;
+        for n in [&a, &b] {
+            store.append(n, AppendRequest::new("journal only"))?;
+        }
+        let image = crash_image(store, dir.path())?;
+        let a_dir = dir_of(image.path(), "iso/a")?.ok_or("no directory for iso/a")?;
+        for e in std::fs::read_dir(&a_dir)? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == victim_ext) {
+                std::fs::remove_file(p)?;
+            }
+        }
+        for round in 0..2 {
+            let store = Store::open(image.path(), options())?;
+            assert_eq!(
+                read_to_tail(&store, &b, None)?.0,
+                b"checkpointed,journal only",
+                "{victim_ext} round {round}"
+            );
+            match store.read(&a, &ReadRequest::from(ReadFrom::Start)) {
+                Err(Error::Corrupt { path, .. }) => {
+                    assert!(path.starts_with(&a_dir), "{victim_ext}: {}", path.display());
+                }
+                other => panic!("{victim_ext} round {round}: read of the damaged stream: {other:?}"),
+            }
+            store.shutdown()?;
+        }
+        let kept: Vec<_> = std::fs::read_dir(image.path().join("quarantine"))?
+            .collect::<std::io::Result<_>>()?;
+        assert_eq!(kept.len(), 1, "{victim_ext}: one quarantined journal");
+        let bytes = std::fs::read(kept[0].path())?;
+        assert!(
+            bytes.windows(12).any(|w| w == b"journal only"),
+            "{victim_ext}: the quarantined journal lacks the record"
+        );
+    }
+    Ok(())
+}
