@@ -223,7 +223,10 @@ pub async fn serve(
         );
     }
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).keep_alive(true);
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .max_headers(request::PARSED_HEADERS);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {

@@ -94,6 +94,7 @@ pub(crate) async fn dispatch(
     body: Body,
 ) -> Result<Response, ApiError> {
     const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
+    request::within_limits(&parts)?;
     request::no_repeated_singletons(&parts.headers)?;
     request::valid_host(&parts)?;
     let route = parse_route(parts.uri.path())?;

@@ -550,12 +550,14 @@ fn a_damaged_stream_is_isolated_and_its_records_kept() -> R {
                 Err(Error::Corrupt { path, .. }) => {
                     assert!(path.starts_with(&a_dir), "{victim_ext}: {}", path.display());
                 }
-                other => panic!("{victim_ext} round {round}: read of the damaged stream: {other:?}"),
+                other => {
+                    panic!("{victim_ext} round {round}: read of the damaged stream: {other:?}")
+                }
             }
             store.shutdown()?;
         }
-        let kept: Vec<_> = std::fs::read_dir(image.path().join("quarantine"))?
-            .collect::<std::io::Result<_>>()?;
+        let kept: Vec<_> =
+            std::fs::read_dir(image.path().join("quarantine"))?.collect::<std::io::Result<_>>()?;
         assert_eq!(kept.len(), 1, "{victim_ext}: one quarantined journal");
         let bytes = std::fs::read(kept[0].path())?;
         assert!(

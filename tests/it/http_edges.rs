@@ -179,3 +179,36 @@ async fn offsets_whose_halves_disagree_are_refused() -> R {
     r.refused(400, "INVALID_OFFSET");
     Ok(())
 }
+
+/// Requests over brook's header and target limits get problem+json refusals (431, 414), not
+/// hyper's bare ones, up to where hyper itself stops parsing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_get_problem_json_refusals() -> R {
+    let s = Server::start().await?;
+    let many: String = (0..150).map(|i| format!("\r\nX-Filler-{i}: v")).collect();
+    let (status, text) = raw(
+        &s,
+        &format!("GET /edges/x HTTP/1.1\r\nHost: b.test{many}"),
+        "",
+    )
+    .await?;
+    assert_eq!(status, 431, "{text}");
+    assert!(text.contains("REQUEST_HEADER_FIELDS_TOO_LARGE") && text.contains("problem+json"));
+    let big = format!("\r\nX-Big: {}", "v".repeat(70 << 10));
+    let (status, text) = raw(
+        &s,
+        &format!("GET /edges/x HTTP/1.1\r\nHost: b.test{big}"),
+        "",
+    )
+    .await?;
+    assert_eq!(status, 431, "{}", &text[..text.len().min(300)]);
+    assert!(text.contains("REQUEST_HEADER_FIELDS_TOO_LARGE"));
+    let long = format!("/edges/{}", "a".repeat(20 << 10));
+    let (status, text) = raw(&s, &format!("GET {long} HTTP/1.1\r\nHost: b.test"), "").await?;
+    assert_eq!(status, 414, "{}", &text[..text.len().min(300)]);
+    assert!(text.contains("URI_TOO_LONG") && text.contains("problem+json"));
+    // Within the limits: an ordinary 404.
+    let (status, _) = raw(&s, "GET /edges/x HTTP/1.1\r\nHost: b.test\r\nX-A: 1", "").await?;
+    assert_eq!(status, 404);
+    Ok(())
+}
