@@ -2,6 +2,7 @@
 //! headers, malformed `Host`, offsets whose halves disagree. Raw HTTP/1.1 bytes where a client
 //! library would not send the request as written.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -185,7 +186,10 @@ async fn offsets_whose_halves_disagree_are_refused() -> R {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_requests_get_problem_json_refusals() -> R {
     let s = Server::start().await?;
-    let many: String = (0..150).map(|i| format!("\r\nX-Filler-{i}: v")).collect();
+    let many = (0..150).fold(String::new(), |mut h, i| {
+        let _ = write!(h, "\r\nX-Filler-{i}: v");
+        h
+    });
     let (status, text) = raw(
         &s,
         &format!("GET /edges/x HTTP/1.1\r\nHost: b.test{many}"),
