@@ -48,6 +48,7 @@ mod body;
 mod bootstrap;
 mod cursor;
 mod error;
+mod keys;
 mod names;
 mod read;
 mod reply;
@@ -56,8 +57,10 @@ mod route;
 mod snapshot;
 mod socket;
 mod sse;
+mod subscriptions;
 #[cfg(test)]
 mod tests;
+mod webhook;
 mod write;
 
 use std::future::Future;
@@ -125,6 +128,8 @@ pub(crate) struct AppState {
     /// append on the only connection commits at once; one among several first lets the others'
     /// appends join its batch).
     pub(crate) connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// The webhook signing key and token secret (`keys.rs`), or why they could not be loaded.
+    pub(crate) keys: Arc<Result<keys::Keys, String>>,
 }
 
 impl AppState {
@@ -163,6 +168,9 @@ impl AppState {
 pub fn router(store: Store, config: ServerConfig) -> Router {
     let (tx, rx) = watch::channel(false);
     let state = Arc::new(app_state(store, config, tx, rx));
+    if tokio::runtime::Handle::try_current().is_ok() {
+        webhook::spawn((*state).clone());
+    }
     Router::new().fallback(move |req: Request| {
         let app = state.clone();
         async move { handle(&app, req).await }
@@ -176,12 +184,14 @@ fn app_state(
     tx: watch::Sender<bool>,
     rx: watch::Receiver<bool>,
 ) -> AppState {
+    let store_root = &store.root().to_path_buf();
     AppState {
         store,
         config: Arc::new(config),
         shutdown: rx,
         _shutdown_tx: Arc::new(tx),
         connections: Arc::default(),
+        keys: Arc::new(keys::Keys::load_or_create(store_root).map_err(|e| e.to_string())),
     }
 }
 
@@ -201,6 +211,12 @@ pub async fn serve(
     let (tx, rx) = watch::channel(false);
     let signal = tx.clone();
     let app = Arc::new(app_state(store, config, tx, rx));
+    if let Err(e) = app.keys.as_ref() {
+        return Err(std::io::Error::other(format!(
+            "the subscription keys could not be loaded: {e}"
+        )));
+    }
+    webhook::spawn((*app).clone());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Large mapped body slices leave by sendfile(2) (see socket.rs), which has no MSG_NOSIGNAL:
     // only where a peer that went away cannot end the process with SIGPIPE.
