@@ -505,6 +505,18 @@ impl Engine {
             let Some(sub) = st.subs.get(&id) else {
                 continue;
             };
+            // Most subscriptions, most of the time, concern none of this: look without copying.
+            let expiring = sub.wake.as_ref().is_some_and(|w| {
+                w.lease_until.is_some_and(|t| t <= now) && (w.holder.is_some() || w.delivered)
+            });
+            let concerned = all
+                || expiring
+                || touched
+                    .iter()
+                    .any(|n| sub.links.contains_key(n) || sub.matches(n));
+            if !concerned {
+                continue;
+            }
             let mut next = sub.clone();
             let mut dirty = false;
             let mut look = all;
