@@ -21,7 +21,7 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 /// The shortest lease a subscription may ask for: 1 s.
 pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 /// The longest lease a subscription may ask for: 10 minutes.
-pub const MAX_LEASE_TTL: Duration = Duration::from_secs(600);
+pub const MAX_LEASE_TTL: Duration = Duration::from_mins(10);
 /// The longest subscription id: 256 bytes (printable ASCII, no `/`).
 pub const MAX_SUBSCRIPTION_ID_LEN: usize = 256;
 

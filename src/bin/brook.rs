@@ -53,6 +53,9 @@ struct ServeArgs {
     /// from its last offset), in milliseconds.
     #[arg(long, alias = "sse-reconnect-ms", default_value_t = 60_000)]
     sse_max_duration_ms: u64,
+    /// How long a webhook receiver has to answer one delivery (subscriptions), in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    webhook_timeout_ms: u64,
     /// What an acknowledged write survives.
     #[arg(long, value_enum, default_value = "sync")]
     durability: DurabilityArg,
@@ -149,6 +152,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
         private_cache: args.private_cache,
         public_url: args.public_url.clone(),
+        webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

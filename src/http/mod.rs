@@ -97,6 +97,9 @@ pub struct ServerConfig {
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
+    /// How long a webhook receiver has to answer one delivery (connect to the last byte of
+    /// the response) before the attempt counts as failed and is retried. Default 10 s.
+    pub webhook_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -109,6 +112,7 @@ impl Default for ServerConfig {
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
             public_url: None,
+            webhook_timeout: Duration::from_secs(10),
         }
     }
 }

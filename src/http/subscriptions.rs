@@ -279,7 +279,8 @@ fn relative<'a>(root: &str, name: &'a StreamName) -> &'a str {
 
 fn rfc3339_ms(t: std::time::SystemTime) -> String {
     let ms = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    let dt = time::OffsetDateTime::from_unix_timestamp_nanos((ms * 1_000_000) as i128)
+    let nanos = i128::try_from(ms * 1_000_000).unwrap_or(0);
+    let dt = time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",

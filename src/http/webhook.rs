@@ -3,8 +3,8 @@
 //! subscription (the engine marks a wake as being sent until its result is recorded).
 //!
 //! A delivery POSTs the wake's JSON body with `Webhook-Signature: t=..,kid=..,ed25519=..` over
-//! `"<t>.<body>"`, with no redirects, and waits at most [`DELIVERY_TIMEOUT`] for the whole
-//! answer, reading at most [`MAX_RESPONSE`] bytes of it. A 2xx whose body is `{"done": true}`
+//! `"<t>.<body>"`, with no redirects, and waits at most `ServerConfig::webhook_timeout` (10 s)
+//! for the whole answer, reading at most [`MAX_RESPONSE`] bytes of it. A 2xx whose body is `{"done": true}`
 //! acks the wake's tails; any other 2xx leaves the wake to the receiver's callback (its lease
 //! starts then); anything else, or no answer in time, marks the subscription `failed` and
 //! schedules a retry (1 s doubling to 60 s, 20% jitter; the schedule is durable). Nothing here
@@ -24,8 +24,6 @@ use super::AppState;
 use super::keys::TOKEN_LIFETIME_MS;
 use super::subscriptions::wake_streams;
 
-/// How long a webhook receiver has to answer (connect, send, and the whole response): 10 s.
-pub(crate) const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Webhook requests in flight at once, across all subscriptions: 32.
 pub(crate) const MAX_IN_FLIGHT: usize = 32;
 /// The most of a receiver's response body that is read: 64 KiB.
@@ -45,7 +43,7 @@ pub(crate) fn spawn(app: AppState) {
 
 async fn run(app: AppState) {
     let client = match reqwest::Client::builder()
-        .timeout(DELIVERY_TIMEOUT)
+        .timeout(app.config.webhook_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
     {
@@ -112,13 +110,12 @@ async fn deliver(app: AppState, client: reqwest::Client, permits: Arc<Semaphore>
     };
     let w = job.wake.clone();
     let result = attempt(&app, &client, &job).await;
-    match result {
-        WebhookResult::Failed => tracing::warn!(
-            subscription = %w.subscription, generation = w.generation, url = %job.url,
-            "webhook delivery failed"
-        ),
-        _ => tracing::debug!(subscription = %w.subscription, generation = w.generation,
-            ?result, "webhook delivered"),
+    if result == WebhookResult::Failed {
+        tracing::warn!(subscription = %w.subscription, generation = w.generation,
+            url = %job.url, "webhook delivery failed");
+    } else {
+        tracing::debug!(subscription = %w.subscription, generation = w.generation,
+            ?result, "webhook delivered");
     }
     let store = app.store.clone();
     let recorded =
@@ -147,9 +144,8 @@ async fn attempt(app: &AppState, client: &reqwest::Client, job: &WebhookJob) -> 
     let Some(body) = body(app, job) else {
         return WebhookResult::Failed;
     };
-    let keys = match app.keys.as_ref() {
-        Ok(k) => k,
-        Err(_) => return WebhookResult::Failed,
+    let Ok(keys) = app.keys.as_ref() else {
+        return WebhookResult::Failed;
     };
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
