@@ -658,3 +658,72 @@ async fn unsafe_urls_conflicts_and_roots() -> R {
     assert_ne!(res.status().as_u16(), 201);
     Ok(())
 }
+
+#[cfg(feature = "client")]
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_verifies_webhooks_and_runs_a_pull_worker() -> R {
+    use brook::client::{Client, Position, SubscriptionSpec, verify_webhook};
+    let dir = tempfile::tempdir()?;
+    let server = Brook::start(dir.path(), free_port()?, &[]).await?;
+    let client = Client::new(server.base.trim_end_matches('/'))?;
+    let api = Api::new(&server.base);
+    let rx = Receiver::start(Mode::Answer("{}")).await?;
+    let hook = client.subscription("hook");
+    assert!(
+        hook.create(&SubscriptionSpec::webhook(&rx.url).stream("c/1"))
+            .await?
+            .0
+    );
+    api.stream("c/1", "[]").await?;
+    let tail = api.append("c/1", "[1]").await?;
+    let got = rx.wait_for(1).await?;
+    let jwks = client.webhook_jwks().await?;
+    verify_webhook(
+        &jwks,
+        &got.signature,
+        got.body.as_bytes(),
+        Duration::from_mins(5),
+    )?;
+    assert!(
+        verify_webhook(&jwks, &got.signature, b"{}", Duration::from_mins(5)).is_err(),
+        "a body the signature is not over"
+    );
+    // The receiver answered without done: it acks through the callback with its token.
+    let wake = brook::client::Claim::from_json(&serde_json::from_str(&got.body)?)?;
+    let next = hook
+        .callback(&wake, &[("c/1", &Position::new(tail.clone()))], true)
+        .await?;
+    assert!(!next);
+    assert_eq!(
+        acked(&hook.get().await?, "c/1").as_deref(),
+        Some(tail.as_str())
+    );
+
+    api.stream("w", "[]").await?;
+    let pull = client.subscription("pull");
+    pull.create(&SubscriptionSpec::pull_wake("w").pattern("p/*"))
+        .await?;
+    api.stream("p/1", "[]").await?;
+    let end = api.append("p/1", "[1,2]").await?;
+    let wakes = pull
+        .run_worker(
+            "w1",
+            Duration::from_millis(50),
+            Some(1),
+            |claim| async move {
+                let acks = claim
+                    .streams
+                    .iter()
+                    .map(|s| (s.path.clone(), s.tail.clone()))
+                    .collect();
+                Ok((claim, acks))
+            },
+        )
+        .await?;
+    assert_eq!(wakes, 1);
+    assert_eq!(
+        acked(&pull.get().await?, "p/1").as_deref(),
+        Some(end.as_str())
+    );
+    Ok(())
+}
