@@ -85,6 +85,18 @@ fn encode(s: &str) -> String {
     out
 }
 
+/// An error and its sources, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 /// The body of a wake's webhook request, with a fresh callback token.
 pub(crate) fn body(app: &AppState, job: &WebhookJob) -> Option<String> {
     let keys = app.keys.as_ref().as_ref().ok()?;
@@ -109,10 +121,10 @@ async fn deliver(app: AppState, client: reqwest::Client, permits: Arc<Semaphore>
         return;
     };
     let w = job.wake.clone();
-    let result = attempt(&app, &client, &job).await;
+    let (result, why) = attempt(&app, &client, &job).await;
     if result == WebhookResult::Failed {
         tracing::warn!(subscription = %w.subscription, generation = w.generation,
-            url = %job.url, "webhook delivery failed");
+            url = %job.url, why, "webhook delivery failed");
     } else {
         tracing::debug!(subscription = %w.subscription, generation = w.generation,
             ?result, "webhook delivered");
@@ -128,7 +140,12 @@ async fn deliver(app: AppState, client: reqwest::Client, permits: Arc<Semaphore>
 
 /// One delivery attempt: skipped (as failed, which the engine ignores) when the wake is no
 /// longer current, e.g. its subscription was deleted while it waited for a permit.
-async fn attempt(app: &AppState, client: &reqwest::Client, job: &WebhookJob) -> WebhookResult {
+async fn attempt(
+    app: &AppState,
+    client: &reqwest::Client,
+    job: &WebhookJob,
+) -> (WebhookResult, String) {
+    let failed = |why: String| (WebhookResult::Failed, why);
     let store = app.store.clone();
     let w = job.wake.clone();
     let current = tokio::task::spawn_blocking(move || {
@@ -139,13 +156,10 @@ async fn attempt(app: &AppState, client: &reqwest::Client, job: &WebhookJob) -> 
     .await
     .unwrap_or(false);
     if !current {
-        return WebhookResult::Failed;
+        return failed("the wake is no longer current".into());
     }
-    let Some(body) = body(app, job) else {
-        return WebhookResult::Failed;
-    };
-    let Ok(keys) = app.keys.as_ref() else {
-        return WebhookResult::Failed;
+    let (Some(body), Ok(keys)) = (body(app, job), app.keys.as_ref()) else {
+        return failed("the signing keys are unavailable".into());
     };
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -160,7 +174,8 @@ async fn attempt(app: &AppState, client: &reqwest::Client, job: &WebhookJob) -> 
         .await;
     let mut res = match sent {
         Ok(r) if r.status().is_success() => r,
-        _ => return WebhookResult::Failed,
+        Ok(r) => return failed(format!("the receiver answered {}", r.status())),
+        Err(e) => return failed(chain(&e)),
     };
     let mut answer = Vec::new();
     loop {
@@ -172,16 +187,17 @@ async fn attempt(app: &AppState, client: &reqwest::Client, job: &WebhookJob) -> 
                 answer.extend_from_slice(&chunk);
             }
             Ok(None) => break,
-            Err(_) => return WebhookResult::Failed,
+            Err(e) => return failed(format!("reading the answer: {}", chain(&e))),
         }
     }
     let done = serde_json::from_slice::<serde_json::Value>(&answer)
         .ok()
         .and_then(|v| v.get("done").and_then(serde_json::Value::as_bool))
         .unwrap_or(false);
-    if done {
+    let result = if done {
         WebhookResult::Done
     } else {
         WebhookResult::Accepted
-    }
+    };
+    (result, String::new())
 }
