@@ -1,7 +1,7 @@
 // The official Durable Streams server conformance suite, run against the server
 // at $BROOK_URL (started by scripts/conformance). The suite's own CLI finds no
 // tests under vitest 4, so we call runConformanceTests from a test file instead.
-// Subscription tests are not enabled (no `subscriptions: true`): they stay skipped.
+// `subscriptions: true` runs the 6 subscription tests too (PROTOCOL.md sections 6-7).
 import { runConformanceTests } from "@durable-streams/server-conformance-tests"
 
 const baseUrl = process.env.BROOK_URL
@@ -9,4 +9,4 @@ if (!baseUrl) {
   throw new Error("BROOK_URL is required (e.g. BROOK_URL=http://127.0.0.1:4499)")
 }
 
-runConformanceTests({ baseUrl })
+runConformanceTests({ baseUrl, subscriptions: true })

@@ -187,6 +187,30 @@ pub enum Error {
     /// The store was shut down.
     #[error("the store is shut down")]
     ShutDown,
+    /// No subscription has that id (or it was deleted).
+    #[error("subscription not found")]
+    SubscriptionNotFound,
+    /// A subscription with that id exists with a different configuration.
+    #[error("a subscription with this id exists with a different configuration")]
+    SubscriptionExists,
+    /// Another worker holds the subscription's lease.
+    #[error("the subscription is claimed by {holder} (generation {generation})")]
+    AlreadyClaimed {
+        /// The worker holding the lease.
+        holder: String,
+        /// The current generation.
+        generation: u64,
+    },
+    /// Every linked stream is acknowledged up to its tail: there is nothing to claim.
+    #[error("the subscription has no pending work")]
+    NoPendingWork,
+    /// The wake named (generation, wake id) is not the subscription's current one.
+    #[error("fenced: the wake is not the subscription's current one")]
+    Fenced,
+    /// An acknowledged offset for a stream that is not linked, behind the acknowledged offset or
+    /// past the tail.
+    #[error("invalid ack offset: {0}")]
+    InvalidAckOffset(String),
     /// An I/O error.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -251,6 +275,12 @@ impl Error {
             Error::Poisoned { .. } => "POISONED",
             Error::OutcomeUnknown { .. } => "OUTCOME_UNKNOWN",
             Error::ShutDown => "SHUT_DOWN",
+            Error::SubscriptionNotFound => "SUBSCRIPTION_NOT_FOUND",
+            Error::SubscriptionExists => "SUBSCRIPTION_ALREADY_EXISTS",
+            Error::AlreadyClaimed { .. } => "ALREADY_CLAIMED",
+            Error::NoPendingWork => "NO_PENDING_WORK",
+            Error::Fenced => "FENCED",
+            Error::InvalidAckOffset(_) => "INVALID_OFFSET",
             Error::Io(_) => "IO_ERROR",
         }
     }

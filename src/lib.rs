@@ -49,6 +49,7 @@ mod segment; // per-stream segment logs and mmap'd indexes
 mod sidecar; // the per-stream metadata checkpoint record
 mod state; // a stream's state (Stream-Seq, producers, closure) and the whole order of checks, pure
 mod store; // Store, the public entry point
+pub mod subscription; // subscriptions: configurations, links, wakes (PROTOCOL.md sections 6-7)
 mod types; // requests and outcomes
 
 /// The README's examples, compiled and run as doctests.
@@ -62,6 +63,7 @@ pub use name::{
 };
 pub use options::{Durability, Options};
 pub use store::{Pending, Store};
+pub use subscription::{SubscriptionConfig, SubscriptionInfo, Wake};
 pub use types::{
     AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Guard,
     Message, Producer, PublishSnapshot, Published, ReadChunk, ReadRequest, RetentionRequest,

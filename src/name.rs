@@ -27,7 +27,8 @@ pub const RESERVED_PREFIXES: [&str; 2] = ["__ds", "__brook"];
 /// with no empty, `.` or `..` segment (a single leading `/` is dropped). The last segment may not be
 /// `snapshot`, `retention` or `bootstrap`, and the second-to-last may not be `snapshot` or
 /// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
-/// before them. The first segment may not be `__ds` or `__brook` ([`RESERVED_PREFIXES`]).
+/// before them. The first segment may not be `__ds` or `__brook` (`RESERVED_PREFIXES`), and no
+/// segment may be `__ds` (the protocol's routes live at `{root}/__ds/` under any root).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamName(pub(crate) Arc<str>);
 
@@ -59,6 +60,12 @@ impl StreamName {
             return Err(Error::InvalidArgument(format!(
                 "stream names may not start with the reserved segment '{first}'"
             )));
+        }
+        // `{root}/__ds/...` addresses the protocol's routes under any stream root.
+        if name.split('/').any(|seg| seg == "__ds") {
+            return Err(Error::InvalidArgument(
+                "stream names may not contain the reserved segment '__ds'".into(),
+            ));
         }
         // The last two segments, for the reserved shapes below.
         let (mut last, mut second_last) = ("", None);
@@ -565,11 +572,13 @@ mod tests {
             "__ds/subscriptions/x",
             "__brook/metrics",
             "/__brook",
+            "x/__ds",
+            "v1/stream/__ds/jwks.json",
         ] {
             let err = StreamName::new(reserved).unwrap_err().to_string();
             assert!(err.contains("reserved segment"), "{reserved}: {err}");
         }
-        assert!(StreamName::new("x/__ds").is_ok());
+        assert!(StreamName::new("x/__brook").is_ok());
         assert!(StreamName::new("__dsx/y").is_ok());
         for (bad, why) in [
             ("a/%2e/b", "'.' or '..'"),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::name::{Offset, ReadFrom, StreamName};
 use crate::options::Options;
+use crate::subscription::{AckOutcome, SubscriptionConfig, SubscriptionInfo, Wake};
 use crate::types::{
     AppendOutcome, AppendRequest, CreateOptions, Created, Guard, Message, PublishSnapshot,
     Published, ReadChunk, ReadRequest, RetentionRequest, Snapshot, SnapshotRequest, StreamInfo,
@@ -57,6 +58,12 @@ impl Store {
     #[cfg(feature = "http")]
     pub(crate) fn engine(&self) -> &crate::engine::Engine {
         &self.inner
+    }
+
+    /// The data directory (the server keeps its subscription keys there).
+    #[cfg(feature = "http")]
+    pub(crate) fn root(&self) -> &Path {
+        self.inner.root()
     }
 
     /// The options the store runs with.
@@ -210,5 +217,89 @@ impl Store {
     /// The resolved read start for `from` without reading: convenience for servers.
     pub fn resolve(&self, name: &StreamName, from: ReadFrom) -> Result<Offset> {
         self.inner.resolve(name, from)
+    }
+
+    /// Creates the subscription `id`, or confirms an identical one: `true` when it was created.
+    /// A different configuration under the id is
+    /// [`SubscriptionExists`](crate::Error::SubscriptionExists).
+    ///
+    /// Existing streams matching the pattern, and explicit streams, are linked at their tails
+    /// (streams created later that match are linked at their start). Durable when it returns.
+    pub fn create_subscription(
+        &self,
+        id: &str,
+        config: SubscriptionConfig,
+    ) -> Result<(SubscriptionInfo, bool)> {
+        self.inner.create_subscription(id, config)
+    }
+
+    /// The subscription `id` as it stands.
+    pub fn subscription(&self, id: &str) -> Result<SubscriptionInfo> {
+        self.inner.subscription(id)
+    }
+
+    /// The ids of every subscription, sorted.
+    pub fn subscriptions(&self) -> Vec<String> {
+        self.inner.subscriptions()
+    }
+
+    /// Deletes the subscription; acks, releases and callbacks for it fail from then on.
+    /// Durable when it returns.
+    pub fn delete_subscription(&self, id: &str) -> Result<()> {
+        self.inner.delete_subscription(id)
+    }
+
+    /// Links streams to the subscription explicitly, at their tails (idempotent). Durable when
+    /// it returns.
+    pub fn link_streams(&self, id: &str, streams: &[StreamName]) -> Result<()> {
+        self.inner.link_streams(id, streams)
+    }
+
+    /// Removes an explicit link (idempotent); a glob link to the stream stays. Durable when it
+    /// returns.
+    pub fn unlink_stream(&self, id: &str, stream: &StreamName) -> Result<()> {
+        self.inner.unlink_stream(id, stream)
+    }
+
+    /// Claims a pull-wake subscription's pending work for `worker`, leasing it for the
+    /// subscription's `lease_ttl`. [`AlreadyClaimed`](crate::Error::AlreadyClaimed) while
+    /// another worker's lease runs; [`NoPendingWork`](crate::Error::NoPendingWork) when
+    /// everything is acknowledged. Durable when it returns.
+    pub fn claim(&self, id: &str, worker: &str) -> Result<Wake> {
+        self.inner.claim(id, worker)
+    }
+
+    /// Acknowledges `acks` (stream, offset processed up to) for `wake`. Without `done` it only
+    /// extends the lease (a heartbeat); with `done` the wake ends and a new one is issued if work
+    /// remains. A stale wake is [`Fenced`](crate::Error::Fenced); an offset for a stream not
+    /// linked, behind the acknowledged one or past the tail is
+    /// [`InvalidAckOffset`](crate::Error::InvalidAckOffset), and nothing is applied. Durable when
+    /// it returns.
+    pub fn ack(
+        &self,
+        wake: &Wake,
+        acks: &[(StreamName, Offset)],
+        done: bool,
+    ) -> Result<AckOutcome> {
+        self.inner.ack(
+            &wake.subscription,
+            wake.generation,
+            &wake.wake_id,
+            acks,
+            done,
+        )
+    }
+
+    /// Gives `wake` back without acknowledging; if work remains a new wake is issued. A stale
+    /// wake is [`Fenced`](crate::Error::Fenced). Durable when it returns.
+    pub fn release(&self, wake: &Wake) -> Result<()> {
+        self.inner
+            .release(&wake.subscription, wake.generation, &wake.wake_id)
+    }
+
+    /// Blocks until the subscription has a wake nobody holds (so a claim can succeed), up to
+    /// `timeout`; `false` on timeout.
+    pub fn wait_for_work(&self, id: &str, timeout: Duration) -> Result<bool> {
+        self.inner.wait_for_work(id, timeout)
     }
 }

@@ -63,6 +63,9 @@ struct ServeArgs {
     /// How long shutdown waits for open requests before dropping their connections.
     #[arg(long, default_value_t = 10_000)]
     shutdown_grace_ms: u64,
+    /// How long a webhook receiver has to answer one delivery (subscriptions), in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    webhook_timeout_ms: u64,
     /// What an acknowledged write survives.
     #[arg(long, value_enum, default_value = "sync")]
     durability: DurabilityArg,
@@ -162,6 +165,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
         private_cache: args.private_cache,
         public_url: args.public_url.clone(),
+        webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

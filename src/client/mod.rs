@@ -7,6 +7,7 @@
 //! | [`StreamHandle`] | one stream URL: create, append, read, long-poll, SSE, HEAD, DELETE, [`read_to_tail`](StreamHandle::read_to_tail) |
 //! | [`PrefixCount`] | the prefix-count compare-and-set commit loop for writers sharing one log |
 //! | [`Outbox`] | publishes facts committed elsewhere, exactly once and in commit order, with failover |
+//! | [`SubscriptionHandle`] | a subscription: create, read, delete, links, claim/ack/release, a pull-wake [`run_worker`](SubscriptionHandle::run_worker) loop; [`verify_webhook`] checks a webhook's signature against the JWKS |
 //! | [`Error`] | every refusal, with what the caller needs to act on it |
 //!
 //! **Incarnation tracking.** A [`StreamHandle`] remembers the `Stream-Incarnation` of the first
@@ -38,6 +39,7 @@ mod outbox;
 mod prefix_count;
 mod sse;
 mod stream;
+mod subscription;
 mod types;
 
 pub use error::{Error, Result};
@@ -45,6 +47,9 @@ pub use outbox::{Outbox, PublishSummary, Published};
 pub use prefix_count::{Commit, PrefixCount};
 pub use sse::{Control, SseEvent};
 pub use stream::StreamHandle;
+pub use subscription::{
+    Claim, ClaimedStream, SubscriptionHandle, SubscriptionSpec, is_code, verify_webhook,
+};
 pub use types::{
     Append, Appended, Chunk, Create, Created, Info, Position, Read, TailData, TailRead, stream_seq,
 };
@@ -94,5 +99,32 @@ impl Client {
     pub fn stream(&self, path: &str) -> StreamHandle {
         let url = format!("{}/{}", self.base, path.trim_start_matches('/'));
         StreamHandle::new(self.http.clone(), url)
+    }
+
+    /// A handle on the subscription `id` under the base URL, which is the stream root
+    /// (`{base}/__ds/subscriptions/{id}`). Makes no request.
+    pub fn subscription(&self, id: &str) -> SubscriptionHandle {
+        let url = format!("{}/__ds/subscriptions/{id}", self.base);
+        SubscriptionHandle::new(self.http.clone(), url)
+    }
+
+    /// The server's webhook signing keys (`{base}/__ds/jwks.json`), for [`verify_webhook`].
+    pub async fn webhook_jwks(&self) -> Result<serde_json::Value> {
+        let res = self
+            .http
+            .get(format!("{}/__ds/jwks.json", self.base))
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        if !res.status().is_success() {
+            return Err(Error::Http {
+                status: res.status().as_u16(),
+                code: None,
+                detail: None,
+            });
+        }
+        let bytes = res.bytes().await.map_err(Error::Transport)?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::InvalidResponse(format!("the JWKS is not JSON: {e}")))
     }
 }

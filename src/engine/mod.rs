@@ -73,6 +73,7 @@ mod registry;
 mod shard;
 mod snapshot;
 mod stream;
+pub(crate) mod subscription;
 mod ticket;
 
 use std::collections::HashMap;
@@ -115,6 +116,10 @@ pub(crate) struct Engine {
     counter: AtomicU64,
     /// Tells the reaper thread to stop.
     reaper_stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Subscriptions: their state, the append hook, the subscription thread (joined first at
+    /// shutdown, while the shards still commit its appends).
+    subs: subscription::Subscriptions,
+    subs_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Drop for Engine {
@@ -171,6 +176,7 @@ impl Engine {
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
         let mut shards = Vec::new();
+        let hook = subscription::Hook::new();
         for id in 0..options.journal_shards {
             let jdir = root.join("journal").join(format!("{id:02}"));
             std::fs::create_dir_all(&jdir)?;
@@ -183,6 +189,7 @@ impl Engine {
                 &options,
                 file,
                 end,
+                hook.clone(),
             ));
             // Streams replayed from this shard's journal are dirty until the first checkpoint.
             {
@@ -235,6 +242,8 @@ impl Engine {
             stopped: AtomicBool::new(false),
             counter: AtomicU64::new(0),
             reaper_stop: Arc::new((Mutex::new(false), Condvar::new())),
+            subs: subscription::Subscriptions::new(hook),
+            subs_thread: Mutex::new(None),
         });
         let weak = Arc::downgrade(&engine);
         let stop = engine.reaper_stop.clone();
@@ -242,6 +251,8 @@ impl Engine {
             .name("brook-expiry".into())
             .spawn(move || reaper(&weak, &stop))?;
         engine.threads.lock().push(reaper);
+        let subs = engine.start_subscriptions(replayed.streams)?;
+        *engine.subs_thread.lock() = Some(subs);
         Ok(engine)
     }
 
@@ -285,6 +296,12 @@ impl Engine {
             let (m, cv) = &*self.reaper_stop;
             *m.lock() = true;
             cv.notify_all();
+        }
+        self.subs.hook.stop();
+        if let Some(t) = self.subs_thread.lock().take()
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
         }
         for shard in &self.shards {
             shard.queue.lock().shutdown = true;

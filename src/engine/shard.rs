@@ -97,6 +97,8 @@ pub(crate) struct Shard {
     pub(super) dir: PathBuf,
     /// The store's root directory (for the trash a delete moves a stream to).
     root: PathBuf,
+    /// Told of every stream a batch publishes (one atomic load while no subscription exists).
+    hook: Arc<super::subscription::Hook>,
     pub(super) options: Options,
     /// Buffered mode: a writer commits the queue itself when it waits (no thread hand-off).
     pub(super) inline: bool,
@@ -129,11 +131,13 @@ impl Shard {
         options: &Options,
         file: File,
         end: u64,
+        hook: Arc<super::subscription::Hook>,
     ) -> Shard {
         Shard {
             id,
             dir,
             root,
+            hook,
             options: options.clone(),
             inline: options.durability == Durability::Buffered,
             queue: Mutex::new(Queue {
@@ -464,6 +468,7 @@ impl Shard {
             s.visible.lock().refresh(&d.state, d.deleted);
             drop(d);
             s.event.notify(usize::MAX);
+            self.hook.touched(&s.name);
         }
         w.touched.clear();
         if let Some(last) = items.last() {

@@ -158,6 +158,12 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         | Error::ShutDown
         | Error::TooManyOpenStreams { .. } => S::SERVICE_UNAVAILABLE,
         Error::Corrupt { .. } | Error::Io(_) => S::INTERNAL_SERVER_ERROR,
+        Error::SubscriptionNotFound => S::NOT_FOUND,
+        Error::SubscriptionExists
+        | Error::AlreadyClaimed { .. }
+        | Error::NoPendingWork
+        | Error::Fenced
+        | Error::InvalidAckOffset(_) => S::CONFLICT,
     }
 }
 
@@ -209,6 +215,17 @@ fn error_details(
             current: Some(digest),
         } => {
             set_header(headers, STREAM_SNAPSHOT_DIGEST, digest);
+        }
+        // PROTOCOL.md 7.2: the holder and generation go in the `error` member.
+        Error::AlreadyClaimed { holder, generation } => {
+            extra.insert(
+                "error".into(),
+                serde_json::json!({
+                    "code": err.code(),
+                    "current_holder": holder,
+                    "generation": generation,
+                }),
+            );
         }
         _ => {}
     }

@@ -48,6 +48,7 @@ mod body;
 mod bootstrap;
 mod cursor;
 mod error;
+mod keys;
 mod names;
 mod read;
 mod reply;
@@ -56,8 +57,10 @@ mod route;
 mod snapshot;
 mod socket;
 mod sse;
+mod subscriptions;
 #[cfg(test)]
 mod tests;
+mod webhook;
 mod write;
 
 use std::future::Future;
@@ -103,6 +106,9 @@ pub struct ServerConfig {
     /// How long shutdown waits for open requests after it stopped accepting; connections still
     /// open then are dropped. Default 10 s.
     pub shutdown_grace: Duration,
+    /// How long a webhook receiver has to answer one delivery (connect to the last byte of
+    /// the response) before the attempt counts as failed and is retried. Default 10 s.
+    pub webhook_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -118,6 +124,7 @@ impl Default for ServerConfig {
             body_read_timeout: Duration::from_secs(30),
             write_stall_timeout: Duration::from_mins(1),
             shutdown_grace: Duration::from_secs(10),
+            webhook_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -137,6 +144,8 @@ pub(crate) struct AppState {
     /// append on the only connection commits at once; one among several first lets the others'
     /// appends join its batch).
     pub(crate) connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// The webhook signing key and token secret (`keys.rs`), or why they could not be loaded.
+    pub(crate) keys: Arc<Result<keys::Keys, String>>,
 }
 
 impl AppState {
@@ -175,6 +184,9 @@ impl AppState {
 pub fn router(store: Store, config: ServerConfig) -> Router {
     let (tx, rx) = watch::channel(false);
     let state = Arc::new(app_state(store, config, tx, rx));
+    if tokio::runtime::Handle::try_current().is_ok() {
+        webhook::spawn(&state);
+    }
     Router::new().fallback(move |req: Request| {
         let app = state.clone();
         async move { handle(&app, req).await }
@@ -188,12 +200,14 @@ fn app_state(
     tx: watch::Sender<bool>,
     rx: watch::Receiver<bool>,
 ) -> AppState {
+    let store_root = &store.root().to_path_buf();
     AppState {
         store,
         config: Arc::new(config),
         shutdown: rx,
         _shutdown_tx: Arc::new(tx),
         connections: Arc::default(),
+        keys: Arc::new(keys::Keys::load_or_create(store_root).map_err(|e| e.to_string())),
     }
 }
 
@@ -213,6 +227,12 @@ pub async fn serve(
     let (tx, rx) = watch::channel(false);
     let signal = tx.clone();
     let app = Arc::new(app_state(store, config, tx, rx));
+    if let Err(e) = app.keys.as_ref() {
+        return Err(std::io::Error::other(format!(
+            "the subscription keys could not be loaded: {e}"
+        )));
+    }
+    webhook::spawn(&app);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Large mapped body slices leave by sendfile(2) (see socket.rs), which has no MSG_NOSIGNAL:
     // only where a peer that went away cannot end the process with SIGPIPE.

@@ -99,6 +99,9 @@ pub(crate) fn problem(
     body.insert("status".into(), status.as_u16().into());
     body.insert("code".into(), code.into());
     body.insert("detail".into(), detail.into());
+    // PROTOCOL.md sections 6-7 name the code in `{"error": {"code": ...}}`: every problem
+    // carries it there too (an `extra` `error` member with more fields replaces it).
+    body.insert("error".into(), serde_json::json!({ "code": code }));
     body.extend(extra);
     let bytes = serde_json::Value::Object(body).to_string();
     headers.insert(

@@ -11,7 +11,7 @@ use axum::response::Response;
 use crate::StreamName;
 
 use super::error::ApiError;
-use super::{AppState, bootstrap, read, request, snapshot, write};
+use super::{AppState, bootstrap, read, request, snapshot, subscriptions, write};
 
 /// What a request path addresses.
 #[derive(Debug, PartialEq, Eq)]
@@ -26,9 +26,9 @@ pub(crate) enum Route {
     Retention(StreamName, String),
     /// `{s}/bootstrap`.
     Bootstrap(StreamName),
-    /// `__ds/{rest}`: the protocol's reserved routes (subscriptions, JWKS); `rest` has no
-    /// leading `/`.
-    Protocol(String),
+    /// `{root}__ds/{rest}`: the protocol's reserved routes (subscriptions, JWKS) under the
+    /// stream root `root` (empty, or ending in `/`); `rest` has no leading `/`.
+    Protocol(String, String),
     /// `__brook/{rest}`: brook's operations routes (health, metrics, listing).
     Admin(String),
 }
@@ -52,7 +52,11 @@ pub(crate) fn parse_route(path: &str) -> Result<Route, ApiError> {
     let p = path.strip_prefix('/').unwrap_or(path);
     // The reserved prefixes first: no stream name starts with them.
     if let Some(rest) = p.strip_prefix("__ds/") {
-        return Ok(Route::Protocol(rest.to_owned()));
+        return Ok(Route::Protocol(String::new(), rest.to_owned()));
+    }
+    // Under a stream root (`v1/stream/__ds/...`): no stream name has a `__ds` segment.
+    if let Some(i) = p.find("/__ds/") {
+        return Ok(Route::Protocol(p[..=i].to_owned(), p[i + 6..].to_owned()));
     }
     if let Some(rest) = p.strip_prefix("__brook/") {
         return Ok(Route::Admin(rest.to_owned()));
@@ -147,6 +151,9 @@ pub(crate) async fn dispatch(
                 allow: "GET, OPTIONS",
             }),
         },
-        Route::Protocol(_) | Route::Admin(_) => Err(ApiError::no_such_route(parts.uri.path())),
+        Route::Protocol(root, rest) => {
+            subscriptions::dispatch(app, &root, &rest, parts, body).await
+        }
+        Route::Admin(_) => Err(ApiError::no_such_route(parts.uri.path())),
     }
 }

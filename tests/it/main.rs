@@ -35,4 +35,7 @@ mod http_sse_resume;
 mod http_support;
 mod model;
 mod regressions;
+mod subscriptions;
+#[cfg(feature = "http")]
+mod subscriptions_http;
 mod util;

@@ -29,7 +29,7 @@ fn routes_split_on_the_reserved_last_segments() {
     );
     assert_eq!(
         parse_route("/__ds/subscriptions/s1").ok(),
-        Some(Route::Protocol("subscriptions/s1".into()))
+        Some(Route::Protocol(String::new(), "subscriptions/s1".into()))
     );
     assert_eq!(
         parse_route("/__brook/metrics").ok(),

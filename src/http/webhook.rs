@@ -1,0 +1,221 @@
+//! Webhook delivery (PROTOCOL.md 7.1): one task takes the engine's due webhook wakes and hands
+//! each to a delivery task, at most [`MAX_IN_FLIGHT`] sending at once and at most one per
+//! subscription (the engine marks a wake as being sent until its result is recorded).
+//!
+//! A delivery POSTs the wake's JSON body with `Webhook-Signature: t=..,kid=..,ed25519=..` over
+//! `"<t>.<body>"`, with no redirects, and waits at most `ServerConfig::webhook_timeout` (10 s)
+//! for the whole answer, reading at most [`MAX_RESPONSE`] bytes of it. A 2xx whose body is `{"done": true}`
+//! acks the wake's tails; any other 2xx leaves the wake to the receiver's callback (its lease
+//! starts then); anything else, or no answer in time, marks the subscription `failed` and
+//! schedules a retry (1 s doubling to 60 s, 20% jitter; the schedule is durable). Nothing here
+//! runs on an append's path, so a slow or dead receiver delays only its own subscription, and
+//! costs at most one request body and one connection.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::engine::subscription::{WebhookJob, WebhookResult};
+use crate::state::now_ms;
+
+use super::AppState;
+use super::keys::TOKEN_LIFETIME_MS;
+use super::subscriptions::wake_streams;
+
+/// Webhook requests in flight at once, across all subscriptions: 32.
+pub(crate) const MAX_IN_FLIGHT: usize = 32;
+/// The most of a receiver's response body that is read: 64 KiB.
+pub(crate) const MAX_RESPONSE: usize = 64 << 10;
+/// How often the delivery loop looks for due retries when nothing wakes it.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Tells the delivery loop to look for due wakes now.
+pub(crate) fn kick(app: &AppState) {
+    app.store.engine().subscriptions_changed();
+}
+
+/// Starts the delivery loop on the current tokio runtime (it ends when the server shuts down).
+pub(crate) fn spawn(app: &Arc<AppState>) {
+    tokio::spawn(run(Arc::downgrade(app)));
+}
+
+/// The delivery loop. It holds the server's state only while it works, never while it waits, so
+/// a router that is dropped (without [`super::serve`]'s shutdown) lets its store close.
+async fn run(weak: std::sync::Weak<AppState>) {
+    let Some(app) = weak.upgrade() else {
+        return;
+    };
+    let client = match reqwest::Client::builder()
+        .timeout(app.config.webhook_timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "webhook delivery disabled: no HTTP client");
+            return;
+        }
+    };
+    let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    drop(app);
+    loop {
+        let Some(app) = weak.upgrade() else {
+            return;
+        };
+        let listener = app.store.engine().subscription_event().listen();
+        let store = app.store.clone();
+        let jobs = tokio::task::spawn_blocking(move || store.engine().take_webhook_jobs())
+            .await
+            .unwrap_or_default();
+        for job in jobs {
+            tokio::spawn(deliver(
+                (*app).clone(),
+                client.clone(),
+                permits.clone(),
+                job,
+            ));
+        }
+        // Wait holding only the weak reference (a current-thread runtime may not poll this task
+        // again before the router is dropped and its store reopened).
+        let mut down = app.shutdown.clone();
+        drop(app);
+        tokio::select! {
+            () = listener => {}
+            () = tokio::time::sleep(POLL) => {}
+            _ = down.wait_for(|d| *d) => return,
+        }
+    }
+}
+
+/// `s` with every byte but the URL-unreserved ones percent-encoded.
+fn encode(s: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// An error and its sources, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// The body of a wake's webhook request, with a fresh callback token.
+pub(crate) fn body(app: &AppState, job: &WebhookJob) -> Option<String> {
+    let keys = app.keys.as_ref().as_ref().ok()?;
+    let w = &job.wake;
+    let exp = now_ms() + TOKEN_LIFETIME_MS + w.lease_ttl.as_millis() as u64;
+    let base = job.base_url.as_deref().unwrap_or("");
+    Some(
+        json!({
+            "subscription_id": w.subscription,
+            "wake_id": w.wake_id,
+            "generation": w.generation,
+            "streams": wake_streams(&job.root, w),
+            "callback_url": format!("{base}__ds/subscriptions/{}/callback", encode(&w.subscription)),
+            "callback_token": keys.token(&w.subscription, w.generation, &w.wake_id, exp),
+        })
+        .to_string(),
+    )
+}
+
+async fn deliver(app: AppState, client: reqwest::Client, permits: Arc<Semaphore>, job: WebhookJob) {
+    let Ok(_permit) = permits.acquire_owned().await else {
+        return;
+    };
+    let w = job.wake.clone();
+    let (result, why) = attempt(&app, &client, &job).await;
+    if result == WebhookResult::Failed {
+        tracing::warn!(subscription = %w.subscription, generation = w.generation,
+            url = %job.url, why, "webhook delivery failed");
+    } else {
+        tracing::debug!(subscription = %w.subscription, generation = w.generation,
+            ?result, "webhook delivered");
+    }
+    let store = app.store.clone();
+    let recorded =
+        tokio::task::spawn_blocking(move || store.engine().webhook_result(&w, result)).await;
+    if let Ok(Err(e)) = recorded {
+        tracing::warn!(error = %e, "recording a webhook result failed");
+    }
+    kick(&app);
+}
+
+/// One delivery attempt: skipped (as failed, which the engine ignores) when the wake is no
+/// longer current, e.g. its subscription was deleted while it waited for a permit.
+async fn attempt(
+    app: &AppState,
+    client: &reqwest::Client,
+    job: &WebhookJob,
+) -> (WebhookResult, String) {
+    let failed = |why: String| (WebhookResult::Failed, why);
+    let store = app.store.clone();
+    let w = job.wake.clone();
+    let current = tokio::task::spawn_blocking(move || {
+        store
+            .engine()
+            .wake_is_current(&w.subscription, w.generation, &w.wake_id)
+    })
+    .await
+    .unwrap_or(false);
+    if !current {
+        return failed("the wake is no longer current".into());
+    }
+    let (Some(body), Ok(keys)) = (body(app, job), app.keys.as_ref()) else {
+        return failed("the signing keys are unavailable".into());
+    };
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let signature = keys.webhook_signature(t, body.as_bytes());
+    let sent = client
+        .post(&job.url)
+        .header("content-type", "application/json")
+        .header("webhook-signature", signature)
+        .body(body)
+        .send()
+        .await;
+    let mut res = match sent {
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => return failed(format!("the receiver answered {}", r.status())),
+        Err(e) => return failed(chain(&e)),
+    };
+    let mut answer = Vec::new();
+    loop {
+        match res.chunk().await {
+            Ok(Some(chunk)) => {
+                if answer.len() + chunk.len() > MAX_RESPONSE {
+                    break;
+                }
+                answer.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => return failed(format!("reading the answer: {}", chain(&e))),
+        }
+    }
+    let done = serde_json::from_slice::<serde_json::Value>(&answer)
+        .ok()
+        .and_then(|v| v.get("done").and_then(serde_json::Value::as_bool))
+        .unwrap_or(false);
+    let result = if done {
+        WebhookResult::Done
+    } else {
+        WebhookResult::Accepted
+    };
+    (result, String::new())
+}
