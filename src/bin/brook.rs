@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brook::http::{ServerConfig, serve};
+use brook::http::{ServerConfig, Tls, serve};
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -81,6 +81,17 @@ struct ServeArgs {
     /// (default: http:// and the request's Host).
     #[arg(long)]
     public_url: Option<String>,
+    /// Serve TLS (HTTP/2 and HTTP/1.1 by ALPN) with this PEM certificate chain, leaf first.
+    /// Reloaded on SIGHUP and when the file changes. Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// How long a client may take to send a request's headers (or finish the TLS handshake)
+    /// before its connection is closed, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    header_read_timeout_ms: u64,
 }
 
 /// Parses the command line, starts the log, and runs the command; its failure is printed and
@@ -144,7 +155,16 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         Error::InvalidArgument(d) => format!("invalid option: {}", flag_message(&d)),
         other => format!("cannot open the data directory {}: {other}", dir.display()),
     })?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            Tls::from_pem_files(cert, key)
+                .map_err(|e| format!("cannot load the TLS certificate: {e}"))?,
+        ),
+        _ => None,
+    };
     let config = ServerConfig {
+        tls: tls.clone(),
+        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
         private_cache: args.private_cache,
@@ -161,9 +181,17 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         let local: SocketAddr = listener
             .local_addr()
             .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        if let Some(tls) = tls {
+            tokio::spawn(reload_on_hangup(tls));
+        }
         tracing::info!(
-            "brook {} listening on http://{local}, storing streams in {} (durability {})",
+            "brook {} listening on {}://{local}, storing streams in {} (durability {})",
             env!("CARGO_PKG_VERSION"),
+            if args.tls_cert.is_some() {
+                "https"
+            } else {
+                "http"
+            },
             dir.display(),
             match durability {
                 Durability::Sync => "sync",
@@ -204,6 +232,32 @@ fn flag_message(message: &str) -> String {
         }
         _ => message.to_owned(),
     }
+}
+
+/// Reloads the TLS certificate on every SIGHUP; a certificate that does not load keeps the one
+/// in use, and the log says why.
+async fn reload_on_hangup(tls: Tls) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hangups) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!(
+                "cannot watch SIGHUP: the certificate reloads only when its files change"
+            );
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            match tls.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SIGHUP: TLS certificate not reloaded; keeping the one in use");
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(tls);
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -58,7 +58,10 @@ mod socket;
 mod sse;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod write;
+
+pub use tls::Tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -94,11 +97,18 @@ pub struct ServerConfig {
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
+    /// Serve TLS with this certificate instead of plain HTTP/1.1: ALPN picks HTTP/2 or
+    /// HTTP/1.1 per connection. Default `None` (plain HTTP/1.1).
+    pub tls: Option<Tls>,
+    /// How long a client may take to send a request's headers (HTTP/1.1) or to finish the TLS
+    /// handshake before its connection is closed: bounds what a slow client (slowloris) holds.
+    /// Default 30 s.
+    pub header_read_timeout: Duration,
 }
 
 impl Default for ServerConfig {
     /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
-    /// `Host`.
+    /// `Host`, plain HTTP/1.1, 30 s to send headers.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
@@ -106,6 +116,8 @@ impl Default for ServerConfig {
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
             public_url: None,
+            tls: None,
+            header_read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -190,6 +202,9 @@ fn app_state(
 ///
 /// Each connection is served by hyper's HTTP/1.1 connection loop straight into the handler
 /// (no router or middleware stack per request: the path is parsed once, by `route::parse_route`).
+/// With [`ServerConfig::tls`], each connection first completes a TLS handshake (within
+/// [`ServerConfig::header_read_timeout`]) and is then served as HTTP/2 or HTTP/1.1, as ALPN
+/// chose; the certificate files are checked for changes every [`CERT_CHECK_EVERY`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     store: Store,
@@ -211,7 +226,14 @@ pub async fn serve(
         );
     }
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).keep_alive(true);
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(app.config.header_read_timeout);
+    let tls = app.config.tls.as_ref().map(|t| {
+        tokio::spawn(tls::watch(t.clone(), CERT_CHECK_EVERY, (*app).clone()));
+        tls_builders(t, &builder)
+    });
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -233,30 +255,17 @@ pub async fn serve(
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
         let open = Open::count(app.connections.clone());
-        let app = app.clone();
-        let ends = Arc::new(body::Ends::default());
-        let service =
-            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let app = app.clone();
-                let ends = ends.clone();
-                async move {
-                    // A request with a body its handler did not read to the end (a refusal
-                    // decided from the headers) leaves the connection unusable: say so, or the
-                    // client may send its next request on a connection hyper is closing.
-                    let tracked =
-                        (!http_body::Body::is_end_stream(req.body())).then(|| ends.issue());
-                    let req = match tracked {
-                        Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
-                        None => req.map(Body::new),
-                    };
-                    let mut res = handle(&app, req).await;
-                    if tracked.is_some_and(|n| !ends.ended(n)) {
-                        res.headers_mut()
-                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                    }
-                    Ok::<_, std::convert::Infallible>(res)
-                }
-            });
+        if let Some(tls) = &tls {
+            tokio::spawn(serve_tls(
+                app.clone(),
+                tls.clone(),
+                stream,
+                graceful.watcher(),
+                open,
+            ));
+            continue;
+        }
+        let service = http1_service(app.clone());
         let conn =
             builder.serve_connection(TokioIo::new(socket::Socket::new(stream, sendfile)), service);
         let conn = graceful.watch(conn);
@@ -271,6 +280,109 @@ pub async fn serve(
     let _ = signal.send(true);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// How often [`serve`] checks whether the TLS certificate or key file changed.
+pub const CERT_CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// The service of an HTTP/1.1 connection: [`handle`], and `Connection: close` on a response to
+/// a request whose body was not read to its end.
+fn http1_service(
+    app: Arc<AppState>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone {
+    let ends = Arc::new(body::Ends::default());
+    hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let app = app.clone();
+        let ends = ends.clone();
+        async move {
+            // A request with a body its handler did not read to the end (a refusal decided
+            // from the headers) leaves the connection unusable: say so, or the client may send
+            // its next request on a connection hyper is closing.
+            let tracked = (!http_body::Body::is_end_stream(req.body())).then(|| ends.issue());
+            let req = match tracked {
+                Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
+                None => req.map(Body::new),
+            };
+            let mut res = handle(&app, req).await;
+            if tracked.is_some_and(|n| !ends.ended(n)) {
+                res.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, std::convert::Infallible>(res)
+        }
+    })
+}
+
+/// What a TLS connection is served with: the acceptor and both protocols' connection builders.
+#[derive(Clone)]
+struct TlsServing {
+    /// The TLS handshake.
+    acceptor: tokio_rustls::TlsAcceptor,
+    /// HTTP/1.1 after `http/1.1` (or no) ALPN.
+    http1: hyper::server::conn::http1::Builder,
+    /// HTTP/2 after `h2` ALPN.
+    http2: hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
+}
+
+/// The TLS serving state for `tls`, HTTP/1.1 configured as `http1`.
+fn tls_builders(tls: &Tls, http1: &hyper::server::conn::http1::Builder) -> TlsServing {
+    let mut http2 = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    http2
+        .timer(hyper_util::rt::TokioTimer::new())
+        // Pings find dead peers of long-lived streams (SSE) that TCP alone notices late.
+        .keep_alive_interval(Duration::from_secs(30))
+        .max_concurrent_streams(256);
+    TlsServing {
+        acceptor: tls.acceptor(),
+        http1: http1.clone(),
+        http2,
+    }
+}
+
+/// One TLS connection: the handshake (bounded by `header_read_timeout`), then HTTP/2 or
+/// HTTP/1.1 by ALPN until the connection ends or the server's graceful shutdown ends it.
+/// Large bodies are encrypted, so no `sendfile` here.
+async fn serve_tls(
+    app: Arc<AppState>,
+    tls: TlsServing,
+    tcp: tokio::net::TcpStream,
+    watcher: hyper_util::server::graceful::Watcher,
+    open: Open,
+) {
+    use hyper_util::rt::TokioIo;
+    let handshake = tokio::time::timeout(app.config.header_read_timeout, tls.acceptor.accept(tcp));
+    let stream = match handshake.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake timed out");
+            return;
+        }
+    };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(tls::ALPN_H2);
+    let io = TokioIo::new(stream);
+    // A connection's error (reset, malformed request) concerns that connection only.
+    if h2 {
+        let service = hyper::service::service_fn(
+            move |req: hyper::Request<hyper::body::Incoming>| {
+                let app = app.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
+            },
+        );
+        let _ = watcher.watch(tls.http2.serve_connection(io, service)).await;
+    } else {
+        let service = http1_service(app);
+        let _ = watcher.watch(tls.http1.serve_connection(io, service)).await;
+    }
+    drop(open);
 }
 
 /// Counts one open connection in [`AppState::connections`] until dropped.

@@ -26,6 +26,8 @@ mod http_sendfile;
 mod http_sse_resume;
 #[cfg(feature = "http")]
 mod http_support;
+#[cfg(feature = "http")]
+mod http_tls;
 mod model;
 mod regressions;
 mod util;
