@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brook::http::{ServerConfig, Tls, serve};
+use brook::http::{AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve, token_hash};
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -22,9 +22,31 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing would only obscure the match"
+)]
 enum Command {
     /// Serve the Durable Streams protocol (with Ursula's snapshot, retention and bootstrap routes).
     Serve(ServeArgs),
+    /// Make access tokens for `brook serve --auth-tokens`.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a new random token: prints its token-file line on stdout (append it to the file)
+    /// and the token itself on stderr (shown once; the file keeps only its hash).
+    New {
+        /// Comma-separated rights: read, write, admin.
+        rights: String,
+        /// Stream-name prefixes the rights apply to (`/` for every stream).
+        #[arg(required = true)]
+        prefixes: Vec<String>,
+    },
+    /// Print the `sha256:<hex>` hash of a token read from standard input, for a token-file line.
+    Hash,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -92,6 +114,33 @@ struct ServeArgs {
     /// before its connection is closed, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     header_read_timeout_ms: u64,
+    /// Turn access control on with the bearer tokens listed in FILE (lines of
+    /// `sha256:<hex> <rights> <prefix>...`, made by `brook token new`); reloaded when it changes.
+    #[arg(long)]
+    auth_tokens: Option<PathBuf>,
+    #[arg(
+        long,
+        requires = "auth_jwt_audience",
+        help = "Turn access control on for JWTs verified with the key in FILE (the HS256 secret, \
+                or the PEM public key for RS256 and EdDSA). Needs --auth-jwt-audience"
+    )]
+    auth_jwt_key: Option<PathBuf>,
+    #[arg(
+        long,
+        default_value = "EdDSA",
+        help = "The JWT signature algorithm: HS256, RS256 or EdDSA"
+    )]
+    auth_jwt_alg: String,
+    /// The `aud` claim a JWT must carry.
+    #[arg(long)]
+    auth_jwt_audience: Option<String>,
+    /// The `iss` claim a JWT must carry (not checked when absent).
+    #[arg(long)]
+    auth_jwt_issuer: Option<String>,
+    /// With access control on, let anyone read the streams under this prefix without a token
+    /// (repeatable).
+    #[arg(long)]
+    public_read: Vec<String>,
 }
 
 /// Parses the command line, starts the log, and runs the command; its failure is printed and
@@ -108,6 +157,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
+        Command::Token(cmd) => run_token(&cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -162,7 +212,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         ),
         _ => None,
     };
+    let access = access_control(args)?;
     let config = ServerConfig {
+        access: access.map(std::sync::Arc::new),
         tls: tls.clone(),
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
@@ -212,6 +264,78 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     closed?;
     tracing::info!("brook stopped");
     Ok(())
+}
+
+/// The access control the flags ask for; `None` when none of them is given.
+fn access_control(args: &ServeArgs) -> Result<Option<AccessControl>, String> {
+    if args.auth_tokens.is_none() && args.auth_jwt_key.is_none() {
+        if !args.public_read.is_empty() {
+            return Err(
+                "--public-read needs access control (--auth-tokens or --auth-jwt-key)".into(),
+            );
+        }
+        return Ok(None);
+    }
+    let mut access = AccessControl::new();
+    if let Some(path) = &args.auth_tokens {
+        access = access
+            .with_token_file(path)
+            .map_err(|e| format!("cannot load the access tokens: {e}"))?;
+    }
+    if let Some(path) = &args.auth_jwt_key {
+        let alg: JwtAlgorithm = args.auth_jwt_alg.parse()?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read the JWT key {}: {e}", path.display()))?;
+        let audience = args.auth_jwt_audience.as_deref().unwrap_or_default();
+        let mut key =
+            JwtKey::new(alg, &bytes, audience).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(issuer) = &args.auth_jwt_issuer {
+            key = key.with_issuer(issuer);
+        }
+        access = access.with_jwt(key);
+    }
+    for prefix in &args.public_read {
+        access = access.with_public_read(prefix);
+    }
+    Ok(Some(access))
+}
+
+/// `brook token new` and `brook token hash`; the error is the message to print.
+fn run_token(cmd: &TokenCommand) -> Result<(), String> {
+    match cmd {
+        TokenCommand::New { rights, prefixes } => {
+            let mut random = [0u8; 32];
+            std::io::Read::read_exact(
+                &mut std::fs::File::open("/dev/urandom")
+                    .map_err(|e| format!("cannot read /dev/urandom: {e}"))?,
+                &mut random,
+            )
+            .map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
+            let mut token = String::from("brk_");
+            for b in random {
+                use std::fmt::Write as _;
+                let _ = write!(token, "{b:02x}");
+            }
+            let line = format!("{} {rights} {}", token_hash(&token), prefixes.join(" "));
+            // The line must parse as the server will read it.
+            brook::http::check_token_line(&line)?;
+            println!("{line}");
+            eprintln!("token: {token}");
+            Ok(())
+        }
+        TokenCommand::Hash => {
+            let mut token = String::new();
+            std::io::stdin()
+                .read_line(&mut token)
+                .map_err(|e| format!("cannot read the token from standard input: {e}"))?;
+            let token = token.trim();
+            if token.is_empty() {
+                return Err("no token on standard input".into());
+            }
+            println!("{}", token_hash(token));
+            Ok(())
+        }
+    }
 }
 
 /// An `Options` validation message with the option's name replaced by its `brook serve` flag:

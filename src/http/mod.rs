@@ -44,6 +44,7 @@
 //! shapes read bodies; `cursor.rs` computes live-read cursors; `socket.rs` is the connection's IO
 //! (`sendfile(2)` of mapped slices).
 
+mod auth;
 mod body;
 mod bootstrap;
 mod cursor;
@@ -61,6 +62,7 @@ mod tests;
 mod tls;
 mod write;
 
+pub use auth::{AccessControl, JwtAlgorithm, JwtKey, check_token_line, token_hash};
 pub use tls::Tls;
 
 use std::future::Future;
@@ -104,11 +106,14 @@ pub struct ServerConfig {
     /// handshake before its connection is closed: bounds what a slow client (slowloris) holds.
     /// Default 30 s.
     pub header_read_timeout: Duration,
+    /// Who may read, write and administer which streams (bearer tokens from a file or JWTs;
+    /// see [`AccessControl`]). Default `None`: everyone may do everything.
+    pub access: Option<Arc<AccessControl>>,
 }
 
 impl Default for ServerConfig {
     /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
-    /// `Host`, plain HTTP/1.1, 30 s to send headers.
+    /// `Host`, plain HTTP/1.1, 30 s to send headers, no access control.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
@@ -118,6 +123,7 @@ impl Default for ServerConfig {
             public_url: None,
             tls: None,
             header_read_timeout: Duration::from_secs(30),
+            access: None,
         }
     }
 }
@@ -234,6 +240,13 @@ pub async fn serve(
         tokio::spawn(tls::watch(t.clone(), CERT_CHECK_EVERY, (*app).clone()));
         tls_builders(t, &builder)
     });
+    if let Some(access) = &app.config.access {
+        tokio::spawn(auth::watch(
+            access.clone(),
+            CERT_CHECK_EVERY,
+            (*app).clone(),
+        ));
+    }
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -403,13 +416,25 @@ impl Drop for Open {
     }
 }
 
-/// One request, start to finish: CORS preflight or the route's handler, then the headers every
-/// response carries.
+/// One request, start to finish: CORS preflight (never behind access control), admission
+/// when access control is on, the route's handler, then the headers every response carries.
 async fn handle(app: &AppState, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
     let mut res = if parts.method == Method::OPTIONS {
         reply::preflight(&parts.headers)
+    } else if let Some(access) = &app.config.access {
+        match access.admit(&mut parts) {
+            Ok(admitted) => {
+                let mut res = match route::dispatch(app, parts, body).await {
+                    Ok(res) => res,
+                    Err(e) => e.into_response(),
+                };
+                auth::private_if_token(&mut res, admitted);
+                res
+            }
+            Err(refusal) => refusal.into_response(),
+        }
     } else {
         match route::dispatch(app, parts, body).await {
             Ok(res) => res,

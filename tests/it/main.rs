@@ -13,6 +13,8 @@ mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
+mod http_auth;
+#[cfg(feature = "http")]
 mod http_close;
 #[cfg(feature = "http")]
 mod http_ext;
