@@ -137,6 +137,16 @@ struct ServeArgs {
     /// The `iss` claim a JWT must carry (not checked when absent).
     #[arg(long)]
     auth_jwt_issuer: Option<String>,
+    /// Connections open at once; one more is answered 503 and closed (keep it below `ulimit -n`).
+    #[arg(long, default_value_t = 10_000)]
+    max_connections: usize,
+    /// Live readers (SSE connections, long-polls waiting at the tail) at once, over all streams;
+    /// one more is answered 503.
+    #[arg(long, default_value_t = 10_000)]
+    max_live_readers: usize,
+    /// Live readers of one stream at once (default: no cap per stream); one more is answered 503.
+    #[arg(long)]
+    max_live_readers_per_stream: Option<usize>,
     /// With access control on, let anyone read the streams under this prefix without a token
     /// (repeatable).
     #[arg(long)]
@@ -215,6 +225,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     let access = access_control(args)?;
     let config = ServerConfig {
         access: access.map(std::sync::Arc::new),
+        max_connections: args.max_connections,
+        max_live_readers: args.max_live_readers,
+        max_live_readers_per_stream: args.max_live_readers_per_stream,
         tls: tls.clone(),
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),

@@ -596,8 +596,13 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// The problem+json response, with `WWW-Authenticate` on a 401.
-    pub(crate) fn into_response(self) -> Response {
+    /// The problem+json response, with `WWW-Authenticate` on a 401, counted in `counters`.
+    pub(crate) fn into_response(self, counters: &super::limits::EdgeCounters) -> Response {
+        use std::sync::atomic::Ordering::Relaxed;
+        match self {
+            Refusal::Forbidden(_) => counters.forbidden.fetch_add(1, Relaxed),
+            _ => counters.unauthorized.fetch_add(1, Relaxed),
+        };
         let (status, code, detail, challenge) = match self {
             Refusal::Missing => (
                 StatusCode::UNAUTHORIZED,

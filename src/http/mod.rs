@@ -49,6 +49,7 @@ mod body;
 mod bootstrap;
 mod cursor;
 mod error;
+mod limits;
 mod names;
 mod read;
 mod reply;
@@ -109,11 +110,22 @@ pub struct ServerConfig {
     /// Who may read, write and administer which streams (bearer tokens from a file or JWTs;
     /// see [`AccessControl`]). Default `None`: everyone may do everything.
     pub access: Option<Arc<AccessControl>>,
+    /// Connections open at once; one more is answered 503 `TOO_MANY_CONNECTIONS` (with
+    /// `Retry-After`) and closed. Default 10 000 (keep it below the process's file-descriptor
+    /// limit, `ulimit -n`).
+    pub max_connections: usize,
+    /// Live readers (SSE connections, long-polls waiting at the tail) at once, over all streams;
+    /// one more is answered 503 `TOO_MANY_LIVE_READERS`. Default 10 000.
+    pub max_live_readers: usize,
+    /// Live readers of one stream at once; one more is answered 503 `TOO_MANY_LIVE_READERS`.
+    /// Default `None` (only `max_live_readers` applies).
+    pub max_live_readers_per_stream: Option<usize>,
 }
 
 impl Default for ServerConfig {
     /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
-    /// `Host`, plain HTTP/1.1, 30 s to send headers, no access control.
+    /// `Host`, plain HTTP/1.1, 30 s to send headers, no access control, 10 000 connections and
+    /// 10 000 live readers.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
@@ -124,6 +136,9 @@ impl Default for ServerConfig {
             tls: None,
             header_read_timeout: Duration::from_secs(30),
             access: None,
+            max_connections: 10_000,
+            max_live_readers: 10_000,
+            max_live_readers_per_stream: None,
         }
     }
 }
@@ -143,9 +158,19 @@ pub(crate) struct AppState {
     /// append on the only connection commits at once; one among several first lets the others'
     /// appends join its batch).
     pub(crate) connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// What the edge refused (connections, live readers, tokens), for metrics.
+    pub(crate) edge: Arc<limits::EdgeCounters>,
+    /// The live readers per stream, for `max_live_readers_per_stream`.
+    pub(crate) live: Arc<limits::LiveReaders>,
 }
 
 impl AppState {
+    /// Admits one more live reader of `name` (SSE, or a long-poll about to wait), or refuses it
+    /// with 503 when a live-reader cap is reached; the slot frees its place when dropped.
+    pub(crate) fn live_reader(&self, name: &StreamName) -> Result<limits::LiveSlot, ApiError> {
+        limits::admit_live_reader(&self.config, &self.edge, &self.live, name)
+    }
+
     /// Resolves once the server is shutting down; never, for a router without [`serve`].
     pub(crate) async fn shutting_down(&self) {
         let mut rx = self.shutdown.clone();
@@ -200,6 +225,8 @@ fn app_state(
         shutdown: rx,
         _shutdown_tx: Arc::new(tx),
         connections: Arc::default(),
+        edge: Arc::default(),
+        live: Arc::default(),
     }
 }
 
@@ -267,6 +294,14 @@ pub async fn serve(
         // A response head leaves in one `writev` (with the body when it is small or not mapped);
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
+        if app.connections.load(Ordering::Relaxed) >= app.config.max_connections {
+            app.edge.connections_refused.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(refuse_connection(
+                stream,
+                tls.as_ref().map(|t| t.acceptor.clone()),
+            ));
+            continue;
+        }
         let open = Open::count(app.connections.clone());
         if let Some(tls) = &tls {
             tokio::spawn(serve_tls(
@@ -373,10 +408,16 @@ async fn serve_tls(
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "TLS handshake failed");
+            app.edge
+                .tls_handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
             return;
         }
         Err(_) => {
             tracing::debug!("TLS handshake timed out");
+            app.edge
+                .tls_handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
             return;
         }
     };
@@ -396,6 +437,41 @@ async fn serve_tls(
         let _ = watcher.watch(tls.http1.serve_connection(io, service)).await;
     }
     drop(open);
+}
+
+/// Answers every request of a connection over `max_connections` with 503
+/// `TOO_MANY_CONNECTIONS` (after the TLS handshake, on a TLS listener) and closes it after at
+/// most [`limits::REFUSAL_GRACE`].
+async fn refuse_connection(
+    tcp: tokio::net::TcpStream,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let refuse = hyper::service::service_fn(|_req: hyper::Request<hyper::body::Incoming>| {
+        std::future::ready(Ok::<_, std::convert::Infallible>(
+            limits::too_many_connections(),
+        ))
+    });
+    let serve = async move {
+        let Some(acceptor) = acceptor else {
+            let mut h1 = hyper::server::conn::http1::Builder::new();
+            h1.keep_alive(false);
+            let _ = h1.serve_connection(TokioIo::new(tcp), refuse).await;
+            return;
+        };
+        let Ok(stream) = acceptor.accept(tcp).await else {
+            return;
+        };
+        if stream.get_ref().1.alpn_protocol() == Some(tls::ALPN_H2) {
+            let h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            let _ = h2.serve_connection(TokioIo::new(stream), refuse).await;
+        } else {
+            let mut h1 = hyper::server::conn::http1::Builder::new();
+            h1.keep_alive(false);
+            let _ = h1.serve_connection(TokioIo::new(stream), refuse).await;
+        }
+    };
+    let _ = tokio::time::timeout(limits::REFUSAL_GRACE, serve).await;
 }
 
 /// Counts one open connection in [`AppState::connections`] until dropped.
@@ -433,7 +509,7 @@ async fn handle(app: &AppState, req: Request) -> Response {
                 auth::private_if_token(&mut res, admitted);
                 res
             }
-            Err(refusal) => refusal.into_response(),
+            Err(refusal) => refusal.into_response(&app.edge),
         }
     } else {
         match route::dispatch(app, parts, body).await {

@@ -261,6 +261,8 @@ async fn long_poll(
     .await?;
     // Later reads must see the same incarnation: a stream recreated meanwhile is another stream.
     let expect = Some(chunk.incarnation.clone());
+    // Taken before the first wait: a long-poll answered at once is no live reader.
+    let mut slot = None;
     loop {
         if has_data(&chunk) {
             let tag = etag(&chunk);
@@ -288,6 +290,9 @@ async fn long_poll(
         };
         if chunk.closed {
             return Ok(no_content(true, &chunk.incarnation));
+        }
+        if slot.is_none() {
+            slot = Some(app.live_reader(&name)?);
         }
         tokio::select! {
             woke = app.store.wait(&name, at) => woke.map_err(|e| ApiError::Store(e, Op::Read))?,

@@ -29,6 +29,7 @@ use super::AppState;
 use super::auth::CREDENTIAL_EXPIRED_EVENT;
 use super::cursor::{interval_at, response_cursor};
 use super::error::ApiError;
+use super::limits::LiveSlot;
 use super::names::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, X_ACCEL_BUFFERING};
 use super::read::{ReadParams, has_data, read_chunk, read_woken};
 use super::reply::Reply;
@@ -268,6 +269,8 @@ struct Sse {
     done: bool,
     /// `Store::wait` just woke the connection: the next read is of fresh, loaded data.
     woken: bool,
+    /// The connection's place among the server's live readers, freed when it ends.
+    _slot: LiveSlot,
 }
 
 impl Sse {
@@ -428,6 +431,7 @@ pub(super) async fn respond(
     credential: Option<Instant>,
 ) -> Result<Response, ApiError> {
     let from = resume_from(headers, p.from)?;
+    let slot = app.live_reader(&name)?;
     // The first read happens before the response starts, so a missing stream is still a 404.
     let first = read_chunk(
         app,
@@ -481,6 +485,7 @@ pub(super) async fn respond(
         done: false,
         woken: false,
         pending: Some(first),
+        _slot: slot,
     };
     let events = futures_util::stream::unfold(state, |mut s| async move {
         let frame = s.step().await?;

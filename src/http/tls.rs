@@ -179,14 +179,16 @@ pub(crate) async fn watch(tls: Tls, every: std::time::Duration, app: super::AppS
             () = tokio::time::sleep(every) => {}
             () = app.shutting_down() => return,
         }
-        if tls.changed_on_disk() {
-            reload_logged(&tls);
+        if tls.changed_on_disk() && !reload_logged(&tls) {
+            app.edge
+                .tls_reloads_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
 
-/// Reloads `tls` and logs the outcome; the edge counters count failures.
-pub(crate) fn reload_logged(tls: &Tls) -> bool {
+/// Reloads `tls` and logs the outcome; false when the reload failed.
+fn reload_logged(tls: &Tls) -> bool {
     let (cert, key) = tls.paths();
     match tls.reload() {
         Ok(()) => {

@@ -21,6 +21,8 @@ mod http_ext;
 #[cfg(feature = "http")]
 mod http_incarnation;
 #[cfg(feature = "http")]
+mod http_limits;
+#[cfg(feature = "http")]
 mod http_seed;
 #[cfg(feature = "http")]
 mod http_sendfile;
