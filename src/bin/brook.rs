@@ -223,6 +223,14 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         _ => None,
     };
     let access = access_control(args)?;
+    if access.is_some() {
+        tracing::info!(
+            tokens = ?args.auth_tokens,
+            jwt_key = ?args.auth_jwt_key,
+            public_read = ?args.public_read,
+            "access control on"
+        );
+    }
     let config = ServerConfig {
         access: access.map(std::sync::Arc::new),
         max_connections: args.max_connections,

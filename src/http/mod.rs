@@ -237,7 +237,7 @@ fn app_state(
 /// (no router or middleware stack per request: the path is parsed once, by `route::parse_route`).
 /// With [`ServerConfig::tls`], each connection first completes a TLS handshake (within
 /// [`ServerConfig::header_read_timeout`]) and is then served as HTTP/2 or HTTP/1.1, as ALPN
-/// chose; the certificate files are checked for changes every [`CERT_CHECK_EVERY`].
+/// chose; the certificate files are checked for changes every [`RELOAD_CHECK_EVERY`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     store: Store,
@@ -264,13 +264,13 @@ pub async fn serve(
         .keep_alive(true)
         .header_read_timeout(app.config.header_read_timeout);
     let tls = app.config.tls.as_ref().map(|t| {
-        tokio::spawn(tls::watch(t.clone(), CERT_CHECK_EVERY, (*app).clone()));
+        tokio::spawn(tls::watch(t.clone(), RELOAD_CHECK_EVERY, (*app).clone()));
         tls_builders(t, &builder)
     });
     if let Some(access) = &app.config.access {
         tokio::spawn(auth::watch(
             access.clone(),
-            CERT_CHECK_EVERY,
+            RELOAD_CHECK_EVERY,
             (*app).clone(),
         ));
     }
@@ -330,8 +330,9 @@ pub async fn serve(
     Ok(())
 }
 
-/// How often [`serve`] checks whether the TLS certificate or key file changed.
-pub const CERT_CHECK_EVERY: Duration = Duration::from_secs(2);
+/// How often [`serve`] checks whether the TLS certificate or key file, or the access-token
+/// file, changed (by modification time and length) and reloads it.
+pub const RELOAD_CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// The service of an HTTP/1.1 connection: [`handle`], and `Connection: close` on a response to
 /// a request whose body was not read to its end.

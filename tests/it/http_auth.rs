@@ -655,7 +655,7 @@ async fn the_token_file_is_reloaded_when_it_changes() -> R {
     }
     assert_eq!(status("first").await?, 401);
     std::fs::write(&path, "sha256:nothex read /\n")?;
-    tokio::time::sleep(brook::http::CERT_CHECK_EVERY * 2).await;
+    tokio::time::sleep(brook::http::RELOAD_CHECK_EVERY * 2).await;
     assert_eq!(
         status("second").await?,
         404,

@@ -107,6 +107,11 @@ async fn read_modes(c: &reqwest::Client, base: &str, name: &str, want: Version) 
         .send()
         .await?;
     assert_eq!((r.status().as_u16(), r.version()), (201, want));
+    // The absolute URL is https, with the request's host (HTTP/2's :authority, no Host header).
+    assert_eq!(
+        r.headers().get("location").and_then(|v| v.to_str().ok()),
+        Some(url.as_str())
+    );
     let r = c
         .post(&url)
         .header("content-type", "text/plain")
@@ -229,6 +234,48 @@ async fn twenty_sse_tails_on_one_h2_connection_each_get_their_events() -> R {
     Ok(())
 }
 
+/// Over TLS too, a connection over `max_connections` is answered 503 `TOO_MANY_CONNECTIONS`
+/// (after its handshake, over the protocol ALPN chose) and closed.
+#[tokio::test]
+async fn a_tls_connection_over_the_cap_is_answered_503() -> R {
+    let pki = pki()?;
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = write_pki(dir.path(), &pki)?;
+    let store_dir = tempfile::tempdir()?;
+    let store = Store::open(store_dir.path(), Options::default())?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (_stop, stopped) = oneshot::channel::<()>();
+    let mut cfg = config();
+    cfg.tls = Some(Tls::from_pem_files(cert, key)?);
+    cfg.max_connections = 1;
+    tokio::spawn(serve(listener, store, cfg, async move {
+        let _ = stopped.await;
+    }));
+    let base = format!("https://localhost:{}", addr.port());
+    // The first client keeps its HTTP/2 connection open in its pool.
+    let first = client(&pki.ca, addr, false)?;
+    let r = first.head(format!("{base}/nothing")).send().await?;
+    assert_eq!(r.status().as_u16(), 404);
+    for http1 in [false, true] {
+        let other = client(&pki.ca, addr, http1)?;
+        let r = other.get(format!("{base}/nothing")).send().await?;
+        assert_eq!(r.status().as_u16(), 503, "http1 {http1}");
+        assert_eq!(
+            r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+            Some("2")
+        );
+        assert!(r.text().await?.contains("TOO_MANY_CONNECTIONS"));
+    }
+    let r = first.head(format!("{base}/nothing")).send().await?;
+    assert_eq!(
+        r.status().as_u16(),
+        404,
+        "the admitted connection keeps working"
+    );
+    Ok(())
+}
+
 /// Whether a fresh client trusting only `ca` completes a request.
 async fn trusted(ca: &str, addr: SocketAddr, base: &str) -> bool {
     let Ok(c) = client(ca, addr, false) else {
@@ -272,7 +319,7 @@ async fn a_changed_certificate_file_is_served_and_a_bad_one_ignored() -> R {
     );
     assert!(!trusted(&first.ca, server.addr, &server.base).await);
     std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nnot base64\n")?;
-    tokio::time::sleep(brook::http::CERT_CHECK_EVERY * 2).await;
+    tokio::time::sleep(brook::http::RELOAD_CHECK_EVERY * 2).await;
     assert!(
         trusted(&second.ca, server.addr, &server.base).await,
         "a bad certificate file replaced the good one"
