@@ -42,7 +42,9 @@
 //! `write.rs` (create, append, close, delete), `read.rs` (catch-up, long-poll, HEAD), `sse.rs`,
 //! `snapshot.rs` (snapshots and retention), `bootstrap.rs`. `body.rs` reads request bodies and
 //! shapes read bodies; `cursor.rs` computes live-read cursors; `socket.rs` is the connection's IO
-//! (`sendfile(2)` of mapped slices).
+//! (`sendfile(2)` of mapped slices). The edge facing the internet: `tls.rs` (certificates for
+//! TLS with HTTP/2 by ALPN, reloadable), `auth.rs` (access control: who may do what on which
+//! streams), `limits.rs` (caps on connections and live readers, and the counters of refusals).
 
 mod auth;
 mod body;
