@@ -10,6 +10,9 @@ import {
   StaleEpochError,
 } from "@durable-streams/client"
 
+// Over TLS (scripts/conformance --tls): every fetch speaks HTTP/2 and trusts the test CA.
+if (process.env.BROOK_CA) await import("./h2-setup.mjs")
+
 const baseUrl = process.env.BROOK_URL
 if (!baseUrl) {
   throw new Error("BROOK_URL is required (e.g. BROOK_URL=http://127.0.0.1:4499)")

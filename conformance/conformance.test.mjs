@@ -4,6 +4,9 @@
 // `subscriptions: true` runs the 6 subscription tests too (PROTOCOL.md sections 6-7).
 import { runConformanceTests } from "@durable-streams/server-conformance-tests"
 
+// Over TLS (scripts/conformance --tls): every fetch speaks HTTP/2 and trusts the test CA.
+if (process.env.BROOK_CA) await import("./h2-setup.mjs")
+
 const baseUrl = process.env.BROOK_URL
 if (!baseUrl) {
   throw new Error("BROOK_URL is required (e.g. BROOK_URL=http://127.0.0.1:4499)")

@@ -41,7 +41,7 @@ pub mod fuzzing; // the on-disk decoders, exposed to the fuzz crate (feature "fu
 #[cfg(any(feature = "http", feature = "client"))]
 pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]
-pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping
+pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping, TLS, access control, limits
 mod journal; // journal records and files: frames, encoding, scanning
 mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brook::http::{ServerConfig, serve};
+use brook::http::{AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve, token_hash};
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -22,9 +22,31 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing would only obscure the match"
+)]
 enum Command {
     /// Serve the Durable Streams protocol (with Ursula's snapshot, retention and bootstrap routes).
     Serve(ServeArgs),
+    /// Make access tokens for `brook serve --auth-tokens`.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a new random token: prints its token-file line on stdout (append it to the file)
+    /// and the token itself on stderr (shown once; the file keeps only its hash).
+    New {
+        /// Comma-separated rights: read, write, admin.
+        rights: String,
+        /// Stream-name prefixes the rights apply to (`/` for every stream).
+        #[arg(required = true)]
+        prefixes: Vec<String>,
+    },
+    /// Print the `sha256:<hex>` hash of a token read from standard input, for a token-file line.
+    Hash,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -94,6 +116,54 @@ struct ServeArgs {
     /// (default: http:// and the request's Host).
     #[arg(long)]
     public_url: Option<String>,
+    /// Serve TLS (HTTP/2 and HTTP/1.1 by ALPN) with this PEM certificate chain, leaf first.
+    /// Reloaded on SIGHUP and when the file changes. Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// How long a client may take to send a request's headers (or finish the TLS handshake)
+    /// before its connection is closed, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    header_read_timeout_ms: u64,
+    /// Turn access control on with the bearer tokens listed in FILE (lines of
+    /// `sha256:<hex> <rights> <prefix>...`, made by `brook token new`); reloaded when it changes.
+    #[arg(long)]
+    auth_tokens: Option<PathBuf>,
+    #[arg(
+        long,
+        requires = "auth_jwt_audience",
+        help = "Turn access control on for JWTs verified with the key in FILE (the HS256 secret, \
+                or the PEM public key for RS256 and EdDSA). Needs --auth-jwt-audience"
+    )]
+    auth_jwt_key: Option<PathBuf>,
+    #[arg(
+        long,
+        default_value = "EdDSA",
+        help = "The JWT signature algorithm: HS256, RS256 or EdDSA"
+    )]
+    auth_jwt_alg: String,
+    /// The `aud` claim a JWT must carry.
+    #[arg(long)]
+    auth_jwt_audience: Option<String>,
+    /// The `iss` claim a JWT must carry (not checked when absent).
+    #[arg(long)]
+    auth_jwt_issuer: Option<String>,
+    /// Connections open at once; one more is answered 503 and closed (keep it below `ulimit -n`).
+    #[arg(long, default_value_t = 10_000)]
+    max_connections: usize,
+    /// Live readers (SSE connections, long-polls waiting at the tail) at once, over all streams;
+    /// one more is answered 503.
+    #[arg(long, default_value_t = 10_000)]
+    max_live_readers: usize,
+    /// Live readers of one stream at once (default: no cap per stream); one more is answered 503.
+    #[arg(long)]
+    max_live_readers_per_stream: Option<usize>,
+    /// With access control on, let anyone read the streams under this prefix without a token
+    /// (repeatable).
+    #[arg(long)]
+    public_read: Vec<String>,
 }
 
 /// Parses the command line, starts the log, and runs the command; its failure is printed and
@@ -110,6 +180,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
+        Command::Token(cmd) => run_token(&cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -157,7 +228,29 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         Error::InvalidArgument(d) => format!("invalid option: {}", flag_message(&d)),
         other => format!("cannot open the data directory {}: {other}", dir.display()),
     })?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            Tls::from_pem_files(cert, key)
+                .map_err(|e| format!("cannot load the TLS certificate: {e}"))?,
+        ),
+        _ => None,
+    };
+    let access = access_control(args)?;
+    if access.is_some() {
+        tracing::info!(
+            tokens = ?args.auth_tokens,
+            jwt_key = ?args.auth_jwt_key,
+            public_read = ?args.public_read,
+            "access control on"
+        );
+    }
     let config = ServerConfig {
+        access: access.map(std::sync::Arc::new),
+        max_connections: args.max_connections,
+        max_live_readers: args.max_live_readers,
+        max_live_readers_per_stream: args.max_live_readers_per_stream,
+        tls: tls.clone(),
+        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
         body_read_timeout: Duration::from_millis(args.body_read_timeout_ms),
@@ -178,9 +271,17 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         let local: SocketAddr = listener
             .local_addr()
             .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        if let Some(tls) = tls {
+            tokio::spawn(reload_on_hangup(tls));
+        }
         tracing::info!(
-            "brook {} listening on http://{local}, storing streams in {} (durability {})",
+            "brook {} listening on {}://{local}, storing streams in {} (durability {})",
             env!("CARGO_PKG_VERSION"),
+            if args.tls_cert.is_some() {
+                "https"
+            } else {
+                "http"
+            },
             dir.display(),
             match durability {
                 Durability::Sync => "sync",
@@ -203,6 +304,78 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The access control the flags ask for; `None` when none of them is given.
+fn access_control(args: &ServeArgs) -> Result<Option<AccessControl>, String> {
+    if args.auth_tokens.is_none() && args.auth_jwt_key.is_none() {
+        if !args.public_read.is_empty() {
+            return Err(
+                "--public-read needs access control (--auth-tokens or --auth-jwt-key)".into(),
+            );
+        }
+        return Ok(None);
+    }
+    let mut access = AccessControl::new();
+    if let Some(path) = &args.auth_tokens {
+        access = access
+            .with_token_file(path)
+            .map_err(|e| format!("cannot load the access tokens: {e}"))?;
+    }
+    if let Some(path) = &args.auth_jwt_key {
+        let alg: JwtAlgorithm = args.auth_jwt_alg.parse()?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read the JWT key {}: {e}", path.display()))?;
+        let audience = args.auth_jwt_audience.as_deref().unwrap_or_default();
+        let mut key =
+            JwtKey::new(alg, &bytes, audience).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(issuer) = &args.auth_jwt_issuer {
+            key = key.with_issuer(issuer);
+        }
+        access = access.with_jwt(key);
+    }
+    for prefix in &args.public_read {
+        access = access.with_public_read(prefix);
+    }
+    Ok(Some(access))
+}
+
+/// `brook token new` and `brook token hash`; the error is the message to print.
+fn run_token(cmd: &TokenCommand) -> Result<(), String> {
+    match cmd {
+        TokenCommand::New { rights, prefixes } => {
+            let mut random = [0u8; 32];
+            std::io::Read::read_exact(
+                &mut std::fs::File::open("/dev/urandom")
+                    .map_err(|e| format!("cannot read /dev/urandom: {e}"))?,
+                &mut random,
+            )
+            .map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
+            let mut token = String::from("brk_");
+            for b in random {
+                use std::fmt::Write as _;
+                let _ = write!(token, "{b:02x}");
+            }
+            let line = format!("{} {rights} {}", token_hash(&token), prefixes.join(" "));
+            // The line must parse as the server will read it.
+            brook::http::check_token_line(&line)?;
+            println!("{line}");
+            eprintln!("token: {token}");
+            Ok(())
+        }
+        TokenCommand::Hash => {
+            let mut token = String::new();
+            std::io::stdin()
+                .read_line(&mut token)
+                .map_err(|e| format!("cannot read the token from standard input: {e}"))?;
+            let token = token.trim();
+            if token.is_empty() {
+                return Err("no token on standard input".into());
+            }
+            println!("{}", token_hash(token));
+            Ok(())
+        }
+    }
+}
+
 /// An `Options` validation message with the option's name replaced by its `brook serve` flag:
 /// `checkpoint_bytes must be ...` becomes `--checkpoint-bytes must be ...`. Any other message is
 /// kept as it is.
@@ -221,6 +394,32 @@ fn flag_message(message: &str) -> String {
         }
         _ => message.to_owned(),
     }
+}
+
+/// Reloads the TLS certificate on every SIGHUP; a certificate that does not load keeps the one
+/// in use, and the log says why.
+async fn reload_on_hangup(tls: Tls) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hangups) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!(
+                "cannot watch SIGHUP: the certificate reloads only when its files change"
+            );
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            match tls.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SIGHUP: TLS certificate not reloaded; keeping the one in use");
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(tls);
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -88,6 +88,11 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit as u64));
     }
+    // A declared empty body is complete: an HTTP/2 client (undici) may send `content-length: 0`
+    // and leave its side of the stream open, so waiting for the end would wait forever.
+    if declared == Some(0) {
+        return Ok(Bytes::new());
+    }
     let mut first = Bytes::new();
     let mut more: Option<BytesMut> = None;
     let mut total = 0usize;

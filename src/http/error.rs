@@ -42,6 +42,15 @@ pub(crate) enum ApiError {
         /// The problem's `detail` member.
         detail: String,
     },
+    /// 503 with `Retry-After`: a limit of the server's is reached (`limits.rs`).
+    Unavailable {
+        /// The problem's `code` member.
+        code: &'static str,
+        /// The problem's `detail` member.
+        detail: String,
+        /// Seconds to wait, for `Retry-After`.
+        retry_after: u32,
+    },
     /// The method is not served on this route; `allow` lists the ones that are.
     MethodNotAllowed {
         /// The `Allow` header's value.
@@ -270,6 +279,21 @@ impl IntoResponse for ApiError {
                 HeaderMap::new(),
                 serde_json::Map::new(),
             ),
+            ApiError::Unavailable {
+                code,
+                detail,
+                retry_after,
+            } => {
+                let mut headers = HeaderMap::new();
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+                problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    code,
+                    &detail,
+                    headers,
+                    serde_json::Map::new(),
+                )
+            }
             ApiError::MethodNotAllowed { allow } => {
                 let mut headers = HeaderMap::new();
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));

@@ -42,13 +42,17 @@
 //! `write.rs` (create, append, close, delete), `read.rs` (catch-up, long-poll, HEAD), `sse.rs`,
 //! `snapshot.rs` (snapshots and retention), `bootstrap.rs`. `body.rs` reads request bodies and
 //! shapes read bodies; `cursor.rs` computes live-read cursors; `socket.rs` is the connection's IO
-//! (`sendfile(2)` of mapped slices).
+//! (`sendfile(2)` of mapped slices). The edge facing the internet: `tls.rs` (certificates for
+//! TLS with HTTP/2 by ALPN, reloadable), `auth.rs` (access control: who may do what on which
+//! streams), `limits.rs` (caps on connections and live readers, and the counters of refusals).
 
+mod auth;
 mod body;
 mod bootstrap;
 mod cursor;
 mod error;
 mod keys;
+mod limits;
 mod names;
 mod read;
 mod reply;
@@ -60,8 +64,12 @@ mod sse;
 mod subscriptions;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod webhook;
 mod write;
+
+pub use auth::{AccessControl, JwtAlgorithm, JwtKey, check_token_line, token_hash};
+pub use tls::Tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -109,11 +117,32 @@ pub struct ServerConfig {
     /// How long a webhook receiver has to answer one delivery (connect to the last byte of
     /// the response) before the attempt counts as failed and is retried. Default 10 s.
     pub webhook_timeout: Duration,
+    /// Serve TLS with this certificate instead of plain HTTP/1.1: ALPN picks HTTP/2 or
+    /// HTTP/1.1 per connection. Default `None` (plain HTTP/1.1).
+    pub tls: Option<Tls>,
+    /// How long a client may take to send a request's headers (HTTP/1.1) or to finish the TLS
+    /// handshake before its connection is closed: bounds what a slow client (slowloris) holds.
+    /// Default 30 s.
+    pub header_read_timeout: Duration,
+    /// Who may read, write and administer which streams (bearer tokens from a file or JWTs;
+    /// see [`AccessControl`]). Default `None`: everyone may do everything.
+    pub access: Option<Arc<AccessControl>>,
+    /// Connections open at once; one more is answered 503 `TOO_MANY_CONNECTIONS` (with
+    /// `Retry-After`) and closed. Default 10 000 (keep it below the process's file-descriptor
+    /// limit, `ulimit -n`).
+    pub max_connections: usize,
+    /// Live readers (SSE connections, long-polls waiting at the tail) at once, over all streams;
+    /// one more is answered 503 `TOO_MANY_LIVE_READERS`. Default 10 000.
+    pub max_live_readers: usize,
+    /// Live readers of one stream at once; one more is answered 503 `TOO_MANY_LIVE_READERS`.
+    /// Default `None` (only `max_live_readers` applies).
+    pub max_live_readers_per_stream: Option<usize>,
 }
 
 impl Default for ServerConfig {
     /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
-    /// `Host`, 30 s body reads, 60 s write stalls, 10 s of shutdown grace.
+    /// `Host`, 30 s body reads, 60 s write stalls, 10 s of shutdown grace, plain HTTP/1.1, 30 s
+    /// to send headers, no access control, 10 000 connections and 10 000 live readers.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
@@ -125,6 +154,12 @@ impl Default for ServerConfig {
             write_stall_timeout: Duration::from_mins(1),
             shutdown_grace: Duration::from_secs(10),
             webhook_timeout: Duration::from_secs(10),
+            tls: None,
+            header_read_timeout: Duration::from_secs(30),
+            access: None,
+            max_connections: 10_000,
+            max_live_readers: 10_000,
+            max_live_readers_per_stream: None,
         }
     }
 }
@@ -146,9 +181,19 @@ pub(crate) struct AppState {
     pub(crate) connections: Arc<std::sync::atomic::AtomicUsize>,
     /// The webhook signing key and token secret (`keys.rs`), or why they could not be loaded.
     pub(crate) keys: Arc<Result<keys::Keys, String>>,
+    /// What the edge refused (connections, live readers, tokens), for metrics.
+    pub(crate) edge: Arc<limits::EdgeCounters>,
+    /// The live readers per stream, for `max_live_readers_per_stream`.
+    pub(crate) live: Arc<limits::LiveReaders>,
 }
 
 impl AppState {
+    /// Admits one more live reader of `name` (SSE, or a long-poll about to wait), or refuses it
+    /// with 503 when a live-reader cap is reached; the slot frees its place when dropped.
+    pub(crate) fn live_reader(&self, name: &StreamName) -> Result<limits::LiveSlot, ApiError> {
+        limits::admit_live_reader(&self.config, &self.edge, &self.live, name)
+    }
+
     /// Resolves once the server is shutting down; never, for a router without [`serve`].
     pub(crate) async fn shutting_down(&self) {
         let mut rx = self.shutdown.clone();
@@ -208,6 +253,8 @@ fn app_state(
         _shutdown_tx: Arc::new(tx),
         connections: Arc::default(),
         keys: Arc::new(keys::Keys::load_or_create(store_root).map_err(|e| e.to_string())),
+        edge: Arc::default(),
+        live: Arc::default(),
     }
 }
 
@@ -216,6 +263,9 @@ fn app_state(
 ///
 /// Each connection is served by hyper's HTTP/1.1 connection loop straight into the handler
 /// (no router or middleware stack per request: the path is parsed once, by `route::parse_route`).
+/// With [`ServerConfig::tls`], each connection first completes a TLS handshake (within
+/// [`ServerConfig::header_read_timeout`]) and is then served as HTTP/2 or HTTP/1.1, as ALPN
+/// chose; the certificate files are checked for changes every [`RELOAD_CHECK_EVERY`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     store: Store,
@@ -246,7 +296,19 @@ pub async fn serve(
     builder
         .timer(TokioTimer::new())
         .keep_alive(true)
-        .max_headers(request::PARSED_HEADERS);
+        .max_headers(request::PARSED_HEADERS)
+        .header_read_timeout(app.config.header_read_timeout);
+    let tls = app.config.tls.as_ref().map(|t| {
+        tokio::spawn(tls::watch(t.clone(), RELOAD_CHECK_EVERY, (*app).clone()));
+        tls_builders(t, &builder)
+    });
+    if let Some(access) = &app.config.access {
+        tokio::spawn(auth::watch(
+            access.clone(),
+            RELOAD_CHECK_EVERY,
+            (*app).clone(),
+        ));
+    }
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -267,32 +329,27 @@ pub async fn serve(
         // A response head leaves in one `writev` (with the body when it is small or not mapped);
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
+        if app.connections.load(Ordering::Relaxed) >= app.config.max_connections {
+            app.edge.connections_refused.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(refuse_connection(
+                stream,
+                tls.as_ref().map(|t| t.acceptor.clone()),
+            ));
+            continue;
+        }
         let open = Open::count(app.connections.clone());
+        if let Some(tls) = &tls {
+            tokio::spawn(serve_tls(
+                app.clone(),
+                tls.clone(),
+                stream,
+                graceful.watcher(),
+                open,
+            ));
+            continue;
+        }
+        let service = http1_service(app.clone());
         let socket = socket::Socket::new(stream, sendfile, app.config.write_stall_timeout);
-        let app = app.clone();
-        let ends = Arc::new(body::Ends::default());
-        let service =
-            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let app = app.clone();
-                let ends = ends.clone();
-                async move {
-                    // A request with a body its handler did not read to the end (a refusal
-                    // decided from the headers) leaves the connection unusable: say so, or the
-                    // client may send its next request on a connection hyper is closing.
-                    let tracked =
-                        (!http_body::Body::is_end_stream(req.body())).then(|| ends.issue());
-                    let req = match tracked {
-                        Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
-                        None => req.map(Body::new),
-                    };
-                    let mut res = handle(&app, req).await;
-                    if tracked.is_some_and(|n| !ends.ended(n)) {
-                        res.headers_mut()
-                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                    }
-                    Ok::<_, std::convert::Infallible>(res)
-                }
-            });
         let conn = builder.serve_connection(TokioIo::new(socket), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -316,6 +373,151 @@ pub async fn serve(
     Ok(())
 }
 
+/// How often [`serve`] checks whether the TLS certificate or key file, or the access-token
+/// file, changed (by modification time and length) and reloads it.
+pub const RELOAD_CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// The service of an HTTP/1.1 connection: [`handle`], and `Connection: close` on a response to
+/// a request whose body was not read to its end.
+fn http1_service(
+    app: Arc<AppState>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone {
+    let ends = Arc::new(body::Ends::default());
+    hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let app = app.clone();
+        let ends = ends.clone();
+        async move {
+            // A request with a body its handler did not read to the end (a refusal decided
+            // from the headers) leaves the connection unusable: say so, or the client may send
+            // its next request on a connection hyper is closing.
+            let tracked = (!http_body::Body::is_end_stream(req.body())).then(|| ends.issue());
+            let req = match tracked {
+                Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
+                None => req.map(Body::new),
+            };
+            let mut res = handle(&app, req).await;
+            if tracked.is_some_and(|n| !ends.ended(n)) {
+                res.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, std::convert::Infallible>(res)
+        }
+    })
+}
+
+/// What a TLS connection is served with: the acceptor and both protocols' connection builders.
+#[derive(Clone)]
+struct TlsServing {
+    /// The TLS handshake.
+    acceptor: tokio_rustls::TlsAcceptor,
+    /// HTTP/1.1 after `http/1.1` (or no) ALPN.
+    http1: hyper::server::conn::http1::Builder,
+    /// HTTP/2 after `h2` ALPN.
+    http2: hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
+}
+
+/// The TLS serving state for `tls`, HTTP/1.1 configured as `http1`.
+fn tls_builders(tls: &Tls, http1: &hyper::server::conn::http1::Builder) -> TlsServing {
+    let mut http2 = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    http2
+        .timer(hyper_util::rt::TokioTimer::new())
+        // Pings find dead peers of long-lived streams (SSE) that TCP alone notices late.
+        .keep_alive_interval(Duration::from_secs(30))
+        .max_concurrent_streams(256);
+    TlsServing {
+        acceptor: tls.acceptor(),
+        http1: http1.clone(),
+        http2,
+    }
+}
+
+/// One TLS connection: the handshake (bounded by `header_read_timeout`), then HTTP/2 or
+/// HTTP/1.1 by ALPN until the connection ends or the server's graceful shutdown ends it.
+/// Large bodies are encrypted, so no `sendfile` here.
+async fn serve_tls(
+    app: Arc<AppState>,
+    tls: TlsServing,
+    tcp: tokio::net::TcpStream,
+    watcher: hyper_util::server::graceful::Watcher,
+    open: Open,
+) {
+    use hyper_util::rt::TokioIo;
+    let handshake = tokio::time::timeout(app.config.header_read_timeout, tls.acceptor.accept(tcp));
+    let stream = match handshake.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            app.edge
+                .tls_handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake timed out");
+            app.edge
+                .tls_handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(tls::ALPN_H2);
+    let io = TokioIo::new(stream);
+    // A connection's error (reset, malformed request) concerns that connection only.
+    if h2 {
+        let service = hyper::service::service_fn(
+            move |req: hyper::Request<hyper::body::Incoming>| {
+                let app = app.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
+            },
+        );
+        let _ = watcher.watch(tls.http2.serve_connection(io, service)).await;
+    } else {
+        let service = http1_service(app);
+        let _ = watcher.watch(tls.http1.serve_connection(io, service)).await;
+    }
+    drop(open);
+}
+
+/// Answers every request of a connection over `max_connections` with 503
+/// `TOO_MANY_CONNECTIONS` (after the TLS handshake, on a TLS listener) and closes it after at
+/// most [`limits::REFUSAL_GRACE`].
+async fn refuse_connection(
+    tcp: tokio::net::TcpStream,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let refuse = hyper::service::service_fn(|_req: hyper::Request<hyper::body::Incoming>| {
+        std::future::ready(Ok::<_, std::convert::Infallible>(
+            limits::too_many_connections(),
+        ))
+    });
+    let serve = async move {
+        let Some(acceptor) = acceptor else {
+            let mut h1 = hyper::server::conn::http1::Builder::new();
+            h1.keep_alive(false);
+            let _ = h1.serve_connection(TokioIo::new(tcp), refuse).await;
+            return;
+        };
+        let Ok(stream) = acceptor.accept(tcp).await else {
+            return;
+        };
+        if stream.get_ref().1.alpn_protocol() == Some(tls::ALPN_H2) {
+            let h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            let _ = h2.serve_connection(TokioIo::new(stream), refuse).await;
+        } else {
+            let mut h1 = hyper::server::conn::http1::Builder::new();
+            h1.keep_alive(false);
+            let _ = h1.serve_connection(TokioIo::new(stream), refuse).await;
+        }
+    };
+    let _ = tokio::time::timeout(limits::REFUSAL_GRACE, serve).await;
+}
+
 /// Counts one open connection in [`AppState::connections`] until dropped.
 struct Open(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -334,13 +536,25 @@ impl Drop for Open {
     }
 }
 
-/// One request, start to finish: CORS preflight or the route's handler, then the headers every
-/// response carries.
+/// One request, start to finish: CORS preflight (never behind access control), admission
+/// when access control is on, the route's handler, then the headers every response carries.
 async fn handle(app: &AppState, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
     let mut res = if parts.method == Method::OPTIONS {
         reply::preflight(&parts.headers)
+    } else if let Some(access) = &app.config.access {
+        match access.admit(&mut parts) {
+            Ok(admitted) => {
+                let mut res = match route::dispatch(app, parts, body).await {
+                    Ok(res) => res,
+                    Err(e) => e.into_response(),
+                };
+                auth::private_if_token(&mut res, admitted);
+                res
+            }
+            Err(refusal) => refusal.into_response(&app.edge),
+        }
     } else {
         match route::dispatch(app, parts, body).await {
             Ok(res) => res,

@@ -15,6 +15,7 @@ use crate::headers::{
 use crate::name::Digits;
 use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
+use super::auth::CredentialExpiry;
 use super::body::Pieces;
 use super::cursor::response_cursor;
 use super::error::{ApiError, Op};
@@ -180,10 +181,15 @@ pub(crate) async fn get(
 ) -> Result<Response, ApiError> {
     let p = read_params(parts)?;
     let expect = expected_incarnation(&parts.headers)?;
+    // A live read admitted by an expiring token ends when it expires (auth.rs).
+    let credential = parts
+        .extensions
+        .get::<CredentialExpiry>()
+        .map(|e| e.deadline());
     match p.live {
         Live::CatchUp => catch_up(app, name, parts, p, expect).await,
-        Live::LongPoll => long_poll(app, name, p, expect).await,
-        Live::Sse => sse::respond(app, name, &parts.headers, p, expect).await,
+        Live::LongPoll => long_poll(app, name, p, expect, credential).await,
+        Live::Sse => sse::respond(app, name, &parts.headers, p, expect, credential).await,
     }
 }
 
@@ -231,12 +237,14 @@ async fn catch_up(
 }
 
 /// `live=long-poll`: data at once if there is any; otherwise wait for it up to the configured
-/// timeout (204), answering a closed stream at its tail at once (204 with `Stream-Closed`).
+/// timeout (204), answering a closed stream at its tail at once (204 with `Stream-Closed`), and
+/// a wait that outlives the `credential` that admitted it with 401 `TOKEN_EXPIRED`.
 async fn long_poll(
     app: &AppState,
     name: StreamName,
     p: ReadParams,
     expect: Option<Incarnation>,
+    credential: Option<Instant>,
 ) -> Result<Response, ApiError> {
     let deadline = Instant::now() + app.config.long_poll_timeout;
     let cursor = response_cursor(p.cursor, SystemTime::now()).to_string();
@@ -253,6 +261,8 @@ async fn long_poll(
     .await?;
     // Later reads must see the same incarnation: a stream recreated meanwhile is another stream.
     let expect = Some(chunk.incarnation.clone());
+    // Taken before the first wait: a long-poll answered at once is no live reader.
+    let mut slot = None;
     loop {
         if has_data(&chunk) {
             let tag = etag(&chunk);
@@ -281,10 +291,14 @@ async fn long_poll(
         if chunk.closed {
             return Ok(no_content(true, &chunk.incarnation));
         }
+        if slot.is_none() {
+            slot = Some(app.live_reader(&name)?);
+        }
         tokio::select! {
             woke = app.store.wait(&name, at) => woke.map_err(|e| ApiError::Store(e, Op::Read))?,
             () = tokio::time::sleep_until(deadline) => return Ok(no_content(false, &chunk.incarnation)),
             () = app.shutting_down() => return Ok(no_content(false, &chunk.incarnation)),
+            () = until(credential) => return Ok(super::auth::expired_response()),
         }
         let req = ReadRequest {
             from: ReadFrom::At(at),
@@ -292,6 +306,14 @@ async fn long_poll(
             expect: expect.clone(),
         };
         chunk = read_woken(app, &name, &req)?;
+    }
+}
+
+/// Sleeps until `at`; forever when `None`.
+pub(super) async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -120,7 +120,8 @@ pub(crate) fn problem(
 const EXPOSED_HEADERS: &str = "Stream-Next-Offset, Stream-Up-To-Date, Stream-Closed, Stream-Cursor, \
     Stream-Last-Seq, Stream-Incarnation, Stream-TTL, Stream-Expires-At, Stream-Earliest-Offset, \
     Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-SSE-Data-Encoding, Producer-Epoch, \
-    Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type";
+    Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, \
+    WWW-Authenticate";
 
 /// Request headers a browser may send (the preflight's `Access-Control-Allow-Headers`).
 const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Stream-Seq, Stream-TTL, \

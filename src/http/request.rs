@@ -343,6 +343,11 @@ pub(crate) fn absolute_url(app: &AppState, parts: &Parts) -> String {
         .map(str::to_owned)
         .or_else(|| parts.uri.authority().map(std::string::ToString::to_string))
         .unwrap_or_else(|| "localhost".to_owned());
-    let scheme = parts.uri.scheme_str().unwrap_or("http");
+    let default = if app.config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let scheme = parts.uri.scheme_str().unwrap_or(default);
     format!("{scheme}://{host}{path}")
 }

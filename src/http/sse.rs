@@ -26,8 +26,10 @@ use crate::headers::{InvalidHeader, parse_read_from};
 use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
 
 use super::AppState;
+use super::auth::CREDENTIAL_EXPIRED_EVENT;
 use super::cursor::{interval_at, response_cursor};
 use super::error::ApiError;
+use super::limits::LiveSlot;
 use super::names::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, X_ACCEL_BUFFERING};
 use super::read::{ReadParams, has_data, read_chunk, read_woken};
 use super::reply::Reply;
@@ -249,8 +251,12 @@ struct Sse {
     announced: bool,
     /// Cursors sent are at least this (the response cursor for the request's `cursor`).
     cursor_floor: u64,
-    /// When the connection ends (`sse_max_duration` after it began).
+    /// When the connection ends (`sse_max_duration` after it began, or earlier at
+    /// `credential`).
     deadline: Instant,
+    /// When the token that admitted the connection expires: it ends then, with a final
+    /// `credential-expired` event.
+    credential: Option<Instant>,
     /// One timer for the connection's deadline and its keep-alive comments, reset only when it
     /// fires, never per event: with 1000 subscribers woken 100 times a second, per-event resets
     /// make timer-wheel inserts and removals a visible part of the fan-out's CPU.
@@ -263,6 +269,8 @@ struct Sse {
     done: bool,
     /// `Store::wait` just woke the connection: the next read is of fresh, loaded data.
     woken: bool,
+    /// The connection's place among the server's live readers, freed when it ends.
+    _slot: LiveSlot,
 }
 
 impl Sse {
@@ -310,15 +318,18 @@ impl Sse {
         loop {
             // The connection ends between events once its lifetime is up, even on a stream that
             // never goes idle, so a CDN can collapse new readers onto fresh connections.
-            if self.done || Instant::now() >= self.deadline {
+            if self.done {
                 return None;
+            }
+            if Instant::now() >= self.deadline {
+                return self.end();
             }
             let chunk = match self.pending.take() {
                 Some(c) => c,
                 // Told it is up to date at `next` and not woken since: nothing to read yet.
                 None if self.announced && !self.woken => {
                     if let Err(frame) = self.sleep().await {
-                        return frame;
+                        return frame.or_else(|| self.end());
                     }
                     continue;
                 }
@@ -353,7 +364,7 @@ impl Sse {
                 return Some(Bytes::from(out));
             }
             if let Err(frame) = self.sleep().await {
-                return frame;
+                return frame.or_else(|| self.end());
             }
         }
     }
@@ -387,6 +398,16 @@ impl Sse {
         }
     }
 
+    /// The last frame of a connection at its deadline: the `credential-expired` event when its
+    /// token expired (the connection then ends), else none.
+    fn end(&mut self) -> Option<Bytes> {
+        if self.done || self.credential.is_none_or(|c| Instant::now() < c) {
+            return None;
+        }
+        self.done = true;
+        Some(Bytes::from_static(CREDENTIAL_EXPIRED_EVENT))
+    }
+
     /// Notes a frame going out now; the timer's next stop is the keep-alive after it.
     fn sent(&mut self, now: Instant) {
         self.last_sent = now;
@@ -403,13 +424,15 @@ pub(crate) const SSE_EVENT_BYTES: u64 = 256 << 10;
 
 /// `live=sse`: catch-up chunks, each as a data event followed by its control event, then live
 /// data as it becomes durable, until the stream is closed (final control with
-/// `streamClosed: true`), the connection's lifetime is up, or the server shuts down.
+/// `streamClosed: true`), the connection's lifetime is up, the `credential` that admitted it
+/// expires (a final `credential-expired` event), or the server shuts down.
 pub(super) async fn respond(
     app: &AppState,
     name: StreamName,
     headers: &HeaderMap,
     p: ReadParams,
     expect: Option<Incarnation>,
+    credential: Option<Instant>,
 ) -> Result<Response, ApiError> {
     let from = resume_from(headers, p.from)?;
     // Events carry at most SSE_EVENT_BYTES of data (a single larger JSON message whole), so a
@@ -418,6 +441,7 @@ pub(super) async fn respond(
         p.max_bytes
             .map_or(SSE_EVENT_BYTES, |m| m.min(SSE_EVENT_BYTES)),
     );
+    let slot = app.live_reader(&name)?;
     // The first read happens before the response starts, so a missing stream is still a 404.
     let first = read_chunk(
         app,
@@ -448,7 +472,8 @@ pub(super) async fn respond(
         );
     }
     let start = Instant::now();
-    let deadline = start + app.config.sse_max_duration;
+    let lifetime = start + app.config.sse_max_duration;
+    let deadline = credential.map_or(lifetime, |c| c.min(lifetime));
     let down = app.clone();
     let state = Sse {
         app: app.clone(),
@@ -461,6 +486,7 @@ pub(super) async fn respond(
         announced: false,
         cursor_floor: response_cursor(p.cursor, SystemTime::now()),
         deadline,
+        credential,
         timer: Box::pin(tokio::time::sleep_until(
             (start + app.config.sse_keepalive).min(deadline),
         )),
@@ -469,6 +495,7 @@ pub(super) async fn respond(
         done: false,
         woken: false,
         pending: Some(first),
+        _slot: slot,
     };
     let events = futures_util::stream::unfold(state, |mut s| async move {
         let frame = s.step().await?;

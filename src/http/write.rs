@@ -64,7 +64,7 @@ fn expiry(headers: &HeaderMap) -> Result<Expiry, ApiError> {
 
 /// The source of a fork: `Stream-Forked-From` is a path on this server (an absolute URL's path
 /// is accepted too).
-fn fork_source(value: &str) -> Result<StreamName, ApiError> {
+pub(super) fn fork_source(value: &str) -> Result<StreamName, ApiError> {
     let value = value.trim();
     let path = match value.split_once("://") {
         Some((_, rest)) => rest.find('/').map_or("", |i| &rest[i..]),

@@ -16,6 +16,8 @@ mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
+mod http_auth;
+#[cfg(feature = "http")]
 mod http_close;
 #[cfg(feature = "http")]
 mod http_edges;
@@ -23,6 +25,8 @@ mod http_edges;
 mod http_ext;
 #[cfg(feature = "http")]
 mod http_incarnation;
+#[cfg(feature = "http")]
+mod http_limits;
 #[cfg(feature = "http")]
 mod http_seed;
 #[cfg(feature = "http")]
@@ -33,6 +37,8 @@ mod http_slow;
 mod http_sse_resume;
 #[cfg(feature = "http")]
 mod http_support;
+#[cfg(feature = "http")]
+mod http_tls;
 mod model;
 mod regressions;
 mod subscriptions;

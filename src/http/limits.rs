@@ -1,0 +1,175 @@
+//! Limits facing the internet: a cap on open connections and on live readers (SSE connections
+//! and long-polls waiting at the tail), in total and per stream, and the counters of what the
+//! edge refused. The request-header read timeout (slowloris) is hyper's, set from
+//! [`ServerConfig::header_read_timeout`](super::ServerConfig::header_read_timeout); the TLS
+//! handshake gets the same bound in `serve`.
+//!
+//! Every refusal is 503 with `Retry-After` and a problem+json `code`: `TOO_MANY_CONNECTIONS`
+//! (answered on the refused connection itself, which is then closed) or
+//! `TOO_MANY_LIVE_READERS`. Catch-up reads and writes are never refused by these caps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use parking_lot::Mutex;
+
+use crate::StreamName;
+
+use super::ServerConfig;
+use super::error::ApiError;
+use super::reply::problem;
+
+/// The `Retry-After` of every refusal here, in seconds.
+pub(crate) const RETRY_AFTER_SECS: u32 = 2;
+
+/// How long a connection refused for [`ServerConfig::max_connections`] may take to send its
+/// request and read the 503 before it is closed regardless.
+pub(crate) const REFUSAL_GRACE: Duration = Duration::from_secs(2);
+
+/// What the internet-facing edge refused or failed, since the server started: relaxed atomic
+/// counters on the app state, for the metrics endpoint to export (each only ever grows, except
+/// [`EdgeCounters::live_readers`], a gauge).
+#[derive(Debug, Default)]
+pub(crate) struct EdgeCounters {
+    /// Connections answered 503 `TOO_MANY_CONNECTIONS` (over `max_connections`).
+    pub(crate) connections_refused: AtomicU64,
+    /// Live reads answered 503 `TOO_MANY_LIVE_READERS` (over either live-reader cap).
+    pub(crate) live_readers_refused: AtomicU64,
+    /// Live readers open now (SSE connections, long-polls waiting at the tail).
+    pub(crate) live_readers: AtomicUsize,
+    /// TLS handshakes that failed or did not finish within `header_read_timeout`.
+    pub(crate) tls_handshakes_failed: AtomicU64,
+    /// Certificate reloads (file change) that failed and kept the certificate in use.
+    pub(crate) tls_reloads_failed: AtomicU64,
+    /// Requests refused 401 by access control (no, bad or expired token).
+    pub(crate) unauthorized: AtomicU64,
+    /// Requests refused 403 by access control (outside the token's grants).
+    pub(crate) forbidden: AtomicU64,
+}
+
+/// The live readers of the server: their count (in [`EdgeCounters::live_readers`]) and, when a
+/// per-stream cap is set, their count per stream.
+#[derive(Debug, Default)]
+pub(crate) struct LiveReaders {
+    /// Live readers per stream; only kept when `max_live_readers_per_stream` is set.
+    per_stream: Mutex<HashMap<StreamName, usize>>,
+}
+
+/// One admitted live reader; dropping it frees its place.
+pub(crate) struct LiveSlot {
+    /// The counters whose gauge counts it.
+    counters: Arc<EdgeCounters>,
+    /// Where it is counted per stream, if it is.
+    stream: Option<(Arc<LiveReaders>, StreamName)>,
+}
+
+impl Drop for LiveSlot {
+    /// Counts the reader out.
+    fn drop(&mut self) {
+        self.counters.live_readers.fetch_sub(1, Ordering::Relaxed);
+        if let Some((live, name)) = &self.stream {
+            let mut map = live.per_stream.lock();
+            if let Some(n) = map.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(name);
+                }
+            }
+        }
+    }
+}
+
+/// Admits one more live reader of `name`, or refuses it with 503 `TOO_MANY_LIVE_READERS` when
+/// the server or the stream is at its cap.
+pub(crate) fn admit_live_reader(
+    config: &ServerConfig,
+    counters: &Arc<EdgeCounters>,
+    live: &Arc<LiveReaders>,
+    name: &StreamName,
+) -> Result<LiveSlot, ApiError> {
+    let before = counters.live_readers.fetch_add(1, Ordering::Relaxed);
+    // From here the slot counts itself out when dropped, refused or not.
+    let mut slot = LiveSlot {
+        counters: counters.clone(),
+        stream: None,
+    };
+    if before >= config.max_live_readers {
+        return Err(refuse_live(counters, "this server"));
+    }
+    if let Some(cap) = config.max_live_readers_per_stream {
+        let mut map = live.per_stream.lock();
+        let n = map.entry(name.clone()).or_insert(0);
+        if *n >= cap {
+            drop(map);
+            return Err(refuse_live(counters, "this stream"));
+        }
+        *n += 1;
+        drop(map);
+        slot.stream = Some((live.clone(), name.clone()));
+    }
+    Ok(slot)
+}
+
+/// The refusal of a live reader over the cap of `whose`.
+fn refuse_live(counters: &EdgeCounters, whose: &str) -> ApiError {
+    counters
+        .live_readers_refused
+        .fetch_add(1, Ordering::Relaxed);
+    ApiError::Unavailable {
+        code: "TOO_MANY_LIVE_READERS",
+        detail: format!(
+            "{whose} has as many live readers (SSE, long-poll) as it accepts; retry later"
+        ),
+        retry_after: RETRY_AFTER_SECS,
+    }
+}
+
+/// The answer on a connection over `max_connections`, which is then closed.
+pub(crate) fn too_many_connections() -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "TOO_MANY_CONNECTIONS",
+        "this server has as many connections open as it accepts; retry later",
+        headers,
+        serde_json::Map::new(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Readers are counted in and out, in total and per stream; a refused one leaves no count.
+    #[test]
+    fn live_readers_are_counted_in_and_out() {
+        let config = ServerConfig {
+            max_live_readers: 3,
+            max_live_readers_per_stream: Some(2),
+            ..ServerConfig::default()
+        };
+        let counters = Arc::new(EdgeCounters::default());
+        let live = Arc::new(LiveReaders::default());
+        let a = StreamName::new("a").expect("valid");
+        let b = StreamName::new("b").expect("valid");
+        let a1 = admit_live_reader(&config, &counters, &live, &a).expect("first");
+        let a2 = admit_live_reader(&config, &counters, &live, &a).expect("second");
+        assert!(admit_live_reader(&config, &counters, &live, &a).is_err());
+        let b1 = admit_live_reader(&config, &counters, &live, &b).expect("other stream");
+        assert!(
+            admit_live_reader(&config, &counters, &live, &b).is_err(),
+            "total cap"
+        );
+        assert_eq!(counters.live_readers.load(Ordering::Relaxed), 3);
+        assert_eq!(counters.live_readers_refused.load(Ordering::Relaxed), 2);
+        drop((a1, a2, b1));
+        assert_eq!(counters.live_readers.load(Ordering::Relaxed), 0);
+        assert!(live.per_stream.lock().is_empty());
+    }
+}
