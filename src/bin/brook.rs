@@ -77,6 +77,10 @@ struct ServeArgs {
     /// Mark cacheable reads `private` instead of `public` (for per-user data behind a CDN).
     #[arg(long)]
     private_cache: bool,
+    /// How long a cache may keep an immutable catch-up chunk (an explicit offset before the
+    /// tail), in seconds.
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    immutable_max_age_secs: u64,
     /// The URL clients reach this server at, for absolute `Location` headers
     /// (default: http:// and the request's Host).
     #[arg(long)]
@@ -148,6 +152,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
         private_cache: args.private_cache,
+        immutable_max_age: Duration::from_secs(args.immutable_max_age_secs),
         public_url: args.public_url.clone(),
         ..ServerConfig::default()
     };

@@ -88,23 +88,28 @@ pub struct ServerConfig {
     /// How often an idle SSE connection gets a comment line, so proxies keep it open.
     /// Default 15 s.
     pub sse_keepalive: Duration,
-    /// Catch-up and long-poll `200`s are cacheable `private` (per user) instead of `public`
-    /// (shared) when true. Default false.
+    /// Immutable catch-up chunks (see docs/http.md, "Caching") are cacheable `private` (per
+    /// user) instead of `public` (shared) when true. Default false.
     pub private_cache: bool,
+    /// The `max-age` of an immutable catch-up chunk: how long a cache may serve it without
+    /// asking. Bounds how long a cache can hand out chunks of a stream that was deleted (or
+    /// deleted and created again under the same name). Default one year.
+    pub immutable_max_age: Duration,
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
 }
 
 impl Default for ServerConfig {
-    /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
-    /// `Host`.
+    /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching for a year,
+    /// URLs from `Host`.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
             sse_max_duration: Duration::from_mins(1),
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
+            immutable_max_age: Duration::from_hours(365 * 24),
             public_url: None,
         }
     }

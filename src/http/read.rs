@@ -120,13 +120,35 @@ fn etag(chunk: &ReadChunk) -> String {
     tag
 }
 
-/// `Cache-Control` of a cacheable read: `public` unless the server is configured `private`.
-fn cache_control(app: &AppState) -> HeaderValue {
-    if app.config.private_cache {
-        const { HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300") }
+/// `Cache-Control` of a catch-up chunk that never changes: one read at an explicit offset that
+/// ends before the tail, or at the final offset of a closed stream. A standard shared cache may
+/// keep it for the configured `immutable_max_age` and never revalidate it; `private` instead of
+/// `public` when the server is configured so.
+fn immutable(app: &AppState) -> HeaderValue {
+    let scope = if app.config.private_cache {
+        "private"
     } else {
-        const { HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300") }
-    }
+        "public"
+    };
+    let secs = app.config.immutable_max_age.as_secs();
+    HeaderValue::from_str(&format!("{scope}, max-age={secs}, immutable"))
+        .expect("a scope, a number and a token are a valid header value")
+}
+
+/// `Cache-Control: no-cache`: a cache may keep the response but must ask brook (with the
+/// `ETag`) before each reuse; for reads whose answer can grow or move (the open tail, the
+/// start of a stream that retention may trim).
+const REVALIDATE: HeaderValue = HeaderValue::from_static("no-cache");
+
+/// `Cache-Control: no-store`: live reads, `offset=now` and HEAD, which no cache may keep.
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+
+/// The `Cache-Control` of a catch-up read from `from` answered with `chunk`: immutable when its
+/// bytes and headers are final (an explicit offset, and either more data follows or the stream
+/// is closed at `next`), otherwise revalidated on every use.
+fn catch_up_caching(app: &AppState, from: ReadFrom, chunk: &ReadChunk) -> HeaderValue {
+    let fixed = matches!(from, ReadFrom::At(_)) && (!chunk.up_to_date || chunk.closed);
+    if fixed { immutable(app) } else { REVALIDATE }
 }
 
 /// The headers every read response carries.
@@ -187,8 +209,9 @@ pub(crate) async fn get(
     }
 }
 
-/// A catch-up read: one chunk from `offset` (the start by default), with an `ETag` and a 304 when
-/// `If-None-Match` names it; `offset=now` answers the tail, uncached.
+/// A catch-up read: one chunk from `offset` (the start by default), with a strong `ETag` and a
+/// 304 when `If-None-Match` names it, cacheable as [`catch_up_caching`] says; `offset=now`
+/// answers the tail, uncached.
 async fn catch_up(
     app: &AppState,
     name: StreamName,
@@ -211,27 +234,27 @@ async fn catch_up(
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
         let r = chunk_reply(StatusCode::OK, &chunk)
             .flag(STREAM_UP_TO_DATE, true)
-            .fixed(
-                header::CACHE_CONTROL,
-                const { HeaderValue::from_static("no-store") },
-            );
+            .fixed(header::CACHE_CONTROL, NO_STORE);
         return Ok(r.body(Pieces::new(chunk.body).into_body()));
     }
     let tag = etag(&chunk);
+    let caching = catch_up_caching(app, from, &chunk);
     if none_match(&parts.headers, &tag) {
         let r = chunk_reply(StatusCode::NOT_MODIFIED, &chunk)
             .header(header::ETAG, &tag)
-            .fixed(header::CACHE_CONTROL, cache_control(app));
+            .fixed(header::CACHE_CONTROL, caching);
         return Ok(r.empty());
     }
     let r = chunk_reply(StatusCode::OK, &chunk)
         .header(header::ETAG, &tag)
-        .fixed(header::CACHE_CONTROL, cache_control(app));
+        .fixed(header::CACHE_CONTROL, caching);
     Ok(r.body(Pieces::new(chunk.body).into_body()))
 }
 
 /// `live=long-poll`: data at once if there is any; otherwise wait for it up to the configured
 /// timeout (204), answering a closed stream at its tail at once (204 with `Stream-Closed`).
+/// Never cached: a live answer depends on when it was asked (catch-up reads are the cacheable
+/// ones).
 async fn long_poll(
     app: &AppState,
     name: StreamName,
@@ -258,7 +281,7 @@ async fn long_poll(
             let tag = etag(&chunk);
             let r = chunk_reply(StatusCode::OK, &chunk)
                 .header(header::ETAG, &tag)
-                .fixed(header::CACHE_CONTROL, cache_control(app))
+                .fixed(header::CACHE_CONTROL, NO_STORE)
                 .header(STREAM_CURSOR, &cursor);
             return Ok(r.body(Pieces::new(chunk.body).into_body()));
         }
@@ -267,10 +290,7 @@ async fn long_poll(
             let mut r = Reply::new(StatusCode::NO_CONTENT)
                 .offset(STREAM_NEXT_OFFSET, at)
                 .header(STREAM_INCARNATION, inc.as_str())
-                .fixed(
-                    header::CACHE_CONTROL,
-                    const { HeaderValue::from_static("no-store") },
-                )
+                .fixed(header::CACHE_CONTROL, NO_STORE)
                 .flag(STREAM_UP_TO_DATE, true)
                 .flag(STREAM_CLOSED, closed);
             if !closed {
@@ -311,10 +331,7 @@ pub(crate) async fn head(
         .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .offset(STREAM_EARLIEST_OFFSET, info.earliest)
-        .fixed(
-            header::CACHE_CONTROL,
-            const { HeaderValue::from_static("no-store") },
-        )
+        .fixed(header::CACHE_CONTROL, NO_STORE)
         .flag(STREAM_CLOSED, info.closed);
     match info.expiry {
         Expiry::Ttl(secs) => r = r.number(STREAM_TTL, secs),

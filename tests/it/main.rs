@@ -15,6 +15,8 @@ mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
+mod http_cache;
+#[cfg(feature = "http")]
 mod http_close;
 #[cfg(feature = "http")]
 mod http_edges;
