@@ -10,6 +10,10 @@ use brook::http::{ServerConfig, serve};
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
+#[cfg(feature = "mirror")]
+#[path = "brook/mirror_cli.rs"]
+mod mirror_cli;
+
 #[derive(Parser)]
 #[command(
     name = "brook",
@@ -25,6 +29,10 @@ struct Cli {
 enum Command {
     /// Serve the Durable Streams protocol (with Ursula's snapshot, retention and bootstrap routes).
     Serve(ServeArgs),
+    /// Copy streams to another Durable Streams server, exactly once and resumably (feature
+    /// `mirror`).
+    #[cfg(feature = "mirror")]
+    Mirror(mirror_cli::MirrorArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -81,6 +89,10 @@ struct ServeArgs {
     /// tail), in seconds.
     #[arg(long, default_value_t = 365 * 24 * 3600)]
     immutable_max_age_secs: u64,
+    /// Refuse stream names that could not move to a server with Ursula's rules
+    /// (`bucket/stream`, the bucket 4-64 of [a-z0-9_-]) and forks.
+    #[arg(long)]
+    portable_names: bool,
     /// The URL clients reach this server at, for absolute `Location` headers
     /// (default: http:// and the request's Host).
     #[arg(long)]
@@ -101,6 +113,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
+        #[cfg(feature = "mirror")]
+        Command::Mirror(args) => mirror_cli::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,6 +167,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
         private_cache: args.private_cache,
         immutable_max_age: Duration::from_secs(args.immutable_max_age_secs),
+        portable_names: args.portable_names,
         public_url: args.public_url.clone(),
         ..ServerConfig::default()
     };

@@ -95,6 +95,10 @@ pub struct ServerConfig {
     /// asking. Bounds how long a cache can hand out chunks of a stream that was deleted (or
     /// deleted and created again under the same name). Default one year.
     pub immutable_max_age: Duration,
+    /// Refuse to create streams that could not move to a server with Ursula's naming rules
+    /// (`bucket/stream`, see docs/http.md) and forks (400 `NAME_NOT_PORTABLE`,
+    /// `FORK_NOT_PORTABLE`). Default false.
+    pub portable_names: bool,
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
@@ -110,6 +114,7 @@ impl Default for ServerConfig {
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
             immutable_max_age: Duration::from_hours(365 * 24),
+            portable_names: false,
             public_url: None,
         }
     }

@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tokio::time::Instant;
 
@@ -27,6 +27,13 @@ use super::reply::Reply;
 use super::request::{expected_incarnation, none_match, query_params, single};
 use super::{AppState, blocking, sse};
 
+/// The query parameter of a read that ends on a message boundary in a byte stream too.
+const QUERY_BOUNDARY: &str = "boundary";
+
+/// Answers a read made with `boundary=message`, so a client can tell that this server honoured
+/// it (others ignore the parameter).
+const READ_BOUNDARY: HeaderName = HeaderName::from_static("brook-read-boundary");
+
 /// The read mode a GET asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Live {
@@ -48,6 +55,10 @@ pub(super) struct ReadParams {
     pub(super) cursor: Option<u64>,
     /// `max_bytes`, positive.
     pub(super) max_bytes: Option<u64>,
+    /// `boundary=message` (a brook extension): a byte stream's read ends on a message boundary
+    /// too, so `max_bytes=1` reads exactly one message (`brook mirror` copies byte streams
+    /// message by message with it).
+    whole_messages: bool,
 }
 
 /// The GET's query, validated: at most one of each parameter, `live` known, a live read with an
@@ -89,11 +100,22 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
             }
         },
     };
+    let whole_messages = match single(&q, QUERY_BOUNDARY)? {
+        None => false,
+        Some("message") => true,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "boundary must be message",
+            ));
+        }
+    };
     Ok(ReadParams {
         from,
         live,
         cursor,
         max_bytes,
+        whole_messages,
     })
 }
 
@@ -139,6 +161,9 @@ fn immutable(app: &AppState) -> HeaderValue {
 /// `ETag`) before each reuse; for reads whose answer can grow or move (the open tail, the
 /// start of a stream that retention may trim).
 const REVALIDATE: HeaderValue = HeaderValue::from_static("no-cache");
+
+/// The value of [`READ_BOUNDARY`].
+const MESSAGE: HeaderValue = HeaderValue::from_static("message");
 
 /// `Cache-Control: no-store`: live reads, `offset=now` and HEAD, which no cache may keep.
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
@@ -227,6 +252,7 @@ async fn catch_up(
             from,
             max_bytes: p.max_bytes,
             expect,
+            whole_messages: p.whole_messages,
         },
     )
     .await?;
@@ -247,7 +273,8 @@ async fn catch_up(
     }
     let r = chunk_reply(StatusCode::OK, &chunk)
         .header(header::ETAG, &tag)
-        .fixed(header::CACHE_CONTROL, caching);
+        .fixed(header::CACHE_CONTROL, caching)
+        .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
     Ok(r.body(Pieces::new(chunk.body).into_body()))
 }
 
@@ -271,6 +298,7 @@ async fn long_poll(
             from,
             max_bytes: p.max_bytes,
             expect,
+            whole_messages: p.whole_messages,
         },
     )
     .await?;
@@ -282,7 +310,8 @@ async fn long_poll(
             let r = chunk_reply(StatusCode::OK, &chunk)
                 .header(header::ETAG, &tag)
                 .fixed(header::CACHE_CONTROL, NO_STORE)
-                .header(STREAM_CURSOR, &cursor);
+                .header(STREAM_CURSOR, &cursor)
+                .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
             return Ok(r.body(Pieces::new(chunk.body).into_body()));
         }
         let at = chunk.next;
@@ -310,6 +339,7 @@ async fn long_poll(
             from: ReadFrom::At(at),
             max_bytes: p.max_bytes,
             expect: expect.clone(),
+            whole_messages: p.whole_messages,
         };
         chunk = read_woken(app, &name, &req)?;
     }

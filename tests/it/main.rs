@@ -32,6 +32,8 @@ mod http_sendfile;
 mod http_sse_resume;
 #[cfg(feature = "http")]
 mod http_support;
+#[cfg(all(feature = "mirror", feature = "http"))]
+mod mirror;
 mod model;
 mod regressions;
 mod util;

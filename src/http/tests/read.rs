@@ -307,3 +307,37 @@ async fn reads_after_a_restart_still_check_checksums() -> TestResult {
     }
     Ok(())
 }
+
+/// `boundary=message` (brook's extension for `brook mirror`): a byte stream's read ends on a
+/// message boundary, so `max_bytes=1` reads exactly one message, and says so with
+/// `Brook-Read-Boundary`; another value is 400.
+#[tokio::test]
+async fn boundary_message_reads_whole_byte_messages() -> TestResult {
+    let t = harness()?;
+    t.text_stream("/s/m", "first").await;
+    t.post("/s/m", &[CT_TEXT], "second").await;
+    let r = t
+        .get("/s/m?boundary=message&max_bytes=1&offset=-1", &[])
+        .await;
+    assert_eq!(
+        (r.text().as_str(), r.h("brook-read-boundary")),
+        ("first", Some("message"))
+    );
+    let next = r.h("stream-next-offset").ok_or("offset")?.to_owned();
+    let r = t
+        .get(
+            &format!("/s/m?boundary=message&max_bytes=1&offset={next}"),
+            &[],
+        )
+        .await;
+    assert_eq!(r.text(), "second");
+    assert_eq!(r.h("stream-up-to-date"), Some("true"));
+    let plain = t.get("/s/m?max_bytes=1&offset=-1", &[]).await;
+    assert_eq!(
+        (plain.text().as_str(), plain.h("brook-read-boundary")),
+        ("f", None)
+    );
+    let r = t.get("/s/m?boundary=byte&offset=-1", &[]).await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "INVALID_ARGUMENT");
+    Ok(())
+}
