@@ -26,7 +26,8 @@
 //! [`Guard`]; [`Options`] are set with `with_*` methods and read back by their names.
 //!
 //! Features: none by default (the engine); `http` adds the server (`brook serve`) and the
-//! [`headers`] module; `client` adds a Rust client with the conditional-write recipes.
+//! [`headers`] module; `client` adds a Rust client with the conditional-write recipes; `mirror`
+//! adds `brook mirror` (copying streams to another Durable Streams server).
 #![deny(unsafe_code)]
 
 #[cfg(feature = "client")]
@@ -43,8 +44,12 @@ pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]
 pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping, TLS, access control, limits
 mod journal; // journal records and files: frames, encoding, scanning
+#[cfg(feature = "mirror")]
+pub mod mirror; // `brook mirror`: copies streams to any Durable Streams server, exactly once
 mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability
+#[cfg(any(feature = "http", feature = "mirror"))]
+mod portable; // names that can move to Ursula-style servers (bucket/stream)
 mod segment; // per-stream segment logs and mmap'd indexes
 mod sidecar; // the per-stream metadata checkpoint record
 mod state; // a stream's state (Stream-Seq, producers, closure) and the whole order of checks, pure

@@ -514,6 +514,9 @@ pub struct ReadRequest {
     pub max_bytes: Option<u64>,
     /// Answer only if the stream is this incarnation.
     pub expect: Option<Incarnation>,
+    /// End on a message boundary (at least one whole message) in a byte stream too, as every
+    /// JSON read does: with `max_bytes` of 1, the read returns exactly one message.
+    pub whole_messages: bool,
 }
 
 impl ReadRequest {
@@ -524,7 +527,15 @@ impl ReadRequest {
             from,
             max_bytes: None,
             expect: None,
+            whole_messages: false,
         }
+    }
+
+    /// End on a message boundary in a byte stream too (see [`ReadRequest::whole_messages`]).
+    #[must_use]
+    pub fn whole_messages(mut self) -> Self {
+        self.whole_messages = true;
+        self
     }
 
     /// Return at most about `n` body bytes (a JSON read returns at least one whole message).

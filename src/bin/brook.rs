@@ -10,6 +10,10 @@ use brook::http::{AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve,
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
+#[cfg(feature = "mirror")]
+#[path = "brook/mirror_cli.rs"]
+mod mirror_cli;
+
 #[derive(Parser)]
 #[command(
     name = "brook",
@@ -32,6 +36,10 @@ enum Command {
     /// Make access tokens for `brook serve --auth-tokens`.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Copy streams to another Durable Streams server, exactly once and resumably (feature
+    /// `mirror`).
+    #[cfg(feature = "mirror")]
+    Mirror(mirror_cli::MirrorArgs),
 }
 
 #[derive(Subcommand)]
@@ -112,6 +120,14 @@ struct ServeArgs {
     /// Mark cacheable reads `private` instead of `public` (for per-user data behind a CDN).
     #[arg(long)]
     private_cache: bool,
+    /// How long a cache may keep an immutable catch-up chunk (an explicit offset before the
+    /// tail), in seconds.
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    immutable_max_age_secs: u64,
+    /// Refuse stream names that could not move to a server with Ursula's rules
+    /// (`bucket/stream`, the bucket 4-64 of [a-z0-9_-]) and forks.
+    #[arg(long)]
+    portable_names: bool,
     /// The URL clients reach this server at, for absolute `Location` headers
     /// (default: http:// and the request's Host).
     #[arg(long)]
@@ -181,6 +197,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
         Command::Token(cmd) => run_token(&cmd),
+        #[cfg(feature = "mirror")]
+        Command::Mirror(args) => mirror_cli::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -257,6 +275,8 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         write_stall_timeout: Duration::from_millis(args.write_stall_timeout_ms),
         shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
         private_cache: args.private_cache,
+        immutable_max_age: Duration::from_secs(args.immutable_max_age_secs),
+        portable_names: args.portable_names,
         public_url: args.public_url.clone(),
         webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),
         ..ServerConfig::default()

@@ -82,9 +82,9 @@ impl Engine {
         } else {
             vis.tail.bytes.min(start.bytes.saturating_add(max))
         };
-        // A JSON read ends on a message boundary (at least one whole message), unless it is
-        // `offset=now` or reaches the tail.
-        if s.json && end < vis.tail.bytes && req.from != ReadFrom::Tail {
+        // A JSON read (or one asking for whole messages) ends on a message boundary (at least
+        // one whole message), unless it is `offset=now` or reaches the tail.
+        if (s.json || req.whole_messages) && end < vis.tail.bytes && req.from != ReadFrom::Tail {
             end = self.read_boundary(&s, start.bytes, end, vis.tail.bytes)?;
         }
         Ok((s, vis, start.bytes, end))

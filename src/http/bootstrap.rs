@@ -91,6 +91,7 @@ impl Bootstrap {
                 from: ReadFrom::At(self.next),
                 max_bytes: None,
                 expect: Some(self.incarnation.clone()),
+                whole_messages: false,
             };
             let (messages, chunk) = blocking(Op::Read, move || store.read_messages(&name, &req))
                 .await

@@ -99,9 +99,17 @@ pub struct ServerConfig {
     /// How often an idle SSE connection gets a comment line, so proxies keep it open.
     /// Default 15 s.
     pub sse_keepalive: Duration,
-    /// Catch-up and long-poll `200`s are cacheable `private` (per user) instead of `public`
-    /// (shared) when true. Default false.
+    /// Immutable catch-up chunks (see docs/http.md, "Caching") are cacheable `private` (per
+    /// user) instead of `public` (shared) when true. Default false.
     pub private_cache: bool,
+    /// The `max-age` of an immutable catch-up chunk: how long a cache may serve it without
+    /// asking. Bounds how long a cache can hand out chunks of a stream that was deleted (or
+    /// deleted and created again under the same name). Default one year.
+    pub immutable_max_age: Duration,
+    /// Refuse to create streams that could not move to a server with Ursula's naming rules
+    /// (`bucket/stream`, see docs/http.md) and forks (400 `NAME_NOT_PORTABLE`,
+    /// `FORK_NOT_PORTABLE`). Default false.
+    pub portable_names: bool,
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
@@ -140,15 +148,18 @@ pub struct ServerConfig {
 }
 
 impl Default for ServerConfig {
-    /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching, URLs from
-    /// `Host`, 30 s body reads, 60 s write stalls, 10 s of shutdown grace, plain HTTP/1.1, 30 s
-    /// to send headers, no access control, 10 000 connections and 10 000 live readers.
+    /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching (a year for
+    /// immutable chunks), URLs from `Host`, 30 s body reads, 60 s write stalls, 10 s of shutdown
+    /// grace, plain HTTP/1.1, 30 s to send headers, no access control, 10 000 connections and
+    /// 10 000 live readers.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
             sse_max_duration: Duration::from_mins(1),
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
+            immutable_max_age: Duration::from_hours(365 * 24),
+            portable_names: false,
             public_url: None,
             body_read_timeout: Duration::from_secs(30),
             write_stall_timeout: Duration::from_mins(1),

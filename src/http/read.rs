@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tokio::time::Instant;
 
@@ -28,6 +28,13 @@ use super::reply::Reply;
 use super::request::{expected_incarnation, none_match, query_params, single};
 use super::{AppState, blocking, sse};
 
+/// The query parameter of a read that ends on a message boundary in a byte stream too.
+const QUERY_BOUNDARY: &str = "boundary";
+
+/// Answers a read made with `boundary=message`, so a client can tell that this server honoured
+/// it (others ignore the parameter).
+const READ_BOUNDARY: HeaderName = HeaderName::from_static("brook-read-boundary");
+
 /// The read mode a GET asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Live {
@@ -49,6 +56,10 @@ pub(super) struct ReadParams {
     pub(super) cursor: Option<u64>,
     /// `max_bytes`, positive.
     pub(super) max_bytes: Option<u64>,
+    /// `boundary=message` (a brook extension): a byte stream's read ends on a message boundary
+    /// too, so `max_bytes=1` reads exactly one message (`brook mirror` copies byte streams
+    /// message by message with it).
+    whole_messages: bool,
 }
 
 /// The GET's query, validated: at most one of each parameter, `live` known, a live read with an
@@ -90,11 +101,22 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
             }
         },
     };
+    let whole_messages = match single(&q, QUERY_BOUNDARY)? {
+        None => false,
+        Some("message") => true,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "boundary must be message",
+            ));
+        }
+    };
     Ok(ReadParams {
         from,
         live,
         cursor,
         max_bytes,
+        whole_messages,
     })
 }
 
@@ -121,13 +143,38 @@ fn etag(chunk: &ReadChunk) -> String {
     tag
 }
 
-/// `Cache-Control` of a cacheable read: `public` unless the server is configured `private`.
-fn cache_control(app: &AppState) -> HeaderValue {
-    if app.config.private_cache {
-        const { HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300") }
+/// `Cache-Control` of a catch-up chunk that never changes: one read at an explicit offset that
+/// ends before the tail, or at the final offset of a closed stream. A standard shared cache may
+/// keep it for the configured `immutable_max_age` and never revalidate it; `private` instead of
+/// `public` when the server is configured so.
+fn immutable(app: &AppState) -> HeaderValue {
+    let scope = if app.config.private_cache {
+        "private"
     } else {
-        const { HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300") }
-    }
+        "public"
+    };
+    let secs = app.config.immutable_max_age.as_secs();
+    HeaderValue::from_str(&format!("{scope}, max-age={secs}, immutable"))
+        .expect("a scope, a number and a token are a valid header value")
+}
+
+/// `Cache-Control: no-cache`: a cache may keep the response but must ask brook (with the
+/// `ETag`) before each reuse; for reads whose answer can grow or move (the open tail, the
+/// start of a stream that retention may trim).
+const REVALIDATE: HeaderValue = HeaderValue::from_static("no-cache");
+
+/// The value of [`READ_BOUNDARY`].
+const MESSAGE: HeaderValue = HeaderValue::from_static("message");
+
+/// `Cache-Control: no-store`: live reads, `offset=now` and HEAD, which no cache may keep.
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+
+/// The `Cache-Control` of a catch-up read from `from` answered with `chunk`: immutable when its
+/// bytes and headers are final (an explicit offset, and either more data follows or the stream
+/// is closed at `next`), otherwise revalidated on every use.
+fn catch_up_caching(app: &AppState, from: ReadFrom, chunk: &ReadChunk) -> HeaderValue {
+    let fixed = matches!(from, ReadFrom::At(_)) && (!chunk.up_to_date || chunk.closed);
+    if fixed { immutable(app) } else { REVALIDATE }
 }
 
 /// The headers every read response carries.
@@ -193,8 +240,9 @@ pub(crate) async fn get(
     }
 }
 
-/// A catch-up read: one chunk from `offset` (the start by default), with an `ETag` and a 304 when
-/// `If-None-Match` names it; `offset=now` answers the tail, uncached.
+/// A catch-up read: one chunk from `offset` (the start by default), with a strong `ETag` and a
+/// 304 when `If-None-Match` names it, cacheable as [`catch_up_caching`] says; `offset=now`
+/// answers the tail, uncached.
 async fn catch_up(
     app: &AppState,
     name: StreamName,
@@ -210,6 +258,7 @@ async fn catch_up(
             from,
             max_bytes: p.max_bytes,
             expect,
+            whole_messages: p.whole_messages,
         },
     )
     .await?;
@@ -217,28 +266,28 @@ async fn catch_up(
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
         let r = chunk_reply(StatusCode::OK, &chunk)
             .flag(STREAM_UP_TO_DATE, true)
-            .fixed(
-                header::CACHE_CONTROL,
-                const { HeaderValue::from_static("no-store") },
-            );
+            .fixed(header::CACHE_CONTROL, NO_STORE);
         return Ok(r.body(Pieces::new(chunk.body).into_body()));
     }
     let tag = etag(&chunk);
+    let caching = catch_up_caching(app, from, &chunk);
     if none_match(&parts.headers, &tag) {
         let r = chunk_reply(StatusCode::NOT_MODIFIED, &chunk)
             .header(header::ETAG, &tag)
-            .fixed(header::CACHE_CONTROL, cache_control(app));
+            .fixed(header::CACHE_CONTROL, caching);
         return Ok(r.empty());
     }
     let r = chunk_reply(StatusCode::OK, &chunk)
         .header(header::ETAG, &tag)
-        .fixed(header::CACHE_CONTROL, cache_control(app));
+        .fixed(header::CACHE_CONTROL, caching)
+        .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
     Ok(r.body(Pieces::new(chunk.body).into_body()))
 }
 
 /// `live=long-poll`: data at once if there is any; otherwise wait for it up to the configured
 /// timeout (204), answering a closed stream at its tail at once (204 with `Stream-Closed`), and
-/// a wait that outlives the `credential` that admitted it with 401 `TOKEN_EXPIRED`.
+/// a wait that outlives the `credential` that admitted it with 401 `TOKEN_EXPIRED`. Never cached: a live answer depends on when it was asked (catch-up
+/// reads are the cacheable ones).
 async fn long_poll(
     app: &AppState,
     name: StreamName,
@@ -256,6 +305,7 @@ async fn long_poll(
             from,
             max_bytes: p.max_bytes,
             expect,
+            whole_messages: p.whole_messages,
         },
     )
     .await?;
@@ -268,8 +318,9 @@ async fn long_poll(
             let tag = etag(&chunk);
             let r = chunk_reply(StatusCode::OK, &chunk)
                 .header(header::ETAG, &tag)
-                .fixed(header::CACHE_CONTROL, cache_control(app))
-                .header(STREAM_CURSOR, &cursor);
+                .fixed(header::CACHE_CONTROL, NO_STORE)
+                .header(STREAM_CURSOR, &cursor)
+                .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
             return Ok(r.body(Pieces::new(chunk.body).into_body()));
         }
         let at = chunk.next;
@@ -277,10 +328,7 @@ async fn long_poll(
             let mut r = Reply::new(StatusCode::NO_CONTENT)
                 .offset(STREAM_NEXT_OFFSET, at)
                 .header(STREAM_INCARNATION, inc.as_str())
-                .fixed(
-                    header::CACHE_CONTROL,
-                    const { HeaderValue::from_static("no-store") },
-                )
+                .fixed(header::CACHE_CONTROL, NO_STORE)
                 .flag(STREAM_UP_TO_DATE, true)
                 .flag(STREAM_CLOSED, closed);
             if !closed {
@@ -304,6 +352,7 @@ async fn long_poll(
             from: ReadFrom::At(at),
             max_bytes: p.max_bytes,
             expect: expect.clone(),
+            whole_messages: p.whole_messages,
         };
         chunk = read_woken(app, &name, &req)?;
     }
@@ -333,10 +382,7 @@ pub(crate) async fn head(
         .offset(STREAM_NEXT_OFFSET, info.tail)
         .header(STREAM_INCARNATION, info.incarnation.as_str())
         .offset(STREAM_EARLIEST_OFFSET, info.earliest)
-        .fixed(
-            header::CACHE_CONTROL,
-            const { HeaderValue::from_static("no-store") },
-        )
+        .fixed(header::CACHE_CONTROL, NO_STORE)
         .flag(STREAM_CLOSED, info.closed);
     match info.expiry {
         Expiry::Ttl(secs) => r = r.number(STREAM_TTL, secs),

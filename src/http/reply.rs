@@ -67,6 +67,14 @@ impl Reply {
         self
     }
 
+    /// Adds `name: value` when `flag` is set.
+    pub(crate) fn flag_value(mut self, name: HeaderName, flag: bool, value: HeaderValue) -> Self {
+        if flag {
+            self.headers.insert(name, value);
+        }
+        self
+    }
+
     /// The response, with `body`.
     pub(crate) fn body(self, body: Body) -> Response {
         let mut res = Response::new(body);

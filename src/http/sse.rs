@@ -286,6 +286,7 @@ impl Sse {
             from: ReadFrom::At(self.next),
             max_bytes: self.max_bytes,
             expect: Some(self.incarnation.clone()),
+            whole_messages: false,
         };
         if std::mem::take(&mut self.woken) {
             return read_woken(&self.app, &self.name, &req).ok();
@@ -309,6 +310,7 @@ impl Sse {
             from: ReadFrom::At(chunk.start),
             max_bytes: Some((len - cut) as u64),
             expect: Some(self.incarnation.clone()),
+            whole_messages: false,
         };
         read_chunk(&self.app, &self.name, req).await.ok()
     }
@@ -450,6 +452,7 @@ pub(super) async fn respond(
             from,
             max_bytes,
             expect,
+            whole_messages: false,
         },
     )
     .await?;

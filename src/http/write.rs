@@ -128,6 +128,25 @@ fn fork(headers: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
     }))
 }
 
+/// Under `--portable-names`: 400 `NAME_NOT_PORTABLE` for a name that could not move to a
+/// server with Ursula's rules (`bucket/stream`), 400 `FORK_NOT_PORTABLE` for a fork (such
+/// servers have none).
+fn portable(name: &StreamName, h: &HeaderMap) -> Result<(), ApiError> {
+    if let Some(problem) = crate::portable::name_problem(name.as_str()) {
+        return Err(ApiError::bad_request(
+            "NAME_NOT_PORTABLE",
+            format!("'{name}' is not a portable stream name: {problem}"),
+        ));
+    }
+    if h.contains_key(STREAM_FORKED_FROM) {
+        return Err(ApiError::bad_request(
+            "FORK_NOT_PORTABLE",
+            "forks cannot move to servers without them (--portable-names)",
+        ));
+    }
+    Ok(())
+}
+
 /// PUT `{s}`: 201 when created, 200 when it existed with the same configuration.
 pub(crate) async fn create(
     app: &AppState,
@@ -137,6 +156,9 @@ pub(crate) async fn create(
 ) -> Result<Response, ApiError> {
     let h = &parts.headers;
     let w = WriteHeaders::of(h);
+    if app.config.portable_names {
+        portable(&name, h)?;
+    }
     let opts = CreateOptions {
         content_type: content_type(w.content_type, Op::Create)?,
         expiry: expiry(h)?,

@@ -298,16 +298,31 @@ async fn public_reads_and_preflights_need_no_token() -> R {
             )
             .await?;
         assert_eq!(r.status, 201);
+        // A second message, so that a chunk of the first is immutable (and cacheable).
+        let r = server
+            .post(
+                s,
+                &[("content-type", "text/plain"), ("authorization", &owner)],
+                "+",
+            )
+            .await?;
+        assert_eq!(r.status, 204);
     }
-    let r = server.get("/app/pub/news?offset=-1", &[]).await?;
+    const FIRST: &str = "?offset=0000000000000000_0000000000000000&max_bytes=1";
+    let r = server.get(&format!("/app/pub/news{FIRST}"), &[]).await?;
     assert_eq!((r.status, r.text().as_str()), (200, "x"));
     // Public data may be cached publicly; data a token admitted may not.
     assert!(
         r.h("cache-control")
-            .is_some_and(|v| v.starts_with("public"))
+            .is_some_and(|v| v.starts_with("public")),
+        "{:?}",
+        r.h("cache-control")
     );
     let r = server
-        .get("/app/private?offset=-1", &[("authorization", &owner)])
+        .get(
+            &format!("/app/private{FIRST}"),
+            &[("authorization", &owner)],
+        )
         .await?;
     assert_eq!(r.status, 200);
     assert!(

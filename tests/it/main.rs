@@ -18,6 +18,8 @@ mod fuzz_logic;
 #[cfg(feature = "http")]
 mod http_auth;
 #[cfg(feature = "http")]
+mod http_cache;
+#[cfg(feature = "http")]
 mod http_close;
 #[cfg(feature = "http")]
 mod http_edges;
@@ -39,6 +41,8 @@ mod http_sse_resume;
 mod http_support;
 #[cfg(feature = "http")]
 mod http_tls;
+#[cfg(all(feature = "mirror", feature = "http"))]
+mod mirror;
 mod model;
 mod regressions;
 mod subscriptions;

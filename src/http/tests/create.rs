@@ -162,3 +162,50 @@ async fn create_validates_ttl_expiry_and_fork_headers() -> TestResult {
     assert_eq!(t.get("/s/f?offset=-1", &[]).await.text(), "hel");
     Ok(())
 }
+
+/// `--portable-names`: only `bucket/stream` names an Ursula-style server accepts are created
+/// (400 `NAME_NOT_PORTABLE` otherwise, creating nothing), and forks are refused
+/// (`FORK_NOT_PORTABLE`); without it every valid name is created.
+#[tokio::test]
+async fn portable_names_refuse_what_could_not_move() -> TestResult {
+    let config = ServerConfig {
+        portable_names: true,
+        ..ServerConfig::default()
+    };
+    let t = harness_with(Options::default(), config)?;
+    for bad in [
+        "/chat",
+        "/abc/x",
+        "/Chat/x",
+        "/chat/a/b",
+        "/chat/streams",
+        "/chat/a..b",
+    ] {
+        let r = t.put(bad, &[CT_TEXT], "").await;
+        assert_problem(&r, StatusCode::BAD_REQUEST, "NAME_NOT_PORTABLE");
+        assert_eq!(
+            t.head(bad, &[]).await.status,
+            StatusCode::NOT_FOUND,
+            "{bad}"
+        );
+    }
+    let r = t.put("/chat/room-1", &[CT_TEXT], "hi").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let r = t
+        .put(
+            "/chat/fork",
+            &[
+                ("stream-forked-from", "/chat/room-1"),
+                ("stream-fork-offset", "0000000000000000_0000000000000000"),
+            ],
+            "",
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "FORK_NOT_PORTABLE");
+    let open = harness()?;
+    assert_eq!(
+        open.put("/chat/a/b", &[CT_TEXT], "").await.status,
+        StatusCode::CREATED
+    );
+    Ok(())
+}

@@ -11,9 +11,10 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
     assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "first"));
     assert_eq!(r.h("stream-up-to-date"), Some("true"));
     assert_eq!(r.h("content-length"), Some("5"));
-    assert!(
-        r.h("cache-control")
-            .is_some_and(|c| c.contains("max-age=60"))
+    assert_eq!(
+        r.h("cache-control"),
+        Some("no-cache"),
+        "a read from the start is revalidated"
     );
     let etag = r.h("etag").ok_or("etag")?.to_owned();
     let mid = r.h("stream-next-offset").ok_or("offset")?.to_owned();
@@ -68,6 +69,90 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
     let r = t.get("/s/missing", &[]).await;
     assert_problem(&r, StatusCode::NOT_FOUND, "STREAM_NOT_FOUND");
     assert_eq!(r.h("x-content-type-options"), Some("nosniff"));
+    Ok(())
+}
+
+/// Which reads a shared cache may keep: a chunk at an explicit offset that ends before the tail,
+/// or at the end of a closed stream, is immutable with a strong `ETag` (and so is its 304); the
+/// open tail, `offset=-1` and no offset are revalidated; `offset=now`, long-polls, HEAD and
+/// errors are never stored.
+#[tokio::test]
+async fn cache_control_marks_only_final_chunks_immutable() -> TestResult {
+    const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+    let t = harness()?;
+    t.text_stream("/s/c", "abcdef").await;
+    let zero = "0000000000000000_0000000000000000";
+    let r = t.get(&format!("/s/c?offset={zero}&max_bytes=2"), &[]).await;
+    assert_eq!(
+        (r.text().as_str(), r.h("cache-control")),
+        ("ab", Some(IMMUTABLE))
+    );
+    let etag = r.h("etag").ok_or("etag")?.to_owned();
+    assert!(etag.starts_with('"'), "a strong validator: {etag}");
+    let again = t
+        .get(
+            &format!("/s/c?offset={zero}&max_bytes=2"),
+            &[("if-none-match", &etag)],
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(again.h("cache-control"), Some(IMMUTABLE));
+    let next = r.h("stream-next-offset").ok_or("offset")?.to_owned();
+    let tail = t.get(&format!("/s/c?offset={next}"), &[]).await;
+    assert_eq!(tail.text(), "cdef");
+    assert_eq!(
+        tail.h("cache-control"),
+        Some("no-cache"),
+        "the open tail can grow"
+    );
+    for path in ["/s/c", "/s/c?offset=-1&max_bytes=2"] {
+        let r = t.get(path, &[]).await;
+        assert_eq!(r.h("cache-control"), Some("no-cache"), "{path}");
+    }
+    assert_eq!(
+        t.get("/s/c?offset=now", &[]).await.h("cache-control"),
+        Some("no-store")
+    );
+    let lp = t
+        .get(&format!("/s/c?offset={next}&live=long-poll"), &[])
+        .await;
+    assert_eq!(
+        (lp.status, lp.h("cache-control")),
+        (StatusCode::OK, Some("no-store"))
+    );
+    let end = tail.h("stream-next-offset").ok_or("offset")?.to_owned();
+    let lp = t
+        .get(&format!("/s/c?offset={end}&live=long-poll"), &[])
+        .await;
+    assert_eq!(
+        (lp.status, lp.h("cache-control")),
+        (StatusCode::NO_CONTENT, Some("no-store"))
+    );
+    assert_eq!(
+        t.head("/s/c", &[]).await.h("cache-control"),
+        Some("no-store")
+    );
+    let gone = t
+        .get("/s/none?offset=0000000000000000_0000000000000000", &[])
+        .await;
+    assert_eq!(
+        (gone.status, gone.h("cache-control")),
+        (StatusCode::NOT_FOUND, Some("no-store"))
+    );
+
+    t.post("/s/c", &[("stream-closed", "true")], "").await;
+    let last = t.get(&format!("/s/c?offset={next}"), &[]).await;
+    assert_eq!(last.h("stream-closed"), Some("true"));
+    assert_eq!(
+        last.h("cache-control"),
+        Some(IMMUTABLE),
+        "a closed stream's end is final"
+    );
+    let eof = t.get(&format!("/s/c?offset={end}"), &[]).await;
+    assert_eq!(
+        (eof.text().as_str(), eof.h("cache-control")),
+        ("", Some(IMMUTABLE))
+    );
     Ok(())
 }
 
@@ -221,5 +306,39 @@ async fn reads_after_a_restart_still_check_checksums() -> TestResult {
         assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.text());
         assert!(!r.text().contains("0123456789"), "damaged data was served");
     }
+    Ok(())
+}
+
+/// `boundary=message` (brook's extension for `brook mirror`): a byte stream's read ends on a
+/// message boundary, so `max_bytes=1` reads exactly one message, and says so with
+/// `Brook-Read-Boundary`; another value is 400.
+#[tokio::test]
+async fn boundary_message_reads_whole_byte_messages() -> TestResult {
+    let t = harness()?;
+    t.text_stream("/s/m", "first").await;
+    t.post("/s/m", &[CT_TEXT], "second").await;
+    let r = t
+        .get("/s/m?boundary=message&max_bytes=1&offset=-1", &[])
+        .await;
+    assert_eq!(
+        (r.text().as_str(), r.h("brook-read-boundary")),
+        ("first", Some("message"))
+    );
+    let next = r.h("stream-next-offset").ok_or("offset")?.to_owned();
+    let r = t
+        .get(
+            &format!("/s/m?boundary=message&max_bytes=1&offset={next}"),
+            &[],
+        )
+        .await;
+    assert_eq!(r.text(), "second");
+    assert_eq!(r.h("stream-up-to-date"), Some("true"));
+    let plain = t.get("/s/m?max_bytes=1&offset=-1", &[]).await;
+    assert_eq!(
+        (plain.text().as_str(), plain.h("brook-read-boundary")),
+        ("f", None)
+    );
+    let r = t.get("/s/m?boundary=byte&offset=-1", &[]).await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "INVALID_ARGUMENT");
     Ok(())
 }

@@ -1,0 +1,396 @@
+//! Reads through a real shared cache: Debian's nginx with `proxy_cache`, configured by the
+//! shipped `docs/nginx.conf`, in front of a brook server. Readers replaying a closed stream
+//! reach brook once per chunk and get every byte right; the open tail, `offset=now` and HEAD
+//! reach brook on every request.
+//!
+//! nginx is `/usr/sbin/nginx` or `$NGINX` (scripts/test installs Debian's package when it is
+//! missing); `SKIP_NGINX=1` skips these tests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::http_support::{R, Server};
+use super::util::Rng;
+
+/// Readers replaying the stream at once.
+const READERS: usize = 8;
+
+/// nginx serving `docs/nginx.conf` from a temporary directory; killed when dropped.
+struct Nginx {
+    /// `http://127.0.0.1:{port}`.
+    base: String,
+    /// The access log (`log_format brook`).
+    access_log: PathBuf,
+    /// The nginx process (`master_process off`: this is the only one).
+    child: Child,
+    /// Config, cache, temporary files and logs.
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The nginx binary, or `None` when the tests are to be skipped.
+fn nginx_binary() -> R<Option<PathBuf>> {
+    if std::env::var_os("SKIP_NGINX").is_some() {
+        eprintln!("http_cache: skipped (SKIP_NGINX is set)");
+        return Ok(None);
+    }
+    let bin =
+        std::env::var_os("NGINX").map_or_else(|| PathBuf::from("/usr/sbin/nginx"), PathBuf::from);
+    if !bin.exists() {
+        return Err(format!(
+            "no nginx at {} (apt-get install nginx, set NGINX, or SKIP_NGINX=1)",
+            bin.display()
+        )
+        .into());
+    }
+    Ok(Some(bin))
+}
+
+/// `docs/nginx.conf` with brook at `upstream`, nginx on `port`, and its files under `dir`.
+fn config(upstream: &str, port: u16, dir: &Path) -> R<String> {
+    let shipped = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/nginx.conf"))?;
+    let files = dir.join("files");
+    let replaced = shipped
+        .replace("server 127.0.0.1:4437;", &format!("server {upstream};"))
+        .replace(
+            "listen 127.0.0.1:8080;",
+            &format!("listen 127.0.0.1:{port};"),
+        )
+        .replace("/var/cache/nginx/brook", &files.display().to_string())
+        .replace(
+            "/var/log/nginx/brook-access.log",
+            &dir.join("access.log").display().to_string(),
+        )
+        .replace("worker_processes auto;", "worker_processes 1;");
+    for (from, what) in [
+        ("server 127.0.0.1:4437;", "the upstream"),
+        ("listen 127.0.0.1:8080;", "the listen address"),
+        ("/var/cache/nginx/brook/cache", "the cache path"),
+        ("/var/log/nginx/brook-access.log", "the access log"),
+    ] {
+        assert!(
+            shipped.contains(from),
+            "docs/nginx.conf no longer names {what} as {from}"
+        );
+    }
+    Ok(replaced)
+}
+
+impl Nginx {
+    /// Starts nginx in front of the brook at `upstream` (`127.0.0.1:port`), on a free port of
+    /// 127.0.0.1, as the current user.
+    async fn start(bin: &Path, upstream: &str) -> R<Nginx> {
+        let dir = tempfile::tempdir()?;
+        // nginx creates the cache's own directory, not its parents.
+        std::fs::create_dir(dir.path().join("files"))?;
+        let access_log = dir.path().join("access.log");
+        // The port is picked by binding and released for nginx: another process may take it in
+        // between, so a failed start is tried again on a fresh port.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            let conf = dir.path().join("nginx.conf");
+            std::fs::write(&conf, config(upstream, port, dir.path())?)?;
+            let error_log = dir.path().join("error.log");
+            let mut child = Command::new(bin)
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(&conf)
+                .arg("-e")
+                .arg(&error_log)
+                .arg("-g")
+                .arg(format!(
+                    "daemon off; master_process off; pid {};",
+                    dir.path().join("nginx.pid").display()
+                ))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            let base = format!("http://127.0.0.1:{port}");
+            for _ in 0..100 {
+                if let Some(status) = child.try_wait()? {
+                    let log = std::fs::read_to_string(&error_log).unwrap_or_default();
+                    if log.contains("Address already in use") {
+                        break;
+                    }
+                    return Err(format!("nginx exited with {status}: {log}").into());
+                }
+                if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+                {
+                    return Ok(Nginx {
+                        base,
+                        access_log,
+                        child,
+                        _dir: dir,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Err("nginx did not start".into())
+    }
+
+    /// The access log's lines, once it has at least `at_least` (nginx writes a line after the
+    /// response has gone out).
+    async fn log_lines(&self, at_least: usize) -> R<Vec<LogLine>> {
+        for _ in 0..100 {
+            let text = std::fs::read_to_string(&self.access_log).unwrap_or_default();
+            let lines: Vec<LogLine> = text.lines().filter_map(LogLine::parse).collect();
+            if lines.len() >= at_least {
+                return Ok(lines);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(format!("the access log has fewer than {at_least} lines").into())
+    }
+}
+
+/// One access log line of `log_format brook`.
+#[derive(Debug)]
+struct LogLine {
+    /// `GET`, `HEAD`, ...
+    method: String,
+    /// Path and query.
+    uri: String,
+    /// Whether the request reached brook (`up=` names an address).
+    upstream: bool,
+    /// `$upstream_cache_status` (`HIT`, `MISS`, `-`, ...).
+    cache: String,
+}
+
+impl LogLine {
+    fn parse(line: &str) -> Option<LogLine> {
+        let request = line.split('"').nth(1)?;
+        let mut words = request.split(' ');
+        let method = words.next()?.to_owned();
+        let uri = words.next()?.to_owned();
+        let cache = line.split(" cache=").nth(1)?.split(' ').next()?.to_owned();
+        let up = line.split(" up=").nth(1)?.trim();
+        Some(LogLine {
+            method,
+            uri,
+            upstream: up != "-",
+            cache,
+        })
+    }
+}
+
+/// One reader's replay from the start: the URLs it asked, in order, and the bytes.
+async fn replay(client: &reqwest::Client, base: &str, path: &str) -> R<(Vec<String>, Vec<u8>)> {
+    let mut offset = "0000000000000000_0000000000000000".to_owned();
+    let mut uris = Vec::new();
+    let mut bytes = Vec::new();
+    loop {
+        // Query parameters in lexicographic order, as PROTOCOL.md 10.1 asks of clients.
+        let uri = format!("{path}?max_bytes=4096&offset={offset}");
+        let res = client.get(format!("{base}{uri}")).send().await?;
+        if res.status() != 200 {
+            return Err(format!("{uri}: {}", res.status()).into());
+        }
+        let h = res.headers();
+        let next = h["stream-next-offset"].to_str()?.to_owned();
+        let closed = h.get("stream-closed").is_some();
+        uris.push(uri);
+        bytes.extend_from_slice(&res.bytes().await?);
+        if closed {
+            return Ok((uris, bytes));
+        }
+        offset = next;
+    }
+}
+
+/// Requests per URI that reached brook, over `lines`.
+fn upstream_counts(lines: &[LogLine], method: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.method == method) {
+        *counts.entry(l.uri.clone()).or_insert(0) += usize::from(l.upstream);
+    }
+    counts
+}
+
+/// N readers replaying one closed multi-chunk stream through nginx at once: brook serves each
+/// chunk (and the final empty read) exactly once, the others are cache hits, every reader gets
+/// every byte and the same chunk boundaries, and a revalidation is answered 304 from the cache.
+#[tokio::test]
+async fn nginx_serves_each_catch_up_chunk_from_brook_once() -> R {
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let s = Server::start().await?;
+    s.create("/cache/replay", "application/octet-stream")
+        .await?;
+    let mut rng = Rng::from_env("http_cache");
+    let mut expected = Vec::new();
+    for _ in 0..24 {
+        let len = 1000 + rng.below(3000) as usize;
+        let body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        expected.extend_from_slice(&body);
+        let r = s
+            .send(
+                "POST",
+                "/cache/replay",
+                &[("content-type", b"application/octet-stream")],
+                body,
+            )
+            .await?;
+        assert!((200..300).contains(&r.status), "append: {}", r.status);
+    }
+    let r = s
+        .post("/cache/replay", &[("stream-closed", "true")], "")
+        .await?;
+    assert!((200..300).contains(&r.status), "close: {}", r.status);
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+
+    let client = reqwest::Client::new();
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| {
+            let client = client.clone();
+            let base = nginx.base.clone();
+            tokio::spawn(async move { replay(&client, &base, "/cache/replay").await })
+        })
+        .collect();
+    let mut replays = Vec::new();
+    for r in readers {
+        replays.push(r.await.map_err(|e| e.to_string())??);
+    }
+    let (uris, _) = &replays[0];
+    assert!(
+        uris.len() > 10,
+        "a multi-chunk stream: {} chunks",
+        uris.len()
+    );
+    for (reader_uris, bytes) in &replays {
+        assert_eq!(
+            reader_uris, uris,
+            "every reader sees the same chunk boundaries"
+        );
+        assert!(bytes == &expected, "every byte through the cache is right");
+    }
+
+    let lines = nginx.log_lines(READERS * uris.len()).await?;
+    let counts = upstream_counts(&lines, "GET");
+    assert_eq!(counts.len(), uris.len(), "{counts:?}");
+    for uri in uris {
+        assert_eq!(
+            counts.get(uri),
+            Some(&1),
+            "{uri} reached brook once: {counts:?}"
+        );
+    }
+    let hits = lines.iter().filter(|l| l.cache == "HIT").count();
+    assert_eq!(
+        hits,
+        (READERS - 1) * uris.len(),
+        "the other reads are cache hits"
+    );
+
+    // A reader revalidating a chunk it holds gets 304 from nginx, without reaching brook.
+    let first = client
+        .get(format!("{}{}", nginx.base, uris[0]))
+        .send()
+        .await?;
+    let etag = first.headers()["etag"].to_str()?.to_owned();
+    assert!(
+        first.headers()["cache-control"]
+            .to_str()?
+            .contains("immutable")
+    );
+    let again = client
+        .get(format!("{}{}", nginx.base, uris[0]))
+        .header("if-none-match", &etag)
+        .send()
+        .await?;
+    assert_eq!(again.status(), 304);
+    let lines = nginx.log_lines(READERS * uris.len() + 2).await?;
+    assert_eq!(upstream_counts(&lines, "GET").get(&uris[0]), Some(&1));
+    Ok(())
+}
+
+/// The open tail, `offset=-1`, `offset=now`, a long-poll and HEAD reach brook on every request
+/// through the same nginx, and each answers what brook would: a cache never holds them.
+#[tokio::test]
+async fn nginx_never_caches_tail_live_or_head() -> R {
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let s = Server::start().await?;
+    s.create("/cache/open", "text/plain").await?;
+    s.post("/cache/open", &[("content-type", "text/plain")], "one")
+        .await?;
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+    let client = reqwest::Client::new();
+    let get = |uri: String| {
+        let client = client.clone();
+        let url = format!("{}{uri}", nginx.base);
+        async move { client.get(url).send().await }
+    };
+    let zero = "0000000000000000_0000000000000000";
+    let tail_uri = format!("/cache/open?offset={zero}");
+    let tail = get(tail_uri.clone()).await?;
+    let mid = tail.headers()["stream-next-offset"].to_str()?.to_owned();
+    assert_eq!(tail.text().await?, "one");
+    // The tail grows: the next reader through the cache sees the new data.
+    s.post("/cache/open", &[("content-type", "text/plain")], "two")
+        .await?;
+    let grown = get(tail_uri.clone()).await?;
+    assert_eq!(grown.text().await?, "onetwo");
+    let mut asked = vec![(String::from("GET"), tail_uri.clone(), 2)];
+    for uri in [
+        "/cache/open".to_owned(),
+        "/cache/open?offset=-1".to_owned(),
+        "/cache/open?offset=now".to_owned(),
+        format!("/cache/open?live=long-poll&offset={mid}"),
+    ] {
+        for _ in 0..3 {
+            let r = get(uri.clone()).await?;
+            assert_eq!(r.status(), 200, "{uri}");
+            assert!(r.headers().get("stream-next-offset").is_some());
+        }
+        asked.push(("GET".into(), uri, 3));
+    }
+    let end = s
+        .head("/cache/open", &[])
+        .await?
+        .need("stream-next-offset")?
+        .to_owned();
+    for _ in 0..3 {
+        let r = client
+            .head(format!("{}/cache/open", nginx.base))
+            .send()
+            .await?;
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["stream-next-offset"].to_str()?,
+            end,
+            "HEAD answers the tail"
+        );
+        assert_eq!(r.headers()["cache-control"].to_str()?, "no-store");
+    }
+    asked.push(("HEAD".into(), "/cache/open".into(), 3));
+    let total: usize = asked.iter().map(|(_, _, n)| n).sum();
+    let lines = nginx.log_lines(total).await?;
+    for (method, uri, n) in &asked {
+        let counts = upstream_counts(&lines, method);
+        assert_eq!(
+            counts.get(uri),
+            Some(n),
+            "{method} {uri} reached brook every time"
+        );
+    }
+    Ok(())
+}
