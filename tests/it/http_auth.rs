@@ -308,8 +308,8 @@ async fn public_reads_and_preflights_need_no_token() -> R {
             .await?;
         assert_eq!(r.status, 204);
     }
-    const FIRST: &str = "?offset=0000000000000000_0000000000000000&max_bytes=1";
-    let r = server.get(&format!("/app/pub/news{FIRST}"), &[]).await?;
+    let first = "?offset=0000000000000000_0000000000000000&max_bytes=1";
+    let r = server.get(&format!("/app/pub/news{first}"), &[]).await?;
     assert_eq!((r.status, r.text().as_str()), (200, "x"));
     // Public data may be cached publicly; data a token admitted may not.
     assert!(
@@ -320,7 +320,7 @@ async fn public_reads_and_preflights_need_no_token() -> R {
     );
     let r = server
         .get(
-            &format!("/app/private{FIRST}"),
+            &format!("/app/private{first}"),
             &[("authorization", &owner)],
         )
         .await?;
