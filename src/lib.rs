@@ -47,6 +47,7 @@ mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability
 mod segment; // per-stream segment logs and mmap'd indexes
 mod sidecar; // the per-stream metadata checkpoint record
+mod stats; // the engine's running figures: atomic counters and histograms, `Stats`
 mod state; // a stream's state (Stream-Seq, producers, closure) and the whole order of checks, pure
 mod store; // Store, the public entry point
 mod types; // requests and outcomes
@@ -59,6 +60,7 @@ pub struct ReadmeDoctests;
 pub use error::{Error, Result};
 pub use name::{Incarnation, Offset, ReadFrom, StreamName, is_json, normalize_content_type};
 pub use options::{Durability, Options};
+pub use stats::{Histogram, Stats};
 pub use store::{Pending, Store};
 pub use types::{
     AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Guard,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::name::{Offset, ReadFrom, StreamName};
 use crate::options::Options;
+use crate::stats::Stats;
 use crate::types::{
     AppendOutcome, AppendRequest, CreateOptions, Created, Guard, Message, PublishSnapshot,
     Published, ReadChunk, ReadRequest, RetentionRequest, Snapshot, SnapshotRequest, StreamInfo,
@@ -194,6 +195,13 @@ impl Store {
     /// Names of the live streams whose names start with `prefix`, sorted.
     pub fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {
         self.inner.list(prefix)
+    }
+
+    /// The store's running figures: appends, reads, bytes, group-commit batch sizes, sync and
+    /// checkpoint latencies since the open, and the open streams and poisoned shards now. Cheap
+    /// (atomic loads and one lock to count the open streams); what `GET /__brook/metrics` shows.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
     }
 
     /// Forces a checkpoint: stream files synced, sidecars written, journals truncated.

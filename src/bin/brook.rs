@@ -17,8 +17,21 @@ use clap::{Parser, Subcommand, ValueEnum};
     about = "Durable, append-only, URL-addressed streams"
 )]
 struct Cli {
+    /// How log lines are written: `text` for people, `json` (one object a line) for log
+    /// pipelines. The level comes from `RUST_LOG` (default `info`; `debug` adds a line per request).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The log's line format.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines (coloured only on a terminal).
+    Text,
+    /// One JSON object per line, with the event's fields.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -86,15 +99,19 @@ struct ServeArgs {
 /// Parses the command line, starts the log, and runs the command; its failure is printed and
 /// exits non-zero.
 fn main() -> ExitCode {
+    let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only for a person at a terminal: a log file or a pipeline gets plain text.
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
-    let cli = Cli::parse();
+        .with_target(false);
+    match cli.log_format {
+        LogFormat::Json => log.json().init(),
+        // Colour only for a person at a terminal: a log file or a pipeline gets plain text.
+        LogFormat::Text => log
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init(),
+    }
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
     };

@@ -6,6 +6,7 @@
 //! (a `ForkRef` record in the source's shard) before their own Create record is enqueued.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
 use crate::fs;
@@ -168,6 +169,7 @@ impl Engine {
         };
         self.register(&mut reg, name.as_str(), stream.clone());
         drop(reg);
+        self.counters.creates.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             stream = name.as_str(),
             incarnation = stream.incarnation.as_str(),
@@ -367,6 +369,7 @@ impl Engine {
         }
         drop(core);
         drop(reg);
+        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(stream = s.name.as_str(), soft, expiring, "delete stream");
         s.event.notify(usize::MAX);
         if !soft {

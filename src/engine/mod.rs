@@ -88,6 +88,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::Result;
 use crate::fs;
 use crate::options::Options;
+use crate::stats::{Counters, Stats};
 
 #[cfg(feature = "http")]
 pub(crate) use append::Attempt;
@@ -115,6 +116,10 @@ pub(crate) struct Engine {
     counter: AtomicU64,
     /// Tells the reaper thread to stop.
     reaper_stop: Arc<(Mutex<bool>, Condvar)>,
+    /// The running figures [`Engine::stats`] reports.
+    pub(crate) counters: Arc<Counters>,
+    /// What the open's recovery did: journal bytes replayed, streams touched, seconds taken.
+    recovered: (u64, u64, f64),
 }
 
 impl Drop for Engine {
@@ -143,6 +148,7 @@ impl Engine {
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
         let mut shards = Vec::new();
+        let counters = Arc::new(Counters::default());
         for id in 0..options.journal_shards {
             let jdir = root.join("journal").join(format!("{id:02}"));
             std::fs::create_dir_all(&jdir)?;
@@ -155,6 +161,7 @@ impl Engine {
                 &options,
                 file,
                 end,
+                counters.clone(),
             ));
             // Streams replayed from this shard's journal are dirty until the first checkpoint.
             {
@@ -207,6 +214,12 @@ impl Engine {
             stopped: AtomicBool::new(false),
             counter: AtomicU64::new(0),
             reaper_stop: Arc::new((Mutex::new(false), Condvar::new())),
+            counters,
+            recovered: (
+                replayed.bytes,
+                replayed.streams.len() as u64,
+                started.elapsed().as_secs_f64(),
+            ),
         });
         let weak = Arc::downgrade(&engine);
         let stop = engine.reaper_stop.clone();
@@ -220,6 +233,21 @@ impl Engine {
     /// The options the store runs with (the shard count as the manifest fixed it).
     pub(crate) fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// The store's figures now: the counters, the open streams, poisoned shards and what the
+    /// open's recovery did. Takes the registry lock once (to count the open streams).
+    pub(crate) fn stats(&self) -> Stats {
+        let (bytes, streams, seconds) = self.recovered;
+        Stats {
+            open_streams: self.registry.lock().len() as u64,
+            journal_shards: self.shards.len() as u64,
+            poisoned_shards: self.shards.iter().filter(|s| s.poisoned().is_some()).count() as u64,
+            recovered_journal_bytes: bytes,
+            recovered_streams: streams,
+            recovery_seconds: seconds,
+            ..self.counters.snapshot()
+        }
     }
 
     /// The shard a stream's records go to: by the hash of its name, so it never changes.

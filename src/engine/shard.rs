@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use parking_lot::{Condvar, Mutex};
 
+use crate::stats::Counters;
 use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::{self, Record};
@@ -118,6 +119,8 @@ pub(crate) struct Shard {
     pub(super) checkpoint_done: Event,
     /// Streams whose applied state is newer than their sidecar (changed under `writer`).
     pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
+    /// The store's counters (batch sizes, sync and checkpoint durations).
+    pub(super) counters: Arc<Counters>,
 }
 
 impl Shard {
@@ -129,9 +132,11 @@ impl Shard {
         options: &Options,
         file: File,
         end: u64,
+        counters: Arc<Counters>,
     ) -> Shard {
         Shard {
             id,
+            counters,
             dir,
             root,
             options: options.clone(),
@@ -393,6 +398,7 @@ impl Shard {
     /// Called under `writer`; takes each stream's `data` then `visible` (never `core`).
     fn commit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
         // Step 3: one write for the batch, then the records' effects on the streams' files.
+        self.counters.batch_records.observe(items.len() as f64);
         w.file.write_all(buf)?;
         let mut after: Vec<PathBuf> = Vec::new();
         w.touched.clear();
@@ -420,6 +426,7 @@ impl Shard {
             let started = Instant::now();
             w.file.sync_data()?;
             let took = started.elapsed();
+            self.counters.journal_sync.observe_duration(took);
             if took > SLOW_SYNC {
                 tracing::warn!(
                     shard = self.id,

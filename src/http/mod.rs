@@ -63,7 +63,7 @@ mod write;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -125,6 +125,9 @@ pub(crate) struct AppState {
     /// append on the only connection commits at once; one among several first lets the others'
     /// appends join its batch).
     pub(crate) connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether a `debug` line is logged per request: the level is checked once, when the state
+    /// is made, so a server without debug logging formats nothing per request.
+    log_requests: bool,
 }
 
 impl AppState {
@@ -182,6 +185,7 @@ fn app_state(
         shutdown: rx,
         _shutdown_tx: Arc::new(tx),
         connections: Arc::default(),
+        log_requests: tracing::enabled!(tracing::Level::DEBUG),
     }
 }
 
@@ -294,7 +298,12 @@ impl Drop for Open {
 /// One request, start to finish: CORS preflight or the route's handler, then the headers every
 /// response carries.
 async fn handle(app: &AppState, req: Request) -> Response {
+    let started = Instant::now();
     let (parts, body) = req.into_parts();
+    // Only a server logging at debug copies the method and path for its request line.
+    let logged = app
+        .log_requests
+        .then(|| (parts.method.clone(), parts.uri.path().to_owned()));
     let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
     let mut res = if parts.method == Method::OPTIONS {
         reply::preflight(&parts.headers)
@@ -305,7 +314,24 @@ async fn handle(app: &AppState, req: Request) -> Response {
         }
     };
     reply::common_headers(res.headers_mut(), cors);
+    if let Some((method, path)) = logged {
+        log_request(&method, &path, &res, started.elapsed());
+    }
     res
+}
+
+/// The request's `debug` line: method, path, status, body bytes (`-` when the body streams
+/// with no known length: SSE, bootstrap) and the time to the response head.
+fn log_request(method: &Method, path: &str, res: &Response, took: Duration) {
+    let bytes = http_body::Body::size_hint(res.body()).exact();
+    tracing::debug!(
+        %method,
+        path,
+        status = res.status().as_u16(),
+        bytes = bytes.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        micros = took.as_micros() as u64,
+        "request"
+    );
 }
 
 /// Runs a blocking engine call on the blocking pool; `op` says how its error maps to a status.

@@ -27,5 +27,9 @@ mod http_sse_resume;
 #[cfg(feature = "http")]
 mod http_support;
 mod model;
+#[cfg(feature = "http")]
+mod ops_logs;
+#[cfg(feature = "http")]
+mod ops_support;
 mod regressions;
 mod util;
