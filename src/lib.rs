@@ -47,8 +47,8 @@ mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability
 mod segment; // per-stream segment logs and mmap'd indexes
 mod sidecar; // the per-stream metadata checkpoint record
-mod stats; // the engine's running figures: atomic counters and histograms, `Stats`
 mod state; // a stream's state (Stream-Seq, producers, closure) and the whole order of checks, pure
+mod stats; // the engine's running figures: atomic counters and histograms, `Stats`
 mod store; // Store, the public entry point
 mod types; // requests and outcomes
 

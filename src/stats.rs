@@ -11,8 +11,8 @@ use std::time::Duration;
 
 /// Upper bounds (seconds) of the latency histograms' buckets: 50 us to 10 s.
 pub(crate) const LATENCY_BOUNDS: &[f64] = &[
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-    0.5, 1.0, 2.5, 5.0, 10.0,
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Upper bounds of the group-commit batch-size histogram's buckets (records per batch).

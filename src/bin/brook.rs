@@ -1,12 +1,13 @@
 //! `brook`: the command line. `brook serve` runs the Durable Streams server over a data
 //! directory.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brook::http::{ServerConfig, serve};
+use brook::http::{ServerConfig, serve_starting, serve_with_admin};
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -94,6 +95,10 @@ struct ServeArgs {
     /// (default: http:// and the request's Host).
     #[arg(long)]
     public_url: Option<String>,
+    /// Also serve the operations routes (/__brook/metrics, /__brook/live, /__brook/ready,
+    /// /__brook/streams), and only those, on this address (e.g. 127.0.0.1:9437).
+    #[arg(long, value_name = "HOST:PORT")]
+    admin_addr: Option<String>,
 }
 
 /// Parses the command line, starts the log, and runs the command; its failure is printed and
@@ -139,6 +144,16 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let admin = match &args.admin_addr {
+        Some(a) => {
+            let l = std::net::TcpListener::bind(a)
+                .map_err(|e| format!("cannot listen on --admin-addr {a}: {e}"))?;
+            l.set_nonblocking(true)
+                .map_err(|e| format!("cannot listen on --admin-addr {a}: {e}"))?;
+            Some(l)
+        }
+        None => None,
+    };
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
     let durability = match args.durability {
@@ -153,14 +168,6 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_journal_shards(args.journal_shards)
         .with_checkpoint_bytes(args.checkpoint_bytes)
         .with_max_open_streams(args.max_open_streams);
-    let store = Store::open(dir, options).map_err(|e| match e {
-        Error::Locked(_) => format!(
-            "the data directory {} is in use by another brook process (use another --data-dir)",
-            dir.display()
-        ),
-        Error::InvalidArgument(d) => format!("invalid option: {}", flag_message(&d)),
-        other => format!("cannot open the data directory {}: {other}", dir.display()),
-    })?;
     let config = ServerConfig {
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
@@ -172,12 +179,33 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let served = runtime.block_on(async {
+    let (store, served) = runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let admin = admin
+            .map(tokio::net::TcpListener::from_std)
+            .transpose()
+            .map_err(|e| format!("cannot listen on the admin address: {e}"))?;
         let local: SocketAddr = listener
             .local_addr()
             .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        tracing::info!(
+            "brook {} bound http://{local}; opening the store in {} (until it is open, requests \
+             get 503 STARTING)",
+            env!("CARGO_PKG_VERSION"),
+            dir.display(),
+        );
+        if let Some(a) = admin.as_ref().and_then(|a| a.local_addr().ok()) {
+            tracing::info!("operations routes (/__brook/...) also on http://{a}");
+        }
+        let shutdown = shutdown_signal();
+        // While the store opens (recovery), the listener answers 503 STARTING (live: 200).
+        let owned = dir.clone();
+        let opening = tokio::task::spawn_blocking(move || open_store(&owned, options));
+        let store = serve_starting(&listener, admin.as_ref(), opening)
+            .await
+            .map_err(|e| format!("opening the store failed: {e}"))??;
+        // The line scripts wait for: from here on streams are served.
         tracing::info!(
             "brook {} listening on http://{local}, storing streams in {} (durability {})",
             env!("CARGO_PKG_VERSION"),
@@ -187,10 +215,11 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
                 Durability::Buffered => "buffered",
             }
         );
-        serve(listener, store.clone(), config, shutdown_signal())
+        let served = serve_with_admin(listener, admin, store.clone(), config, shutdown)
             .await
-            .map_err(|e| format!("the server failed: {e}"))
-    });
+            .map_err(|e| format!("the server failed: {e}"));
+        Ok::<_, String>((store, served))
+    })?;
     // In-flight requests are done; drain pending writes and checkpoint so the next start
     // replays nothing.
     let closed = store
@@ -201,6 +230,25 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     closed?;
     tracing::info!("brook stopped");
     Ok(())
+}
+
+/// Opens the store in `dir`; the error is the message to print. `BROOK_TEST_OPEN_DELAY_MS`
+/// (a test hook) delays the open, so a test can watch the server while it is starting.
+fn open_store(dir: &std::path::Path, options: Options) -> Result<Store, String> {
+    if let Some(ms) = std::env::var("BROOK_TEST_OPEN_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    Store::open(dir, options).map_err(|e| match e {
+        Error::Locked(_) => format!(
+            "the data directory {} is in use by another brook process (use another --data-dir)",
+            dir.display()
+        ),
+        Error::InvalidArgument(d) => format!("invalid option: {}", flag_message(&d)),
+        other => format!("cannot open the data directory {}: {other}", dir.display()),
+    })
 }
 
 /// An `Options` validation message with the option's name replaced by its `brook serve` flag:
@@ -223,27 +271,42 @@ fn flag_message(message: &str) -> String {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed by this call, not when the future
+/// is first polled: a signal that arrives while the store opens is kept, and the server shuts
+/// down cleanly as soon as it serves.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let (mut interrupt, mut terminate) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let interrupt = async {
+                match interrupt.as_mut() {
+                    Some(s) => drop(s.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            let terminate = async {
+                match terminate.as_mut() {
+                    Some(s) => drop(s.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = interrupt => {}
+                () = terminate => {}
+            }
+        }
+        #[cfg(not(unix))]
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
+        tracing::info!("shutting down: finishing in-flight requests");
     }
-    tracing::info!("shutting down: finishing in-flight requests");
 }

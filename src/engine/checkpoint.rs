@@ -159,9 +159,7 @@ impl Shard {
             }
         }
         fs::sync_dir(&self.dir)?;
-        self.counters
-            .checkpoint
-            .observe_duration(started.elapsed());
+        self.counters.checkpoint.observe_duration(started.elapsed());
         tracing::debug!(
             shard = self.id,
             streams = job.streams.len(),

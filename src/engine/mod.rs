@@ -242,12 +242,27 @@ impl Engine {
         Stats {
             open_streams: self.registry.lock().len() as u64,
             journal_shards: self.shards.len() as u64,
-            poisoned_shards: self.shards.iter().filter(|s| s.poisoned().is_some()).count() as u64,
+            poisoned_shards: self.poisoned_shards(),
             recovered_journal_bytes: bytes,
             recovered_streams: streams,
             recovery_seconds: seconds,
             ..self.counters.snapshot()
         }
+    }
+
+    /// How many journal shards are poisoned now (their writes fail until the store is
+    /// reopened). No lock.
+    pub(crate) fn poisoned_shards(&self) -> u64 {
+        self.shards
+            .iter()
+            .filter(|s| s.poisoned().is_some())
+            .count() as u64
+    }
+
+    /// Poisons the first journal shard as a failed sync would (a test's fault injection).
+    #[cfg(all(test, feature = "http"))]
+    pub(crate) fn poison_for_test(&self) {
+        self.shards[0].poison(crate::Error::Io(std::io::Error::other("injected fault")));
     }
 
     /// The shard a stream's records go to: by the hash of its name, so it never changes.

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use parking_lot::{Condvar, Mutex};
 
-use crate::stats::Counters;
 use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::{self, Record};
 use crate::options::{Durability, Options};
+use crate::stats::Counters;
 
 use super::apply::{apply, discard};
 use super::checkpoint::Checkpoints;

@@ -44,6 +44,7 @@
 //! shapes read bodies; `cursor.rs` computes live-read cursors; `socket.rs` is the connection's IO
 //! (`sendfile(2)` of mapped slices).
 
+mod admin;
 mod body;
 mod bootstrap;
 mod cursor;
@@ -73,6 +74,9 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 
 use crate::{Incarnation, Store, StreamName};
+
+pub use admin::serve_starting;
+use admin::{Metrics, RouteKind};
 
 use error::{ApiError, Op};
 use request::expected_incarnation;
@@ -128,6 +132,8 @@ pub(crate) struct AppState {
     /// Whether a `debug` line is logged per request: the level is checked once, when the state
     /// is made, so a server without debug logging formats nothing per request.
     log_requests: bool,
+    /// The server's request counters and live-reader gauges (`GET /__brook/metrics`).
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -168,7 +174,7 @@ pub fn router(store: Store, config: ServerConfig) -> Router {
     let state = Arc::new(app_state(store, config, tx, rx));
     Router::new().fallback(move |req: Request| {
         let app = state.clone();
-        async move { handle(&app, req).await }
+        async move { handle(&app, req, false).await }
     })
 }
 
@@ -186,6 +192,7 @@ fn app_state(
         _shutdown_tx: Arc::new(tx),
         connections: Arc::default(),
         log_requests: tracing::enabled!(tracing::Level::DEBUG),
+        metrics: Arc::default(),
     }
 }
 
@@ -196,6 +203,18 @@ fn app_state(
 /// (no router or middleware stack per request: the path is parsed once, by `route::parse_route`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    store: Store,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with_admin(listener, None, store, config, shutdown).await
+}
+
+/// [`serve`], also answering brook's operations routes (`/__brook/...`: metrics, health,
+/// listing), and only those, on `admin` when given (a port kept off the public network).
+pub async fn serve_with_admin(
+    listener: tokio::net::TcpListener,
+    admin: Option<tokio::net::TcpListener>,
     store: Store,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -221,8 +240,10 @@ pub async fn serve(
         let accepted = tokio::select! {
             biased;
             () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
+            accepted = listener.accept() => (accepted, false),
+            accepted = accept_on(admin.as_ref()) => (accepted, true),
         };
+        let (accepted, admin_only) = accepted;
         let stream = match accepted {
             Ok((stream, _peer)) => stream,
             Err(e) => {
@@ -253,7 +274,7 @@ pub async fn serve(
                         Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
                         None => req.map(Body::new),
                     };
-                    let mut res = handle(&app, req).await;
+                    let mut res = handle(&app, req, admin_only).await;
                     if tracked.is_some_and(|n| !ends.ended(n)) {
                         res.headers_mut()
                             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -277,6 +298,16 @@ pub async fn serve(
     Ok(())
 }
 
+/// The next connection on `listener`; never resolves without one.
+pub(crate) async fn accept_on(
+    listener: Option<&tokio::net::TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Counts one open connection in [`AppState::connections`] until dropped.
 struct Open(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -296,8 +327,9 @@ impl Drop for Open {
 }
 
 /// One request, start to finish: CORS preflight or the route's handler, then the headers every
-/// response carries.
-async fn handle(app: &AppState, req: Request) -> Response {
+/// response carries; counted in the metrics (and logged at debug). On the admin listener
+/// (`admin_only`) only `/__brook/` routes are served.
+async fn handle(app: &AppState, req: Request, admin_only: bool) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     // Only a server logging at debug copies the method and path for its request line.
@@ -305,14 +337,20 @@ async fn handle(app: &AppState, req: Request) -> Response {
         .log_requests
         .then(|| (parts.method.clone(), parts.uri.path().to_owned()));
     let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
+    let mut kind = RouteKind::Other;
     let mut res = if parts.method == Method::OPTIONS {
+        kind = RouteKind::Preflight;
         reply::preflight(&parts.headers)
     } else {
-        match route::dispatch(app, parts, body).await {
+        match route::dispatch(app, parts, body, &mut kind, admin_only).await {
             Ok(res) => res,
-            Err(e) => e.into_response(),
+            Err(e) => {
+                app.metrics.error(e.code());
+                e.into_response()
+            }
         }
     };
+    app.metrics.request(kind, res.status(), started.elapsed());
     reply::common_headers(res.headers_mut(), cors);
     if let Some((method, path)) = logged {
         log_request(&method, &path, &res, started.elapsed());

@@ -10,8 +10,9 @@ use axum::response::Response;
 
 use crate::StreamName;
 
+use super::admin::RouteKind;
 use super::error::ApiError;
-use super::{AppState, bootstrap, read, snapshot, write};
+use super::{AppState, admin, bootstrap, read, snapshot, write};
 
 /// What a request path addresses.
 #[derive(Debug, PartialEq, Eq)]
@@ -87,15 +88,29 @@ pub(crate) fn parse_route(path: &str) -> Result<Route, ApiError> {
 }
 
 /// Sends the request to its route's handler for its method: 405 with `Allow` for a method the
-/// route does not serve.
+/// route does not serve. `kind` is set to what the request addressed (for the metrics), and
+/// only `/__brook/` routes are served when `admin_only` (the separate admin listener).
 pub(crate) async fn dispatch(
     app: &AppState,
     parts: Parts,
     body: Body,
+    kind: &mut RouteKind,
+    admin_only: bool,
 ) -> Result<Response, ApiError> {
     const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
     let route = parse_route(parts.uri.path())?;
     let m = &parts.method;
+    *kind = match &route {
+        Route::Stream(_) => RouteKind::of_stream(m),
+        Route::SnapshotLatest(_) | Route::SnapshotAt(..) => RouteKind::Snapshot,
+        Route::Retention(..) => RouteKind::Retention,
+        Route::Bootstrap(_) => RouteKind::Bootstrap,
+        Route::Protocol(_) => RouteKind::Protocol,
+        Route::Admin(_) => RouteKind::Admin,
+    };
+    if admin_only && *kind != RouteKind::Admin {
+        return Err(ApiError::no_such_route(parts.uri.path()));
+    }
     match route {
         Route::Stream(name) => match *m {
             Method::GET => read::get(app, name, &parts).await,
@@ -144,6 +159,7 @@ pub(crate) async fn dispatch(
                 allow: "GET, OPTIONS",
             }),
         },
-        Route::Protocol(_) | Route::Admin(_) => Err(ApiError::no_such_route(parts.uri.path())),
+        Route::Admin(rest) => admin::dispatch(app, &rest, &parts).await,
+        Route::Protocol(_) => Err(ApiError::no_such_route(parts.uri.path())),
     }
 }

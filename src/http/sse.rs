@@ -263,6 +263,8 @@ struct Sse {
     done: bool,
     /// `Store::wait` just woke the connection: the next read is of fresh, loaded data.
     woken: bool,
+    /// Counts the connection among the live SSE readers while it is open.
+    _reader: super::admin::Reader,
 }
 
 impl Sse {
@@ -458,6 +460,7 @@ pub(super) async fn respond(
         shutdown: Box::pin(async move { down.shutting_down().await }),
         done: false,
         woken: false,
+        _reader: app.metrics.sse_reader(),
         pending: Some(first),
     };
     let events = futures_util::stream::unfold(state, |mut s| async move {

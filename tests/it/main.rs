@@ -28,6 +28,8 @@ mod http_sse_resume;
 mod http_support;
 mod model;
 #[cfg(feature = "http")]
+mod ops_admin;
+#[cfg(feature = "http")]
 mod ops_logs;
 #[cfg(feature = "http")]
 mod ops_support;

@@ -8,13 +8,15 @@ use crate::ops_support::{Proc, R, http};
 #[test]
 fn a_request_is_one_json_debug_line() -> R {
     let dir = tempfile::tempdir()?;
-    let mut p = Proc::serve(
-        &dir.path().join("data"),
-        &["--log-format", "json"],
-        "debug",
-    )?;
+    let mut p = Proc::serve(&dir.path().join("data"), &["--log-format", "json"], "debug")?;
     let addr = p.addr()?;
-    let r = http(&addr, "PUT", "/logs/a", &[("content-type", "text/plain")], b"hi")?;
+    let r = http(
+        &addr,
+        "PUT",
+        "/logs/a",
+        &[("content-type", "text/plain")],
+        b"hi",
+    )?;
     assert_eq!(r.status, 201);
     let line = p.wait_for("\"path\":\"/logs/a\"")?;
     let v: serde_json::Value = serde_json::from_str(&line)?;
@@ -55,7 +57,17 @@ fn recovery_after_a_crash_is_logged_with_what_it_replayed() -> R {
             http(&addr, "PUT", &path, &[("content-type", "text/plain")], b"x")?.status,
             201
         );
-        assert_eq!(http(&addr, "POST", &path, &[("content-type", "text/plain")], b"more")?.status, 204);
+        assert_eq!(
+            http(
+                &addr,
+                "POST",
+                &path,
+                &[("content-type", "text/plain")],
+                b"more"
+            )?
+            .status,
+            204
+        );
     }
     p.crash()?;
     let mut p = Proc::serve(&data, &["--log-format", "json"], "info")?;

@@ -1,6 +1,7 @@
 //! Helpers for the operations tests: `brook` as a child process (its log read line by line on
 //! a thread), and a minimal blocking HTTP/1.1 client over `std::net::TcpStream`.
 
+use std::fmt::Write as _;
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -73,12 +74,19 @@ impl Proc {
         }
     }
 
-    /// The `host:port` the server logged it listens on (`listening on http://...`).
+    /// The `host:port` the server bound, once it serves streams (its `listening on` line).
     pub fn addr(&mut self) -> R<String> {
-        let line = self.wait_for("listening on http://")?;
+        self.wait_for("listening on http://")?;
+        self.bound()
+    }
+
+    /// The `host:port` the server bound, as soon as it logged it (`bound http://...`), before
+    /// the store is open.
+    pub fn bound(&mut self) -> R<String> {
+        let line = self.wait_for(" http://127.0.0.1:")?;
         let at = line.find("http://").ok_or("no address")? + "http://".len();
         let rest = &line[at..];
-        let end = rest.find([',', ' ', '"']).unwrap_or(rest.len());
+        let end = rest.find([',', ' ', '"', ';']).unwrap_or(rest.len());
         Ok(rest[..end].to_owned())
     }
 
@@ -135,7 +143,13 @@ impl Resp {
 }
 
 /// One HTTP/1.1 request on a new connection (`Connection: close`), read to its end.
-pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> R<Resp> {
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> R<Resp> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut req = format!(
@@ -143,7 +157,7 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
         body.len()
     );
     for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
+        let _ = write!(req, "{k}: {v}\r\n");
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes())?;

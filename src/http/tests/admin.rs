@@ -1,0 +1,78 @@
+//! The operations routes under `/__brook/`: health, metrics, and that they are refused on
+//! the admin-only paths they do not serve.
+
+use super::*;
+
+/// A harness whose store the test keeps a handle on.
+fn harness_and_store() -> Result<(Harness, Store), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), Options::default())?;
+    let h = Harness {
+        app: router(store.clone(), ServerConfig::default()),
+        _dir: dir,
+    };
+    Ok((h, store))
+}
+
+#[tokio::test]
+async fn live_and_ready_answer_200_on_a_healthy_store() -> TestResult {
+    let h = harness()?;
+    let live = h.get("/__brook/live", &[]).await;
+    assert_eq!(live.status, StatusCode::OK);
+    assert_eq!(live.text(), r#"{"status":"live"}"#);
+    let ready = h.get("/__brook/ready", &[]).await;
+    assert_eq!(ready.status, StatusCode::OK);
+    assert_eq!(ready.h("cache-control"), Some("no-store"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_poisoned_shard_makes_the_server_not_ready() -> TestResult {
+    let (h, store) = harness_and_store()?;
+    store.engine().poison_for_test();
+    let ready = h.get("/__brook/ready", &[]).await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ready.code().as_deref(), Some("POISONED"));
+    // Still live: the process answers; restarting it is the cure.
+    assert_eq!(h.get("/__brook/live", &[]).await.status, StatusCode::OK);
+    let m = h.get("/__brook/metrics", &[]).await.text();
+    assert!(m.contains("\nbrook_poisoned_shards 1\n"), "{m}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn admin_routes_refuse_writes_and_unknown_names() -> TestResult {
+    let h = harness()?;
+    let r = h.post("/__brook/metrics", &[], "x").await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.h("allow"), Some("GET, HEAD, OPTIONS"));
+    let r = h.get("/__brook/nothing", &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.code().as_deref(), Some("NOT_FOUND"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn errors_are_counted_by_code_and_requests_by_route_and_status() -> TestResult {
+    let h = harness()?;
+    assert_eq!(
+        h.get("/no/such/stream", &[]).await.status,
+        StatusCode::NOT_FOUND
+    );
+    h.put("/m/a", &[("content-type", "text/plain")], "x").await;
+    let m = h.get("/__brook/metrics", &[]).await.text();
+    assert!(
+        m.contains("brook_http_errors_total{code=\"STREAM_NOT_FOUND\"} 1\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("brook_http_requests_total{route=\"read\",status=\"404\"} 1\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("brook_http_requests_total{route=\"create\",status=\"201\"} 1\n"),
+        "{m}"
+    );
+    assert!(m.contains("brook_streams_created_total 1\n"), "{m}");
+    Ok(())
+}
