@@ -23,7 +23,7 @@ pub const RESERVED_PREFIXES: [&str; 2] = ["__ds", "__brook"];
 /// with no empty, `.` or `..` segment (a single leading `/` is dropped). The last segment may not be
 /// `snapshot`, `retention` or `bootstrap`, and the second-to-last may not be `snapshot` or
 /// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
-/// before them. The first segment may not be `__ds` or `__brook` ([`RESERVED_PREFIXES`]).
+/// before them. The first segment may not be `__ds` or `__brook` (`RESERVED_PREFIXES`).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamName(pub(crate) Arc<str>);
 
