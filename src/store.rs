@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::listing::ListPage;
 use crate::name::{Offset, ReadFrom, StreamName};
 use crate::options::Options;
 use crate::stats::Stats;
@@ -192,9 +193,20 @@ impl Store {
             .set_retention(name, req.offset, req.expect.as_ref())
     }
 
-    /// Names of the live streams whose names start with `prefix`, sorted.
+    /// Names of the live streams whose names start with `prefix`, sorted (every page of
+    /// [`Store::list_page`]).
     pub fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {
         self.inner.list(prefix)
+    }
+
+    /// Up to `limit` (at least 1) live streams whose names start with `prefix`, in name order,
+    /// after the cursor `after` (a page's `next`), each with its content type, tail and closure.
+    ///
+    /// Reads the store's name index and only the sidecars of the streams on the page (open
+    /// streams from memory), so a page costs the same in a store of any size. Soft-deleted and
+    /// expired streams are left out (a sliding TTL is checked only for open streams).
+    pub fn list_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<ListPage> {
+        self.inner.list_page(prefix, after, limit)
     }
 
     /// The store's running figures: appends, reads, bytes, group-commit batch sizes, sync and

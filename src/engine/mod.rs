@@ -67,6 +67,7 @@ mod checkpoint;
 mod expiry;
 mod fork;
 mod lifecycle;
+mod names;
 mod read;
 mod recovery;
 mod registry;
@@ -93,6 +94,7 @@ use crate::stats::{Counters, Stats};
 #[cfg(feature = "http")]
 pub(crate) use append::Attempt;
 use expiry::reaper;
+use names::Names;
 use recovery::{Replayed, replay_shard, restore_trash, store_manifest};
 use shard::{Shard, new_journal_file};
 use stream::Stream;
@@ -116,6 +118,8 @@ pub(crate) struct Engine {
     counter: AtomicU64,
     /// Tells the reaper thread to stop.
     reaper_stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Every stream name, sorted: what listing pages through (DESIGN.md 2.6).
+    pub(crate) names: Arc<Names>,
     /// The running figures [`Engine::stats`] reports.
     pub(crate) counters: Arc<Counters>,
     /// What the open's recovery did: journal bytes replayed, streams touched, seconds taken.
@@ -144,6 +148,7 @@ impl Engine {
         std::fs::create_dir_all(root.join("streams"))?;
         std::fs::create_dir_all(root.join("trash"))?;
         restore_trash(&root)?;
+        let names = Arc::new(Names::open(&root)?);
 
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
@@ -152,7 +157,15 @@ impl Engine {
         for id in 0..options.journal_shards {
             let jdir = root.join("journal").join(format!("{id:02}"));
             std::fs::create_dir_all(&jdir)?;
-            let end = replay_shard(&root, &options, id, &jdir, &mut registry, &mut replayed)?;
+            let end = replay_shard(
+                &root,
+                &options,
+                id,
+                &jdir,
+                &mut registry,
+                &names,
+                &mut replayed,
+            )?;
             let file = new_journal_file(&jdir, id, end)?;
             let shard = Arc::new(Shard::new(
                 id,
@@ -161,7 +174,7 @@ impl Engine {
                 &options,
                 file,
                 end,
-                counters.clone(),
+                (counters.clone(), names.clone()),
             ));
             // Streams replayed from this shard's journal are dirty until the first checkpoint.
             {
@@ -182,6 +195,7 @@ impl Engine {
             shards.push(shard);
         }
         registry.retain(|_, s| !s.data.lock().deleted);
+        names.compact_if_needed()?;
         tracing::info!(
             journal_bytes = replayed.bytes,
             records = replayed.records,
@@ -214,6 +228,7 @@ impl Engine {
             stopped: AtomicBool::new(false),
             counter: AtomicU64::new(0),
             reaper_stop: Arc::new((Mutex::new(false), Condvar::new())),
+            names,
             counters,
             recovered: (
                 replayed.bytes,

@@ -15,6 +15,7 @@ use crate::journal::{self, Record};
 use crate::options::Options;
 
 use super::apply::{apply, discard};
+use super::names::Names;
 use super::stream::{Stream, Visible};
 
 /// The first 8 bytes of `STORE`; a shard count (`u32`) follows.
@@ -130,6 +131,7 @@ pub(super) fn replay_shard(
     id: usize,
     dir: &Path,
     registry: &mut HashMap<String, Arc<Stream>>,
+    names: &Names,
     replayed: &mut Replayed,
 ) -> Result<u64> {
     let files = journal::list_files(dir)?;
@@ -164,7 +166,13 @@ pub(super) fn replay_shard(
             end = lsn;
             replayed.records += 1;
             let name = record.name().to_owned();
-            let Some(stream) = replay_target(root, options, id, registry, lsn, &record)? else {
+            let target = replay_target(root, options, id, registry, lsn, &record)?;
+            // A create is indexed again (a no-op when its frame survived), so a frame lost
+            // from the index's unsynced tail comes back with the record.
+            if matches!(record, Record::Create { .. }) && registry.contains_key(&name) {
+                names.add(&name)?;
+            }
+            let Some(stream) = target else {
                 continue;
             };
             if stream.incarnation.as_str() != record.incarnation() {
@@ -188,6 +196,7 @@ pub(super) fn replay_shard(
             *stream.visible.lock() = Visible::of(&state, deleted);
             if deleted {
                 registry.remove(&name);
+                names.remove(&name)?;
             }
             replayed.streams.insert(name);
         }

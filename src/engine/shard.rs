@@ -25,6 +25,7 @@ use crate::stats::Counters;
 
 use super::apply::{apply, discard};
 use super::checkpoint::Checkpoints;
+use super::names::Names;
 use super::stream::Stream;
 use super::ticket::{Batch, Ticket};
 
@@ -121,10 +122,13 @@ pub(crate) struct Shard {
     pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
     /// The store's counters (batch sizes, sync and checkpoint durations).
     pub(super) counters: Arc<Counters>,
+    /// The store's name index: a Create adds its name, a completed delete removes it.
+    pub(super) names: Arc<Names>,
 }
 
 impl Shard {
-    /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`).
+    /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`),
+    /// sharing the store's counters and name index.
     pub(super) fn new(
         id: usize,
         dir: PathBuf,
@@ -132,11 +136,12 @@ impl Shard {
         options: &Options,
         file: File,
         end: u64,
-        counters: Arc<Counters>,
+        (counters, names): (Arc<Counters>, Arc<Names>),
     ) -> Shard {
         Shard {
             id,
             counters,
+            names,
             dir,
             root,
             options: options.clone(),
@@ -411,8 +416,14 @@ impl Shard {
                 &it.record,
                 &mut after,
             )?;
+            let deleted = it.stream.data.lock().deleted;
+            match &it.record {
+                Record::Create { .. } => self.names.add(it.stream.name.as_str())?,
+                Record::Delete { .. } if deleted => self.names.remove(it.stream.name.as_str())?,
+                _ => {}
+            }
             let mut dirty = self.dirty.lock();
-            if it.stream.data.lock().deleted {
+            if deleted {
                 dirty.remove(it.stream.name.as_str());
             } else if !dirty.contains_key(it.stream.name.as_str()) {
                 dirty.insert(it.stream.name.as_str().to_owned(), it.stream.clone());

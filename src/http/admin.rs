@@ -8,7 +8,7 @@
 //! | `/__brook/metrics` | `GET` | `200`, the Prometheus text exposition (format 0.0.4) |
 //! | `/__brook/live` | `GET` `HEAD` | `200` while the process serves requests (also while the store opens) |
 //! | `/__brook/ready` | `GET` `HEAD` | `200` once the store is open; `503` `STARTING` while it opens, `503` `POISONED` while a journal shard is poisoned |
-//! | `/__brook/streams?prefix=P&limit=N&after=C` | `GET` | `200`, a page of streams (JSON) and the cursor of the next page |
+//! | `/__brook/streams?prefix=P&limit=N&after=C` | `GET` | `200`, a page of streams (JSON: name, content type, tail, closed) and the cursor of the next page |
 //!
 //! Request counting costs one relaxed atomic add per request (two more for an append's latency);
 //! an error adds one short critical section (the count per error code).
@@ -217,8 +217,64 @@ pub(crate) async fn dispatch(
             read_only("GET, HEAD, OPTIONS")?;
             Ok(ready(app))
         }
+        "streams" => {
+            read_only("GET, HEAD, OPTIONS")?;
+            streams(app, parts).await
+        }
         _ => Err(ApiError::no_such_route(parts.uri.path())),
     }
+}
+
+/// The default page size of `/__brook/streams`.
+const DEFAULT_LIMIT: usize = 100;
+/// The largest page size of `/__brook/streams`.
+const MAX_LIMIT: usize = 1000;
+
+/// `/__brook/streams?prefix=P&limit=N&after=C`: a page of the live streams whose names start
+/// with `P` (default all), `N` per page (default 100, 1 to 1000), after cursor `C` (a page's
+/// `next`), as `{"streams":[{"name","contentType","tail","closed"}],"next":C|null}`.
+async fn streams(app: &AppState, parts: &Parts) -> Result<Response, ApiError> {
+    let mut prefix = String::new();
+    let mut after = None;
+    let mut limit = DEFAULT_LIMIT;
+    for (k, v) in super::request::query_params(parts) {
+        match &*k {
+            "prefix" => prefix = v.into_owned(),
+            "after" => after = Some(v.into_owned()),
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "INVALID_ARGUMENT",
+                            format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
+                        )
+                    })?;
+            }
+            _ => {}
+        }
+    }
+    let store = app.store.clone();
+    let page = blocking(Op::Read, move || {
+        store.list_page(&prefix, after.as_deref(), limit)
+    })
+    .await?;
+    let streams: Vec<serde_json::Value> = page
+        .streams
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name.as_str(),
+                "contentType": s.content_type,
+                "tail": s.tail.to_string(),
+                "closed": s.closed,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({ "streams": streams, "next": page.next });
+    Ok(json(StatusCode::OK, body.to_string()))
 }
 
 /// A JSON response with `status`, never cached.

@@ -29,6 +29,7 @@ mod http_support;
 mod model;
 #[cfg(feature = "http")]
 mod ops_admin;
+mod ops_listing;
 #[cfg(feature = "http")]
 mod ops_logs;
 #[cfg(feature = "http")]

@@ -76,3 +76,65 @@ async fn errors_are_counted_by_code_and_requests_by_route_and_status() -> TestRe
     assert!(m.contains("brook_streams_created_total 1\n"), "{m}");
     Ok(())
 }
+
+#[tokio::test]
+async fn streams_are_listed_by_prefix_in_pages_with_their_metadata() -> TestResult {
+    let h = harness()?;
+    for i in 0..25 {
+        let r = h
+            .put(
+                &format!("/ls/{i:02}"),
+                &[("content-type", "text/plain")],
+                "",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+    h.put("/other", &[("content-type", "application/json")], "")
+        .await;
+    let r = h
+        .send(
+            "POST",
+            "/ls/03",
+            &[("content-type", "text/plain"), ("stream-closed", "true")],
+            "abc",
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.text());
+    let mut names = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let uri = match &after {
+            Some(a) => format!("/__brook/streams?prefix=ls/&limit=10&after={a}"),
+            None => "/__brook/streams?prefix=ls/&limit=10".to_owned(),
+        };
+        let r = h.get(&uri, &[]).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(r.h("content-type"), Some("application/json"));
+        let v: serde_json::Value = serde_json::from_slice(&r.body)?;
+        pages += 1;
+        for s in v["streams"].as_array().ok_or("no streams")? {
+            names.push(s["name"].as_str().ok_or("no name")?.to_owned());
+            if s["name"] == "ls/03" {
+                assert_eq!(s["closed"], true);
+                assert_eq!(s["contentType"], "text/plain");
+                assert_eq!(s["tail"], "0000000000000001_0000000000000003");
+            }
+        }
+        match v["next"].as_str() {
+            Some(n) => after = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let expected: Vec<String> = (0..25).map(|i| format!("ls/{i:02}")).collect();
+    assert_eq!(names, expected);
+    let all: serde_json::Value =
+        serde_json::from_slice(&h.get("/__brook/streams", &[]).await.body)?;
+    assert_eq!(all["streams"].as_array().map(Vec::len), Some(26));
+    let bad = h.get("/__brook/streams?limit=0", &[]).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.code().as_deref(), Some("INVALID_ARGUMENT"));
+    Ok(())
+}
