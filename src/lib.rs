@@ -43,7 +43,7 @@ pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]
 pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping
 mod journal; // journal records and files: frames, encoding, scanning
-mod listing; // ListPage, StreamListing: listing streams by prefix, a page at a time
+mod listing; // ListPage, StreamListing, CheckReport: listing streams, checking the store
 mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability
 mod segment; // per-stream segment logs and mmap'd indexes
@@ -59,7 +59,7 @@ mod types; // requests and outcomes
 pub struct ReadmeDoctests;
 
 pub use error::{Error, Result};
-pub use listing::{ListPage, StreamListing};
+pub use listing::{CheckReport, ListPage, StreamListing};
 pub use name::{Incarnation, Offset, ReadFrom, StreamName, is_json, normalize_content_type};
 pub use options::{Durability, Options};
 pub use stats::{Histogram, Stats};

@@ -17,6 +17,22 @@ pub struct StreamListing {
     pub closed: bool,
 }
 
+/// What [`Store::check`](crate::Store::check) found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckReport {
+    /// Stream directories with a valid sidecar.
+    pub streams: u64,
+    /// Of those, soft-deleted or expired streams, whose data was not read.
+    pub skipped: u64,
+    /// Messages read and checked against their index CRCs.
+    pub messages: u64,
+    /// Bytes read (in the stored representation).
+    pub bytes: u64,
+    /// One line per damaged stream or file; empty when nothing is damaged.
+    pub damaged: Vec<String>,
+}
+
 /// A page of a listing: streams in name order, and where the next page starts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

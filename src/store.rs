@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::listing::ListPage;
+use crate::listing::{CheckReport, ListPage};
 use crate::name::{Offset, ReadFrom, StreamName};
 use crate::options::Options;
 use crate::stats::Stats;
@@ -214,6 +214,17 @@ impl Store {
     /// (atomic loads and one lock to count the open streams); what `GET /__brook/metrics` shows.
     pub fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+
+    /// Checks the whole store: reads every stream from its earliest offset to its tail, so
+    /// every message is checked against its index CRC (and every index against its log), and
+    /// checks that each stream directory holds a valid sidecar of the name it is filed under and
+    /// that the name index lists it. Opening the store already checked every journal frame
+    /// (replaying those after the last checkpoint, as any open does). Damage is reported in
+    /// [`CheckReport::damaged`](crate::CheckReport), never repaired; `progress` is called with
+    /// the number of streams checked so far. Reads every byte: as slow as reading the store.
+    pub fn check(&self, progress: &mut dyn FnMut(u64)) -> Result<CheckReport> {
+        self.inner.check(progress)
     }
 
     /// Forces a checkpoint: stream files synced, sidecars written, journals truncated.

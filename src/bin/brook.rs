@@ -1,5 +1,11 @@
 //! `brook`: the command line. `brook serve` runs the Durable Streams server over a data
-//! directory.
+//! directory; `ls`, `cat`, `tail` and `head` read streams from a data directory or a server;
+//! `check` verifies a data directory.
+
+#[path = "brook/http1.rs"]
+mod http1;
+#[path = "brook/ops.rs"]
+mod ops;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -38,7 +44,81 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the Durable Streams protocol (with Ursula's snapshot, retention and bootstrap routes).
+    #[command(after_help = "Example:\n  brook serve --port 4437 --data-dir /var/lib/brook")]
     Serve(ServeArgs),
+    /// List streams whose names start with PREFIX (all when omitted), in name order.
+    #[command(after_help = "Examples:\n  brook ls --data-dir ./data demo/\n  \
+                            brook ls --long --url http://127.0.0.1:4437")]
+    Ls(LsArgs),
+    /// Print a stream's data from OFFSET (the start by default) to its tail. A JSON stream
+    /// prints one message a line.
+    #[command(
+        after_help = "Examples:\n  brook cat --data-dir ./data demo/orders\n  \
+                            brook cat --url http://127.0.0.1:4437 demo/orders --from now"
+    )]
+    Cat(CatArgs),
+    /// Print what is appended to a stream from now on (or from OFFSET), until it is closed or
+    /// interrupted.
+    #[command(after_help = "Example:\n  brook tail --url http://127.0.0.1:4437 demo/orders")]
+    Tail(CatArgs),
+    /// Print a stream's metadata: content type, tail, closure, incarnation, expiry, snapshot.
+    #[command(after_help = "Example:\n  brook head --data-dir ./data demo/orders")]
+    Head(StreamArgs),
+    /// Verify a data directory: every message against its checksum, every index against its
+    /// log, every sidecar and the journal; prints a report and exits 1 on damage. Repairs
+    /// nothing (the open recovers after a crash, as `serve` would).
+    #[command(after_help = "Example:\n  brook check --data-dir /var/lib/brook")]
+    Check(CheckArgs),
+}
+
+/// Where a reading command finds its streams: exactly one of the two.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct TargetArgs {
+    /// A data directory (it is locked while the command runs: not one a server is using).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// A running server, `http://HOST:PORT` (plain HTTP).
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct LsArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Also print each stream's tail, content type and closure (tab-separated).
+    #[arg(long, short)]
+    long: bool,
+    /// Only names starting with this.
+    #[arg(default_value = "")]
+    prefix: String,
+}
+
+#[derive(clap::Args)]
+struct CatArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The stream's name.
+    stream: String,
+    /// Where to start: an offset, `-1` (the start) or `now` (the tail).
+    #[arg(long, value_name = "OFFSET", allow_hyphen_values = true)]
+    from: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct StreamArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The stream's name.
+    stream: String,
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// The data directory to verify (locked while the check runs).
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -105,20 +185,51 @@ struct ServeArgs {
 /// exits non-zero.
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The server logs to standard output at info; the other commands print their results
+    // there, so they log to standard error, warnings only unless RUST_LOG says otherwise.
+    let serving = matches!(cli.command, Command::Serve(_));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(if serving { "info" } else { "warn" })
+    });
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .with_writer(move || -> Box<dyn std::io::Write> {
+            if serving {
+                Box::new(std::io::stdout())
+            } else {
+                Box::new(std::io::stderr())
+            }
+        });
     match cli.log_format {
         LogFormat::Json => log.json().init(),
         // Colour only for a person at a terminal: a log file or a pipeline gets plain text.
         LogFormat::Text => log
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .with_ansi(if serving {
+                std::io::IsTerminal::is_terminal(&std::io::stdout())
+            } else {
+                std::io::IsTerminal::is_terminal(&std::io::stderr())
+            })
             .init(),
     }
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
+        Command::Ls(a) => target(&a.target)
+            .and_then(|t| ops::ls(&t, &a.prefix, a.long, &mut std::io::stdout().lock())),
+        Command::Cat(a) => read_command(&a, false),
+        Command::Tail(a) => read_command(&a, true),
+        Command::Head(a) => {
+            target(&a.target).and_then(|t| ops::head(&t, &a.stream, &mut std::io::stdout().lock()))
+        }
+        Command::Check(a) => ops::open_store(&a.data_dir)
+            .and_then(|store| ops::check(&store, &mut std::io::stdout().lock()))
+            .and_then(|clean| {
+                if clean {
+                    Ok(())
+                } else {
+                    Err("damage found (see the report above)".to_owned())
+                }
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,6 +238,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The data directory or server a reading command names.
+fn target(t: &TargetArgs) -> Result<ops::Target, String> {
+    ops::Target::open(t.data_dir.as_deref(), t.url.as_deref())
+}
+
+/// `brook cat` (`follow` false) or `brook tail` (`follow` true, starting at the tail unless
+/// `--from` says otherwise).
+fn read_command(a: &CatArgs, follow: bool) -> Result<(), String> {
+    let from = match a.from.as_deref() {
+        Some(f) => f
+            .parse::<brook::ReadFrom>()
+            .map_err(|e| format!("--from {f}: {e}"))?,
+        None if follow => brook::ReadFrom::Tail,
+        None => brook::ReadFrom::Start,
+    };
+    let t = target(&a.target)?;
+    ops::cat(&t, &a.stream, from, follow, &mut std::io::stdout().lock())
 }
 
 /// `brook serve`: opens the store, serves until SIGINT or SIGTERM, then shuts the store down;

@@ -63,6 +63,7 @@
 
 mod append;
 mod apply;
+mod check;
 mod checkpoint;
 mod expiry;
 mod fork;

@@ -29,6 +29,8 @@ mod http_support;
 mod model;
 #[cfg(feature = "http")]
 mod ops_admin;
+#[cfg(feature = "http")]
+mod ops_cli;
 mod ops_listing;
 #[cfg(feature = "http")]
 mod ops_logs;
