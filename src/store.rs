@@ -227,6 +227,31 @@ impl Store {
         self.inner.check(progress)
     }
 
+    /// Writes every live stream, with its state, data and snapshot blobs, to `out` as one
+    /// streamed archive (DESIGN.md 2.7); `progress` gets the number of streams written so far.
+    /// Returns that number. Forks are written as independent streams (their inherited data
+    /// copied); soft-deleted streams are left out.
+    pub fn export(
+        &self,
+        out: &mut dyn std::io::Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        self.inner.export(out, progress)
+    }
+
+    /// Reads an archive written by [`Store::export`] into this store: each stream gets the same
+    /// offsets, data, incarnation, content type, closure, expiry, Stream-Seq, producer state,
+    /// retention and snapshots. A name that exists here is refused. Durable when it returns;
+    /// an import that fails midway leaves what it imported so far (import into a new store and
+    /// start over). Returns the number of streams imported.
+    pub fn import(
+        &self,
+        input: &mut dyn std::io::Read,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        self.inner.import(input, progress)
+    }
+
     /// Forces a checkpoint: stream files synced, sidecars written, journals truncated.
     pub fn checkpoint(&self) -> Result<()> {
         self.inner.checkpoint()

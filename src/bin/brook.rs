@@ -69,6 +69,23 @@ enum Command {
     /// nothing (the open recovers after a crash, as `serve` would).
     #[command(after_help = "Example:\n  brook check --data-dir /var/lib/brook")]
     Check(CheckArgs),
+    /// Write every live stream (data, state, snapshots, incarnations) to FILE (`-`: standard
+    /// output) as a versioned archive (DESIGN.md 2.7), for backups and moves between versions.
+    #[command(after_help = "Example:\n  brook export --data-dir /var/lib/brook backup.brook")]
+    Export(ArchiveArgs),
+    /// Read an archive written by `brook export` from FILE (`-`: standard input) into a data
+    /// directory (created if missing; names it already has are refused).
+    #[command(after_help = "Example:\n  brook import --data-dir /var/lib/brook-new backup.brook")]
+    Import(ArchiveArgs),
+}
+
+#[derive(clap::Args)]
+struct ArchiveArgs {
+    /// The data directory (locked while the command runs).
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// The archive file, or `-`.
+    file: PathBuf,
 }
 
 /// Where a reading command finds its streams: exactly one of the two.
@@ -221,6 +238,8 @@ fn main() -> ExitCode {
         Command::Head(a) => {
             target(&a.target).and_then(|t| ops::head(&t, &a.stream, &mut std::io::stdout().lock()))
         }
+        Command::Export(a) => ops::open_store(&a.data_dir).and_then(|s| ops::export(&s, &a.file)),
+        Command::Import(a) => ops::import(&a.data_dir, &a.file),
         Command::Check(a) => ops::open_store(&a.data_dir)
             .and_then(|store| ops::check(&store, &mut std::io::stdout().lock()))
             .and_then(|clean| {

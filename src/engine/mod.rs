@@ -63,6 +63,7 @@
 
 mod append;
 mod apply;
+mod archive;
 mod check;
 mod checkpoint;
 mod expiry;

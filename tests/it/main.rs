@@ -29,6 +29,7 @@ mod http_support;
 mod model;
 #[cfg(feature = "http")]
 mod ops_admin;
+mod ops_archive;
 #[cfg(feature = "http")]
 mod ops_cli;
 mod ops_listing;

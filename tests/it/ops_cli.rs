@@ -202,3 +202,37 @@ fn check_passes_a_sound_store_and_finds_a_flipped_byte() -> R {
     assert!(err.contains("damage found"), "{err}");
     Ok(())
 }
+
+#[test]
+fn export_and_import_move_a_data_directory() -> R {
+    let tmp = tempfile::tempdir()?;
+    let src = tmp.path().join("src");
+    let dst = tmp.path().join("dst");
+    let file = tmp.path().join("backup.brook");
+    sample_store(&src)?;
+    let (src, dst, file) = (
+        src.to_str().ok_or("path")?,
+        dst.to_str().ok_or("path")?,
+        file.to_str().ok_or("path")?,
+    );
+    let out = brook(&["export", "--data-dir", src, file])?;
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exported 3 streams"));
+    let out = brook(&["import", "--data-dir", dst, file])?;
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("imported 3 streams"));
+    for stream in ["cli/json", "cli/bytes", "other/x"] {
+        let a = brook(&["head", "--data-dir", src, stream])?;
+        let b = brook(&["head", "--data-dir", dst, stream])?;
+        assert_eq!(stdout(&a), stdout(&b), "{stream}");
+        assert!(stdout(&a).contains("incarnation: "), "{}", stdout(&a));
+        let a = brook(&["cat", "--data-dir", src, stream])?;
+        let b = brook(&["cat", "--data-dir", dst, stream])?;
+        assert_eq!(a.stdout, b.stdout, "{stream}");
+    }
+    // Importing again is refused: the names exist.
+    let out = brook(&["import", "--data-dir", dst, file])?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+    Ok(())
+}

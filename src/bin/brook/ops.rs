@@ -317,13 +317,7 @@ pub fn head(target: &Target, stream: &str, out: &mut impl Write) -> Result<(), S
 /// `brook check`: reads every stream of the store and reports damage; `Ok(false)` when some was
 /// found (the command then exits non-zero).
 pub fn check(store: &Store, out: &mut impl Write) -> Result<bool, String> {
-    let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        let b = indicatif::ProgressBar::new_spinner();
-        b.set_message("checking streams");
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = streams_progress("checking streams");
     let report = store
         .check(&mut |n| bar.set_position(n))
         .map_err(|e| format!("the check failed: {e}"))?;
@@ -343,4 +337,77 @@ pub fn check(store: &Store, out: &mut impl Write) -> Result<bool, String> {
     write_out(out, text.as_bytes())?;
     out.flush().map_err(|e| e.to_string())?;
     Ok(report.damaged.is_empty())
+}
+
+/// A progress display counting streams on standard error when it is a terminal (hidden
+/// otherwise), with `what` as its message.
+fn streams_progress(what: &'static str) -> indicatif::ProgressBar {
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_message(what);
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    }
+}
+
+/// `brook export`: every live stream of `store` to `file` (`-`: standard output).
+pub fn export(store: &Store, file: &Path) -> Result<(), String> {
+    let bar = streams_progress("exporting streams");
+    let mut tick = |n| bar.set_position(n);
+    let written = if file == Path::new("-") {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        store.export(&mut out, &mut tick)
+    } else {
+        let f = std::fs::File::create(file)
+            .map_err(|e| format!("cannot create {}: {e}", file.display()))?;
+        let mut out = std::io::BufWriter::new(f);
+        let n = store.export(&mut out, &mut tick);
+        let synced = out
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)
+            .and_then(|f| f.sync_all());
+        n.and_then(|n| synced.map(|()| n).map_err(Error::from))
+    }
+    .map_err(|e| format!("the export failed: {e}"))?;
+    bar.finish_and_clear();
+    eprintln!("exported {written} streams");
+    Ok(())
+}
+
+/// `brook import`: the archive `file` (`-`: standard input) into the store in `dir`, created
+/// when missing.
+pub fn import(dir: &Path, file: &Path) -> Result<(), String> {
+    let store = if dir.join("STORE").exists() {
+        open_store(dir)?
+    } else {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        open_store_new(dir)?
+    };
+    let bar = streams_progress("importing streams");
+    let mut tick = |n| bar.set_position(n);
+    let read = if file == Path::new("-") {
+        store.import(
+            &mut std::io::BufReader::new(std::io::stdin().lock()),
+            &mut tick,
+        )
+    } else {
+        let f = std::fs::File::open(file)
+            .map_err(|e| format!("cannot open {}: {e}", file.display()))?;
+        store.import(&mut std::io::BufReader::new(f), &mut tick)
+    }
+    .map_err(|e| format!("the import failed: {e}"))?;
+    bar.finish_and_clear();
+    store
+        .shutdown()
+        .map_err(|e| format!("the store did not shut down cleanly: {e}"))?;
+    eprintln!("imported {read} streams");
+    Ok(())
+}
+
+/// Creates a store in the empty directory `dir`.
+fn open_store_new(dir: &Path) -> Result<Store, String> {
+    Store::open(dir, Options::default())
+        .map_err(|e| format!("cannot create a store in {}: {e}", dir.display()))
 }
