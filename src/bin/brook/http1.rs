@@ -15,8 +15,11 @@ pub struct Server {
 
 /// A response: status, headers (names lowercase) and body.
 pub struct Response {
+    /// The status code.
     pub status: u16,
+    /// The headers, names lowercase, in order.
     headers: Vec<(String, String)>,
+    /// The whole body (empty for HEAD).
     pub body: Vec<u8>,
 }
 

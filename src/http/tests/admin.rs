@@ -138,3 +138,14 @@ async fn streams_are_listed_by_prefix_in_pages_with_their_metadata() -> TestResu
     assert_eq!(bad.code().as_deref(), Some("INVALID_ARGUMENT"));
     Ok(())
 }
+
+#[test]
+fn route_kinds_index_their_own_row() {
+    use super::super::admin::{KINDS, RouteKind};
+    // `Metrics::request` indexes its table by `kind as usize`: the table's order must be the
+    // declaration order.
+    for (i, k) in KINDS.iter().enumerate() {
+        assert_eq!(*k as usize, i, "{k:?}");
+    }
+    assert_eq!(RouteKind::Other as usize, KINDS.len() - 1);
+}
