@@ -25,7 +25,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 )]
 struct Cli {
     /// How log lines are written: `text` for people, `json` (one object a line) for log
-    /// pipelines. The level comes from `RUST_LOG` (default `info`; `debug` adds a line per request).
+    /// pipelines. The level comes from `RUST_LOG` (default `info` for `serve`, which logs to
+    /// standard output, and `warn` for the other commands, which log to standard error; `debug`
+    /// adds a line per request).
     #[arg(long, global = true, value_enum, default_value = "text")]
     log_format: LogFormat,
     #[command(subcommand)]
