@@ -44,6 +44,7 @@ pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]
 pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping, TLS, access control, limits
 mod journal; // journal records and files: frames, encoding, scanning
+mod listing; // ListPage, StreamListing, CheckReport: listing streams, checking the store
 #[cfg(feature = "mirror")]
 pub mod mirror; // `brook mirror`: copies streams to any Durable Streams server, exactly once
 mod name; // StreamName, Offset, Incarnation, content types
@@ -53,6 +54,7 @@ mod portable; // names that can move to Ursula-style servers (bucket/stream)
 mod segment; // per-stream segment logs and mmap'd indexes
 mod sidecar; // the per-stream metadata checkpoint record
 mod state; // a stream's state (Stream-Seq, producers, closure) and the whole order of checks, pure
+mod stats; // the engine's running figures: atomic counters and histograms, `Stats`
 mod store; // Store, the public entry point
 pub mod subscription; // subscriptions: configurations, links, wakes (PROTOCOL.md sections 6-7)
 mod types; // requests and outcomes
@@ -63,10 +65,12 @@ mod types; // requests and outcomes
 pub struct ReadmeDoctests;
 
 pub use error::{Error, Result};
+pub use listing::{CheckReport, ListPage, StreamListing};
 pub use name::{
     Incarnation, MAX_FORK_DEPTH, Offset, ReadFrom, StreamName, is_json, normalize_content_type,
 };
 pub use options::{Durability, Options};
+pub use stats::{Histogram, Stats};
 pub use store::{Pending, Store};
 pub use subscription::{SubscriptionConfig, SubscriptionInfo, Wake};
 pub use types::{

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::listing::{CheckReport, ListPage};
 use crate::name::{Offset, ReadFrom, StreamName};
 use crate::options::Options;
+use crate::stats::Stats;
 use crate::subscription::{AckOutcome, SubscriptionConfig, SubscriptionInfo, Wake};
 use crate::types::{
     AppendOutcome, AppendRequest, CreateOptions, Created, Guard, Message, PublishSnapshot,
@@ -198,9 +200,63 @@ impl Store {
             .set_retention(name, req.offset, req.expect.as_ref())
     }
 
-    /// Names of the live streams whose names start with `prefix`, sorted.
+    /// Names of the live streams whose names start with `prefix`, sorted (every page of
+    /// [`Store::list_page`]).
     pub fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {
         self.inner.list(prefix)
+    }
+
+    /// Up to `limit` (at least 1) live streams whose names start with `prefix`, in name order,
+    /// after the cursor `after` (a page's `next`), each with its content type, tail and closure.
+    ///
+    /// Reads the store's name index and only the sidecars of the streams on the page (open
+    /// streams from memory), so a page costs the same in a store of any size. Soft-deleted and
+    /// expired streams are left out (a sliding TTL is checked only for open streams).
+    pub fn list_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<ListPage> {
+        self.inner.list_page(prefix, after, limit)
+    }
+
+    /// The store's running figures: appends, reads, bytes, group-commit batch sizes, sync and
+    /// checkpoint latencies since the open, and the open streams and poisoned shards now. Cheap
+    /// (atomic loads and one lock to count the open streams); what `GET /__brook/metrics` shows.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Checks the whole store: reads every stream from its earliest offset to its tail, so
+    /// every message is checked against its index CRC (and every index against its log), and
+    /// checks that each stream directory holds a valid sidecar of the name it is filed under and
+    /// that the name index lists it. Opening the store already checked every journal frame
+    /// (replaying those after the last checkpoint, as any open does). Damage is reported in
+    /// [`CheckReport::damaged`](crate::CheckReport), never repaired; `progress` is called with
+    /// the number of streams checked so far. Reads every byte: as slow as reading the store.
+    pub fn check(&self, progress: &mut dyn FnMut(u64)) -> Result<CheckReport> {
+        self.inner.check(progress)
+    }
+
+    /// Writes every live stream, with its state, data and snapshot blobs, to `out` as one
+    /// streamed archive (DESIGN.md 2.7); `progress` gets the number of streams written so far.
+    /// Returns that number. Forks are written as independent streams (their inherited data
+    /// copied); soft-deleted streams are left out.
+    pub fn export(
+        &self,
+        out: &mut dyn std::io::Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        self.inner.export(out, progress)
+    }
+
+    /// Reads an archive written by [`Store::export`] into this store: each stream gets the same
+    /// offsets, data, incarnation, content type, closure, expiry, Stream-Seq, producer state,
+    /// retention and snapshots. A name that exists here is refused. Durable when it returns;
+    /// an import that fails midway leaves what it imported so far (import into a new store and
+    /// start over). Returns the number of streams imported.
+    pub fn import(
+        &self,
+        input: &mut dyn std::io::Read,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        self.inner.import(input, progress)
     }
 
     /// Forces a checkpoint: stream files synced, sidecars written, journals truncated.

@@ -1,12 +1,22 @@
 //! `brook`: the command line. `brook serve` runs the Durable Streams server over a data
-//! directory.
+//! directory; `ls`, `cat`, `tail` and `head` read streams from a data directory or a server;
+//! `check` verifies a data directory.
 
+#[path = "brook/http1.rs"]
+mod http1;
+#[path = "brook/ops.rs"]
+mod ops;
+
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use brook::http::{AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve, token_hash};
+use brook::http::{
+    AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve_starting, serve_with_admin,
+    token_hash,
+};
 use brook::{Durability, Error, Options, Store};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -21,8 +31,23 @@ mod mirror_cli;
     about = "Durable, append-only, URL-addressed streams"
 )]
 struct Cli {
+    /// How log lines are written: `text` for people, `json` (one object a line) for log
+    /// pipelines. The level comes from `RUST_LOG` (default `info` for `serve`, which logs to
+    /// standard output, and `warn` for the other commands, which log to standard error; `debug`
+    /// adds a line per request).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The log's line format.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines (coloured only on a terminal).
+    Text,
+    /// One JSON object per line, with the event's fields.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -32,6 +57,7 @@ struct Cli {
 )]
 enum Command {
     /// Serve the Durable Streams protocol (with Ursula's snapshot, retention and bootstrap routes).
+    #[command(after_help = "Example:\n  brook serve --port 4437 --data-dir /var/lib/brook")]
     Serve(ServeArgs),
     /// Make access tokens for `brook serve --auth-tokens`.
     #[command(subcommand)]
@@ -40,6 +66,96 @@ enum Command {
     /// `mirror`).
     #[cfg(feature = "mirror")]
     Mirror(mirror_cli::MirrorArgs),
+    /// List streams whose names start with PREFIX (all when omitted), in name order.
+    #[command(after_help = "Examples:\n  brook ls --data-dir ./data demo/\n  \
+                            brook ls --long --url http://127.0.0.1:4437")]
+    Ls(LsArgs),
+    /// Print a stream's data from OFFSET (the start by default) to its tail. A JSON stream
+    /// prints one message a line.
+    #[command(
+        after_help = "Examples:\n  brook cat --data-dir ./data demo/orders\n  \
+                            brook cat --url http://127.0.0.1:4437 demo/orders --from now"
+    )]
+    Cat(CatArgs),
+    /// Print what is appended to a stream from now on (or from OFFSET), until it is closed or
+    /// interrupted.
+    #[command(after_help = "Example:\n  brook tail --url http://127.0.0.1:4437 demo/orders")]
+    Tail(CatArgs),
+    /// Print a stream's metadata: content type, tail, closure, incarnation, expiry, snapshot.
+    #[command(after_help = "Example:\n  brook head --data-dir ./data demo/orders")]
+    Head(StreamArgs),
+    /// Verify a data directory: every message against its checksum, every index against its
+    /// log, every sidecar and the journal; prints a report and exits 1 on damage. Repairs
+    /// nothing (the open recovers after a crash, as `serve` would).
+    #[command(after_help = "Example:\n  brook check --data-dir /var/lib/brook")]
+    Check(CheckArgs),
+    /// Write every live stream (data, state, snapshots, incarnations) to FILE (`-`: standard
+    /// output) as a versioned archive (DESIGN.md 2.7), for backups and moves between versions.
+    #[command(after_help = "Example:\n  brook export --data-dir /var/lib/brook backup.brook")]
+    Export(ArchiveArgs),
+    /// Read an archive written by `brook export` from FILE (`-`: standard input) into a data
+    /// directory (created if missing; names it already has are refused).
+    #[command(after_help = "Example:\n  brook import --data-dir /var/lib/brook-new backup.brook")]
+    Import(ArchiveArgs),
+}
+
+#[derive(clap::Args)]
+struct ArchiveArgs {
+    /// The data directory (locked while the command runs).
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// The archive file, or `-`.
+    file: PathBuf,
+}
+
+/// Where a reading command finds its streams: exactly one of the two.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct TargetArgs {
+    /// A data directory (it is locked while the command runs: not one a server is using).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// A running server, `http://HOST:PORT` (plain HTTP).
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct LsArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Also print each stream's tail, content type and closure (tab-separated).
+    #[arg(long, short)]
+    long: bool,
+    /// Only names starting with this.
+    #[arg(default_value = "")]
+    prefix: String,
+}
+
+#[derive(clap::Args)]
+struct CatArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The stream's name.
+    stream: String,
+    /// Where to start: an offset, `-1` (the start) or `now` (the tail).
+    #[arg(long, value_name = "OFFSET", allow_hyphen_values = true)]
+    from: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct StreamArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The stream's name.
+    stream: String,
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// The data directory to verify (locked while the check runs).
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -180,25 +296,66 @@ struct ServeArgs {
     /// (repeatable).
     #[arg(long)]
     public_read: Vec<String>,
+    /// Also serve the operations routes (/__brook/metrics, /__brook/live, /__brook/ready,
+    /// /__brook/streams), and only those, on this address (e.g. 127.0.0.1:9437).
+    #[arg(long, value_name = "HOST:PORT")]
+    admin_addr: Option<String>,
 }
 
 /// Parses the command line, starts the log, and runs the command; its failure is printed and
 /// exits non-zero.
 fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only for a person at a terminal: a log file or a pipeline gets plain text.
-    tracing_subscriber::fmt()
+    let cli = Cli::parse();
+    // The server logs to standard output at info; the other commands print their results
+    // there, so they log to standard error, warnings only unless RUST_LOG says otherwise.
+    let serving = matches!(cli.command, Command::Serve(_));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(if serving { "info" } else { "warn" })
+    });
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
-    let cli = Cli::parse();
+        .with_writer(move || -> Box<dyn std::io::Write> {
+            if serving {
+                Box::new(std::io::stdout())
+            } else {
+                Box::new(std::io::stderr())
+            }
+        });
+    match cli.log_format {
+        LogFormat::Json => log.json().init(),
+        // Colour only for a person at a terminal: a log file or a pipeline gets plain text.
+        LogFormat::Text => log
+            .with_ansi(if serving {
+                std::io::IsTerminal::is_terminal(&std::io::stdout())
+            } else {
+                std::io::IsTerminal::is_terminal(&std::io::stderr())
+            })
+            .init(),
+    }
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
         Command::Token(cmd) => run_token(&cmd),
         #[cfg(feature = "mirror")]
         Command::Mirror(args) => mirror_cli::run(args),
+        Command::Ls(a) => target(&a.target)
+            .and_then(|t| ops::ls(&t, &a.prefix, a.long, &mut std::io::stdout().lock())),
+        Command::Cat(a) => read_command(&a, false),
+        Command::Tail(a) => read_command(&a, true),
+        Command::Head(a) => {
+            target(&a.target).and_then(|t| ops::head(&t, &a.stream, &mut std::io::stdout().lock()))
+        }
+        Command::Export(a) => ops::open_store(&a.data_dir).and_then(|s| ops::export(&s, &a.file)),
+        Command::Import(a) => ops::import(&a.data_dir, &a.file),
+        Command::Check(a) => ops::open_store(&a.data_dir)
+            .and_then(|store| ops::check(&store, &mut std::io::stdout().lock()))
+            .and_then(|clean| {
+                if clean {
+                    Ok(())
+                } else {
+                    Err("damage found (see the report above)".to_owned())
+                }
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -207,6 +364,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The data directory or server a reading command names.
+fn target(t: &TargetArgs) -> Result<ops::Target, String> {
+    ops::Target::open(t.data_dir.as_deref(), t.url.as_deref())
+}
+
+/// `brook cat` (`follow` false) or `brook tail` (`follow` true, starting at the tail unless
+/// `--from` says otherwise).
+fn read_command(a: &CatArgs, follow: bool) -> Result<(), String> {
+    let from = match a.from.as_deref() {
+        Some(f) => f
+            .parse::<brook::ReadFrom>()
+            .map_err(|e| format!("--from {f}: {e}"))?,
+        None if follow => brook::ReadFrom::Tail,
+        None => brook::ReadFrom::Start,
+    };
+    let t = target(&a.target)?;
+    ops::cat(&t, &a.stream, from, follow, &mut std::io::stdout().lock())
 }
 
 /// `brook serve`: opens the store, serves until SIGINT or SIGTERM, then shuts the store down;
@@ -224,6 +400,16 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let admin = match &args.admin_addr {
+        Some(a) => {
+            let l = std::net::TcpListener::bind(a)
+                .map_err(|e| format!("cannot listen on --admin-addr {a}: {e}"))?;
+            l.set_nonblocking(true)
+                .map_err(|e| format!("cannot listen on --admin-addr {a}: {e}"))?;
+            Some(l)
+        }
+        None => None,
+    };
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
     let durability = match args.durability {
@@ -238,14 +424,6 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_journal_shards(args.journal_shards)
         .with_checkpoint_bytes(args.checkpoint_bytes)
         .with_max_open_streams(args.max_open_streams);
-    let store = Store::open(dir, options).map_err(|e| match e {
-        Error::Locked(_) => format!(
-            "the data directory {} is in use by another brook process (use another --data-dir)",
-            dir.display()
-        ),
-        Error::InvalidArgument(d) => format!("invalid option: {}", flag_message(&d)),
-        other => format!("cannot open the data directory {}: {other}", dir.display()),
-    })?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
             Tls::from_pem_files(cert, key)
@@ -285,15 +463,41 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let served = runtime.block_on(async {
+    let (store, served) = runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let admin = admin
+            .map(tokio::net::TcpListener::from_std)
+            .transpose()
+            .map_err(|e| format!("cannot listen on the admin address: {e}"))?;
         let local: SocketAddr = listener
             .local_addr()
             .map_err(|e| format!("cannot read the bound address: {e}"))?;
         if let Some(tls) = tls {
             tokio::spawn(reload_on_hangup(tls));
         }
+        tracing::info!(
+            "brook {} bound {}://{local}; opening the store in {} (until it is open, requests \
+             get 503 STARTING)",
+            env!("CARGO_PKG_VERSION"),
+            if args.tls_cert.is_some() {
+                "https"
+            } else {
+                "http"
+            },
+            dir.display(),
+        );
+        if let Some(a) = admin.as_ref().and_then(|a| a.local_addr().ok()) {
+            tracing::info!("operations routes (/__brook/...) also on http://{a}");
+        }
+        let shutdown = shutdown_signal();
+        // While the store opens (recovery), the listener answers 503 STARTING (live: 200).
+        let owned = dir.clone();
+        let opening = tokio::task::spawn_blocking(move || open_store(&owned, options));
+        let store = serve_starting(&listener, admin.as_ref(), opening)
+            .await
+            .map_err(|e| format!("opening the store failed: {e}"))??;
+        // The line scripts wait for: from here on streams are served.
         tracing::info!(
             "brook {} listening on {}://{local}, storing streams in {} (durability {})",
             env!("CARGO_PKG_VERSION"),
@@ -308,10 +512,11 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
                 Durability::Buffered => "buffered",
             }
         );
-        serve(listener, store.clone(), config, shutdown_signal())
+        let served = serve_with_admin(listener, admin, store.clone(), config, shutdown)
             .await
-            .map_err(|e| format!("the server failed: {e}"))
-    });
+            .map_err(|e| format!("the server failed: {e}"));
+        Ok::<_, String>((store, served))
+    })?;
     // In-flight requests are done; drain pending writes and checkpoint so the next start
     // replays nothing.
     let closed = store
@@ -396,6 +601,25 @@ fn run_token(cmd: &TokenCommand) -> Result<(), String> {
     }
 }
 
+/// Opens the store in `dir`; the error is the message to print. `BROOK_TEST_OPEN_DELAY_MS`
+/// (a test hook) delays the open, so a test can watch the server while it is starting.
+fn open_store(dir: &std::path::Path, options: Options) -> Result<Store, String> {
+    if let Some(ms) = std::env::var("BROOK_TEST_OPEN_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    Store::open(dir, options).map_err(|e| match e {
+        Error::Locked(_) => format!(
+            "the data directory {} is in use by another brook process (use another --data-dir)",
+            dir.display()
+        ),
+        Error::InvalidArgument(d) => format!("invalid option: {}", flag_message(&d)),
+        other => format!("cannot open the data directory {}: {other}", dir.display()),
+    })
+}
+
 /// An `Options` validation message with the option's name replaced by its `brook serve` flag:
 /// `checkpoint_bytes must be ...` becomes `--checkpoint-bytes must be ...`. Any other message is
 /// kept as it is.
@@ -442,27 +666,42 @@ async fn reload_on_hangup(tls: Tls) {
     drop(tls);
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed by this call, not when the future
+/// is first polled: a signal that arrives while the store opens is kept, and the server shuts
+/// down cleanly as soon as it serves.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let (mut interrupt, mut terminate) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let interrupt = async {
+                match interrupt.as_mut() {
+                    Some(s) => drop(s.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            let terminate = async {
+                match terminate.as_mut() {
+                    Some(s) => drop(s.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = interrupt => {}
+                () = terminate => {}
+            }
+        }
+        #[cfg(not(unix))]
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
+        tracing::info!("shutting down: finishing in-flight requests");
     }
-    tracing::info!("shutting down: finishing in-flight requests");
 }

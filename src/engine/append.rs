@@ -201,6 +201,7 @@ impl Engine {
                     producer: req.producer,
                 };
                 core.state.apply_append(&rec);
+                self.counters.appended(rec.body.data.len());
                 let outcome = AppendOutcome {
                     status: AppendStatus::Appended,
                     tail: core.state.tail,

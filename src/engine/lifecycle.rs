@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
 use crate::fs;
@@ -172,6 +173,7 @@ impl Engine {
         };
         self.register(&mut reg, name.as_str(), stream.clone());
         drop(reg);
+        self.counters.creates.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             stream = name.as_str(),
             incarnation = stream.incarnation.as_str(),
@@ -413,6 +415,7 @@ impl Engine {
         }
         drop(core);
         drop(reg);
+        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(stream = s.name.as_str(), soft, expiring, "delete stream");
         s.event.notify(usize::MAX);
         if !soft {

@@ -63,10 +63,13 @@
 
 mod append;
 mod apply;
+mod archive;
+mod check;
 mod checkpoint;
 mod expiry;
 mod fork;
 mod lifecycle;
+mod names;
 mod read;
 mod recovery;
 mod registry;
@@ -89,10 +92,12 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::Result;
 use crate::fs;
 use crate::options::Options;
+use crate::stats::{Counters, Stats};
 
 #[cfg(feature = "http")]
 pub(crate) use append::Attempt;
 use expiry::reaper;
+use names::Names;
 use recovery::{Replayed, replay_shard, restore_trash, store_manifest};
 use shard::{Shard, new_journal_file};
 use stream::Stream;
@@ -120,6 +125,12 @@ pub(crate) struct Engine {
     /// shutdown, while the shards still commit its appends).
     subs: subscription::Subscriptions,
     subs_thread: Mutex<Option<JoinHandle<()>>>,
+    /// Every stream name, sorted: what listing pages through (DESIGN.md 2.6).
+    pub(crate) names: Arc<Names>,
+    /// The running figures [`Engine::stats`] reports.
+    pub(crate) counters: Arc<Counters>,
+    /// What the open's recovery did: journal bytes replayed, streams touched, seconds taken.
+    recovered: (u64, u64, f64),
 }
 
 impl Drop for Engine {
@@ -172,24 +183,34 @@ impl Engine {
         std::fs::create_dir_all(root.join("streams"))?;
         std::fs::create_dir_all(root.join("trash"))?;
         restore_trash(&root)?;
+        let names = Arc::new(Names::open(&root)?);
 
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
         let mut shards = Vec::new();
         let hook = subscription::Hook::new();
+        let counters = Arc::new(Counters::default());
         for id in 0..options.journal_shards {
             let jdir = root.join("journal").join(format!("{id:02}"));
             std::fs::create_dir_all(&jdir)?;
-            let end = replay_shard(&root, &options, id, &jdir, &mut registry, &mut replayed)?;
+            let end = replay_shard(
+                &root,
+                &options,
+                id,
+                &jdir,
+                &mut registry,
+                &names,
+                &mut replayed,
+            )?;
             let file = new_journal_file(&jdir, id, end)?;
             let shard = Arc::new(Shard::new(
                 id,
                 jdir.clone(),
                 root.clone(),
                 &options,
-                file,
-                end,
+                (file, end),
                 hook.clone(),
+                (counters.clone(), names.clone()),
             ));
             // Streams replayed from this shard's journal are dirty until the first checkpoint.
             {
@@ -210,6 +231,7 @@ impl Engine {
             shards.push(shard);
         }
         registry.retain(|_, s| !s.data.lock().deleted);
+        names.compact_if_needed()?;
         tracing::info!(
             journal_bytes = replayed.bytes,
             records = replayed.records,
@@ -244,6 +266,13 @@ impl Engine {
             reaper_stop: Arc::new((Mutex::new(false), Condvar::new())),
             subs: subscription::Subscriptions::new(hook),
             subs_thread: Mutex::new(None),
+            names,
+            counters,
+            recovered: (
+                replayed.bytes,
+                replayed.streams.len() as u64,
+                started.elapsed().as_secs_f64(),
+            ),
         });
         let weak = Arc::downgrade(&engine);
         let stop = engine.reaper_stop.clone();
@@ -259,6 +288,36 @@ impl Engine {
     /// The options the store runs with (the shard count as the manifest fixed it).
     pub(crate) fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// The store's figures now: the counters, the open streams, poisoned shards and what the
+    /// open's recovery did. Takes the registry lock once (to count the open streams).
+    pub(crate) fn stats(&self) -> Stats {
+        let (bytes, streams, seconds) = self.recovered;
+        Stats {
+            open_streams: self.registry.lock().len() as u64,
+            journal_shards: self.shards.len() as u64,
+            poisoned_shards: self.poisoned_shards(),
+            recovered_journal_bytes: bytes,
+            recovered_streams: streams,
+            recovery_seconds: seconds,
+            ..self.counters.snapshot()
+        }
+    }
+
+    /// How many journal shards are poisoned now (their writes fail until the store is
+    /// reopened). No lock.
+    pub(crate) fn poisoned_shards(&self) -> u64 {
+        self.shards
+            .iter()
+            .filter(|s| s.poisoned().is_some())
+            .count() as u64
+    }
+
+    /// Poisons the first journal shard as a failed sync would (a test's fault injection).
+    #[cfg(all(test, feature = "http"))]
+    pub(crate) fn poison_for_test(&self) {
+        self.shards[0].poison(crate::Error::Io(std::io::Error::other("injected fault")));
     }
 
     /// The shard a stream's records go to: by the hash of its name, so it never changes.

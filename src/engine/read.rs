@@ -159,6 +159,7 @@ impl Engine {
         body: Vec<Bytes>,
         data_len: u64,
     ) -> Result<ReadChunk> {
+        self.counters.read(data_len);
         let up_to_date = to == vis.tail.bytes;
         let next = if up_to_date {
             vis.tail

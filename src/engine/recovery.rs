@@ -16,6 +16,7 @@ use crate::options::Options;
 use crate::sidecar;
 
 use super::apply::{apply, dir_key, discard_all};
+use super::names::Names;
 use super::stream::{Stream, Visible};
 
 /// The first 8 bytes of `STORE`; a shard count (`u32`) follows.
@@ -136,6 +137,7 @@ pub(super) fn replay_shard(
     id: usize,
     dir: &Path,
     registry: &mut HashMap<String, Arc<Stream>>,
+    names: &Names,
     replayed: &mut Replayed,
 ) -> Result<u64> {
     let files = journal::list_files(dir)?;
@@ -213,6 +215,7 @@ pub(super) fn replay_shard(
             options,
             id,
             registry,
+            names,
             at,
             record,
             &lookahead,
@@ -280,6 +283,7 @@ fn replay_one(
     options: &Options,
     id: usize,
     registry: &mut HashMap<String, Arc<Stream>>,
+    names: &Names,
     at: Position,
     record: &Record,
     ahead: &Lookahead<'_>,
@@ -292,10 +296,21 @@ fn replay_one(
             replay_doomed_delete(
                 root, options, id, registry, lsn, record, recreated, obsolete,
             )?;
+            // Not listed any more, unless another incarnation holds the name (a later Create of
+            // the name lists it again).
+            if !registry.contains_key(name) {
+                names.remove(name)?;
+            }
         }
         return Ok(());
     }
-    let Some(stream) = replay_target(root, options, id, registry, lsn, record)? else {
+    let target = replay_target(root, options, id, registry, lsn, record)?;
+    // A create is indexed again (a no-op when its frame survived), so a frame lost from the
+    // index's unsynced tail comes back with the record.
+    if matches!(record, Record::Create { .. }) && registry.contains_key(name) {
+        names.add(name)?;
+    }
+    let Some(stream) = target else {
         return Ok(());
     };
     if stream.incarnation.as_str() != record.incarnation() {
@@ -315,6 +330,7 @@ fn replay_one(
     *stream.visible.lock() = Visible::of(&state, deleted);
     if deleted {
         registry.remove(name);
+        names.remove(name)?;
     }
     Ok(())
 }

@@ -6,13 +6,14 @@
 //! stays in the registry as a tombstone (`Core::gone`) until its delete is applied, so its files
 //! are never loaded again in between.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::UNIX_EPOCH;
 
 use crate::error::{Error, Result};
 use crate::fs;
+use crate::listing::{ListPage, StreamListing};
 use crate::name::StreamName;
 use crate::sidecar;
 use crate::state::now_ms;
@@ -102,45 +103,99 @@ impl Engine {
     }
 
     /// The names of the live streams starting with `prefix` (a leading `/` ignored), sorted:
-    /// the open ones from the registry, the others from their sidecars on disk (without opening
-    /// them; a sliding TTL is not checked for those, as their last access is not recorded).
+    /// every page of [`Engine::list_page`].
     pub(crate) fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {
+        let mut names = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_page(prefix, after.as_deref(), 1024)?;
+            names.extend(page.streams.into_iter().map(|s| s.name));
+            match page.next {
+                Some(n) => after = Some(n),
+                None => return Ok(names),
+            }
+        }
+    }
+
+    /// Up to `limit` (at least 1) live streams starting with `prefix` (a leading `/` ignored)
+    /// after the name `after`, in name order, with the cursor of the next page.
+    ///
+    /// Candidates come from the name index; each is shown from memory when it is open, else
+    /// from its sidecar (not opened: a sliding TTL is not checked for those, as their last
+    /// access is not recorded). Names whose stream is missing, soft-deleted or expired are
+    /// skipped.
+    pub(crate) fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
         let prefix = prefix.strip_prefix('/').unwrap_or(prefix);
+        let limit = limit.max(1);
         let now = now_ms();
-        let mut names = BTreeSet::new();
-        let loaded: HashMap<String, Arc<Stream>> = self.registry.lock().clone();
-        for (n, s) in &loaded {
-            let core = s.core.lock();
-            if n.starts_with(prefix) && !core.gone && !core.state.soft_deleted && !s.expired_at(now)
-            {
-                names.insert(n.clone());
-            }
-        }
-        for top in std::fs::read_dir(self.root.join("streams"))?.flatten() {
-            for dir in std::fs::read_dir(top.path())?.flatten() {
-                if let Some(sc) = sidecar::load(&dir.path())? {
-                    let n = &sc.state.config.name;
-                    if loaded.contains_key(n) || !n.starts_with(prefix) || sc.state.soft_deleted {
-                        continue;
-                    }
-                    let expired = match sc.state.config.expiry {
-                        Expiry::At(t) => {
-                            t.duration_since(UNIX_EPOCH)
-                                .map_or(0, |d| d.as_millis() as u64)
-                                <= now
-                        }
-                        _ => false,
-                    };
-                    if !expired {
-                        names.insert(n.clone());
-                    }
+        let mut page = ListPage::default();
+        let mut cursor = after.map(str::to_owned);
+        loop {
+            let want = limit - page.streams.len();
+            let candidates = self.names.page(prefix, cursor.as_deref(), want);
+            let exhausted = candidates.len() < want;
+            for n in candidates {
+                if let Some(entry) = self.listing_of(&n, now)? {
+                    page.streams.push(entry);
                 }
+                cursor = Some(n);
+            }
+            if page.streams.len() == limit {
+                // A next page exists if any name follows (it may turn out to be skipped).
+                if !self.names.page(prefix, cursor.as_deref(), 1).is_empty() {
+                    page.next = page.streams.last().map(|s| s.name.as_str().to_owned());
+                }
+                return Ok(page);
+            }
+            if exhausted {
+                return Ok(page);
             }
         }
-        Ok(names
-            .into_iter()
-            .filter_map(|n| StreamName::new(&n).ok())
-            .collect())
+    }
+
+    /// The listing entry of `name` at time `now` (ms), if it is a live stream.
+    fn listing_of(&self, name: &str, now: u64) -> Result<Option<StreamListing>> {
+        let open = self.registry.lock().get(name).cloned();
+        if let Some(s) = open {
+            let core = s.core.lock();
+            if core.gone || core.state.soft_deleted || s.expired_at(now) {
+                return Ok(None);
+            }
+            drop(core);
+            let vis = s.visible.lock().clone();
+            return Ok(StreamName::new(name).ok().map(|n| StreamListing {
+                name: n,
+                content_type: s.config.content_type.clone(),
+                tail: vis.tail,
+                closed: vis.closed,
+            }));
+        }
+        let Some(sc) = sidecar::load(&fs::stream_dir(&self.root, name))? else {
+            return Ok(None);
+        };
+        let st = sc.state;
+        if st.config.name != name || st.soft_deleted {
+            return Ok(None);
+        }
+        if let Expiry::At(t) = st.config.expiry {
+            let at = t
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            if at <= now {
+                return Ok(None);
+            }
+        }
+        Ok(StreamName::new(name).ok().map(|n| StreamListing {
+            name: n,
+            content_type: st.config.content_type,
+            tail: st.tail,
+            closed: st.closed,
+        }))
     }
 }
 

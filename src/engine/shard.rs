@@ -21,9 +21,11 @@ use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::{self, Record};
 use crate::options::{Durability, Options};
+use crate::stats::Counters;
 
 use super::apply::{apply, discard};
 use super::checkpoint::Checkpoints;
+use super::names::Names;
 use super::stream::Stream;
 use super::ticket::{Batch, Ticket};
 
@@ -120,21 +122,28 @@ pub(crate) struct Shard {
     pub(super) checkpoint_done: Event,
     /// Streams whose applied state is newer than their sidecar (changed under `writer`).
     pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
+    /// The store's counters (batch sizes, sync and checkpoint durations).
+    pub(super) counters: Arc<Counters>,
+    /// The store's name index: a Create adds its name, a completed delete removes it.
+    pub(super) names: Arc<Names>,
 }
 
 impl Shard {
-    /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`).
+    /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`),
+    /// sharing the store's subscription hook, counters and name index.
     pub(super) fn new(
         id: usize,
         dir: PathBuf,
         root: PathBuf,
         options: &Options,
-        file: File,
-        end: u64,
+        (file, end): (File, u64),
         hook: Arc<super::subscription::Hook>,
+        (counters, names): (Arc<Counters>, Arc<Names>),
     ) -> Shard {
         Shard {
             id,
+            counters,
+            names,
             dir,
             root,
             hook,
@@ -409,6 +418,7 @@ impl Shard {
         items: &[Queued],
     ) -> std::result::Result<(), (Error, bool)> {
         // Step 3: one write for the batch, then the records' effects on the streams' files.
+        self.counters.batch_records.observe(items.len() as f64);
         if let Err(e) = w.file.write_all(buf) {
             let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
             let cut = w
@@ -433,8 +443,14 @@ impl Shard {
                 &it.record,
                 &mut after,
             )?;
+            let deleted = it.stream.data.lock().deleted;
+            match &it.record {
+                Record::Create { .. } => self.names.add(it.stream.name.as_str())?,
+                Record::Delete { .. } if deleted => self.names.remove(it.stream.name.as_str())?,
+                _ => {}
+            }
             let mut dirty = self.dirty.lock();
-            if it.stream.data.lock().deleted {
+            if deleted {
                 dirty.remove(it.stream.name.as_str());
             } else if !dirty.contains_key(it.stream.name.as_str()) {
                 dirty.insert(it.stream.name.as_str().to_owned(), it.stream.clone());
@@ -448,6 +464,7 @@ impl Shard {
             let started = Instant::now();
             w.file.sync_data()?;
             let took = started.elapsed();
+            self.counters.journal_sync.observe_duration(took);
             if took > SLOW_SYNC {
                 tracing::warn!(
                     shard = self.id,

@@ -245,6 +245,25 @@ fn is_internal(err: &Error) -> bool {
     status_of(err, Op::Read).is_server_error()
 }
 
+/// The problem `code` of an engine refusal during `op`.
+fn store_code(err: &Error, op: Op) -> &'static str {
+    match (err, op) {
+        (Error::OffsetBeyondTail { .. }, Op::Create) => "INVALID_FORK_OFFSET",
+        _ => err.code(),
+    }
+}
+
+impl ApiError {
+    /// The problem body's `code` member.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            ApiError::Store(err, op) => store_code(err, *op),
+            ApiError::Http { code, .. } | ApiError::Unavailable { code, .. } => code,
+            ApiError::MethodNotAllowed { .. } => "METHOD_NOT_ALLOWED",
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     /// The problem+json response, with the headers the protocol names for the error; a server
     /// failure's detail is logged, never sent.
@@ -262,11 +281,7 @@ impl IntoResponse for ApiError {
                 } else {
                     err.to_string()
                 };
-                let code = match (&err, op) {
-                    (Error::OffsetBeyondTail { .. }, Op::Create) => "INVALID_FORK_OFFSET",
-                    _ => err.code(),
-                };
-                problem(status, code, &detail, headers, extra)
+                problem(status, store_code(&err, op), &detail, headers, extra)
             }
             ApiError::Http {
                 status,

@@ -46,6 +46,7 @@
 //! TLS with HTTP/2 by ALPN, reloadable), `auth.rs` (access control: who may do what on which
 //! streams), `limits.rs` (caps on connections and live readers, and the counters of refusals).
 
+mod admin;
 mod auth;
 mod body;
 mod bootstrap;
@@ -74,7 +75,7 @@ pub use tls::Tls;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -84,6 +85,9 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 
 use crate::{Incarnation, Store, StreamName};
+
+pub use admin::serve_starting;
+use admin::{Metrics, RouteKind};
 
 use error::{ApiError, Op};
 use request::expected_incarnation;
@@ -196,6 +200,11 @@ pub(crate) struct AppState {
     pub(crate) edge: Arc<limits::EdgeCounters>,
     /// The live readers per stream, for `max_live_readers_per_stream`.
     pub(crate) live: Arc<limits::LiveReaders>,
+    /// Whether a `debug` line is logged per request: the level is checked once, when the state
+    /// is made, so a server without debug logging formats nothing per request.
+    log_requests: bool,
+    /// The server's request counters and live-reader gauges (`GET /__brook/metrics`).
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -245,7 +254,7 @@ pub fn router(store: Store, config: ServerConfig) -> Router {
     }
     Router::new().fallback(move |req: Request| {
         let app = state.clone();
-        async move { handle(&app, req).await }
+        async move { handle(&app, req, false).await }
     })
 }
 
@@ -266,6 +275,8 @@ fn app_state(
         keys: Arc::new(keys::Keys::load_or_create(store_root).map_err(|e| e.to_string())),
         edge: Arc::default(),
         live: Arc::default(),
+        log_requests: tracing::enabled!(tracing::Level::DEBUG),
+        metrics: Arc::default(),
     }
 }
 
@@ -279,6 +290,18 @@ fn app_state(
 /// chose; the certificate files are checked for changes every [`RELOAD_CHECK_EVERY`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    store: Store,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with_admin(listener, None, store, config, shutdown).await
+}
+
+/// [`serve`], also answering brook's operations routes (`/__brook/...`: metrics, health,
+/// listing), and only those, on `admin` when given (a port kept off the public network).
+pub async fn serve_with_admin(
+    listener: tokio::net::TcpListener,
+    admin: Option<tokio::net::TcpListener>,
     store: Store,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -325,8 +348,10 @@ pub async fn serve(
         let accepted = tokio::select! {
             biased;
             () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
+            accepted = listener.accept() => (accepted, false),
+            accepted = accept_on(admin.as_ref()) => (accepted, true),
         };
+        let (accepted, admin_only) = accepted;
         let stream = match accepted {
             Ok((stream, _peer)) => stream,
             Err(e) => {
@@ -349,7 +374,8 @@ pub async fn serve(
             continue;
         }
         let open = Open::count(app.connections.clone());
-        if let Some(tls) = &tls {
+        // The admin listener is plain HTTP/1.1 (a private address), whatever the main one is.
+        if let Some(tls) = tls.as_ref().filter(|_| !admin_only) {
             tokio::spawn(serve_tls(
                 app.clone(),
                 tls.clone(),
@@ -359,7 +385,7 @@ pub async fn serve(
             ));
             continue;
         }
-        let service = http1_service(app.clone());
+        let service = http1_service(app.clone(), admin_only);
         let socket = socket::Socket::new(stream, sendfile, app.config.write_stall_timeout);
         let conn = builder.serve_connection(TokioIo::new(socket), service);
         let conn = graceful.watch(conn);
@@ -388,10 +414,12 @@ pub async fn serve(
 /// file, changed (by modification time and length) and reloads it.
 pub const RELOAD_CHECK_EVERY: Duration = Duration::from_secs(2);
 
-/// The service of an HTTP/1.1 connection: [`handle`], and `Connection: close` on a response to
-/// a request whose body was not read to its end.
+/// The service of an HTTP/1.1 connection: [`handle`] (only `/__brook/` routes when
+/// `admin_only`), and `Connection: close` on a response to a request whose body was not read to
+/// its end.
 fn http1_service(
     app: Arc<AppState>,
+    admin_only: bool,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = Response,
@@ -411,7 +439,7 @@ fn http1_service(
                 Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
                 None => req.map(Body::new),
             };
-            let mut res = handle(&app, req).await;
+            let mut res = handle(&app, req, admin_only).await;
             if tracked.is_some_and(|n| !ends.ended(n)) {
                 res.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -480,15 +508,16 @@ async fn serve_tls(
     let io = TokioIo::new(stream);
     // A connection's error (reset, malformed request) concerns that connection only.
     if h2 {
-        let service = hyper::service::service_fn(
-            move |req: hyper::Request<hyper::body::Incoming>| {
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let app = app.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new)).await) }
-            },
-        );
+                async move {
+                    Ok::<_, std::convert::Infallible>(handle(&app, req.map(Body::new), false).await)
+                }
+            });
         let _ = watcher.watch(tls.http2.serve_connection(io, service)).await;
     } else {
-        let service = http1_service(app);
+        let service = http1_service(app, false);
         let _ = watcher.watch(tls.http1.serve_connection(io, service)).await;
     }
     drop(open);
@@ -529,6 +558,16 @@ async fn refuse_connection(
     let _ = tokio::time::timeout(limits::REFUSAL_GRACE, serve).await;
 }
 
+/// The next connection on `listener`; never resolves without one.
+pub(crate) async fn accept_on(
+    listener: Option<&tokio::net::TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Counts one open connection in [`AppState::connections`] until dropped.
 struct Open(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -547,19 +586,31 @@ impl Drop for Open {
     }
 }
 
-/// One request, start to finish: CORS preflight (never behind access control), admission
-/// when access control is on, the route's handler, then the headers every response carries.
-async fn handle(app: &AppState, req: Request) -> Response {
+/// One request, start to finish: CORS preflight (never behind access control), admission when
+/// access control is on, the route's handler, then the headers every response carries; counted
+/// in the metrics (and logged at debug). On the admin listener (`admin_only`) only `/__brook/`
+/// routes are served.
+async fn handle(app: &AppState, req: Request, admin_only: bool) -> Response {
+    let started = Instant::now();
     let (mut parts, body) = req.into_parts();
+    // Only a server logging at debug copies the method and path for its request line.
+    let logged = app
+        .log_requests
+        .then(|| (parts.method.clone(), parts.uri.path().to_owned()));
     let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
+    let mut kind = RouteKind::Other;
     let mut res = if parts.method == Method::OPTIONS {
+        kind = RouteKind::Preflight;
         reply::preflight(&parts.headers)
     } else if let Some(access) = &app.config.access {
         match access.admit(&mut parts) {
             Ok(admitted) => {
-                let mut res = match route::dispatch(app, parts, body).await {
+                let mut res = match route::dispatch(app, parts, body, &mut kind, admin_only).await {
                     Ok(res) => res,
-                    Err(e) => e.into_response(),
+                    Err(e) => {
+                        app.metrics.error(e.code());
+                        e.into_response()
+                    }
                 };
                 auth::private_if_token(&mut res, admitted);
                 res
@@ -567,13 +618,34 @@ async fn handle(app: &AppState, req: Request) -> Response {
             Err(refusal) => refusal.into_response(&app.edge),
         }
     } else {
-        match route::dispatch(app, parts, body).await {
+        match route::dispatch(app, parts, body, &mut kind, admin_only).await {
             Ok(res) => res,
-            Err(e) => e.into_response(),
+            Err(e) => {
+                app.metrics.error(e.code());
+                e.into_response()
+            }
         }
     };
+    app.metrics.request(kind, res.status(), started.elapsed());
     reply::common_headers(res.headers_mut(), cors);
+    if let Some((method, path)) = logged {
+        log_request(&method, &path, &res, started.elapsed());
+    }
     res
+}
+
+/// The request's `debug` line: method, path, status, body bytes (`-` when the body streams
+/// with no known length: SSE, bootstrap) and the time to the response head.
+fn log_request(method: &Method, path: &str, res: &Response, took: Duration) {
+    let bytes = http_body::Body::size_hint(res.body()).exact();
+    tracing::debug!(
+        %method,
+        path,
+        status = res.status().as_u16(),
+        bytes = bytes.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        micros = took.as_micros() as u64,
+        "request"
+    );
 }
 
 /// Runs a blocking engine call on the blocking pool; `op` says how its error maps to a status.

@@ -296,6 +296,7 @@ async fn long_poll(
     credential: Option<Instant>,
 ) -> Result<Response, ApiError> {
     let deadline = Instant::now() + app.config.long_poll_timeout;
+    let _waiting = app.metrics.long_poll_reader();
     let cursor = response_cursor(p.cursor, SystemTime::now()).to_string();
     let from = p.from.unwrap_or(ReadFrom::Start);
     let mut chunk = read_chunk(

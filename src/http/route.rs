@@ -10,8 +10,9 @@ use axum::response::Response;
 
 use crate::StreamName;
 
+use super::admin::RouteKind;
 use super::error::ApiError;
-use super::{AppState, bootstrap, read, request, snapshot, subscriptions, write};
+use super::{AppState, admin, bootstrap, read, request, snapshot, subscriptions, write};
 
 /// What a request path addresses.
 #[derive(Debug, PartialEq, Eq)]
@@ -91,11 +92,14 @@ pub(crate) fn parse_route(path: &str) -> Result<Route, ApiError> {
 }
 
 /// Sends the request to its route's handler for its method: 405 with `Allow` for a method the
-/// route does not serve.
+/// route does not serve. `kind` is set to what the request addressed (for the metrics), and
+/// only `/__brook/` routes are served when `admin_only` (the separate admin listener).
 pub(crate) async fn dispatch(
     app: &AppState,
     parts: Parts,
     body: Body,
+    kind: &mut RouteKind,
+    admin_only: bool,
 ) -> Result<Response, ApiError> {
     const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
     request::within_limits(&parts)?;
@@ -103,6 +107,17 @@ pub(crate) async fn dispatch(
     request::valid_host(&parts)?;
     let route = parse_route(parts.uri.path())?;
     let m = &parts.method;
+    *kind = match &route {
+        Route::Stream(_) => RouteKind::of_stream(m),
+        Route::SnapshotLatest(_) | Route::SnapshotAt(..) => RouteKind::Snapshot,
+        Route::Retention(..) => RouteKind::Retention,
+        Route::Bootstrap(_) => RouteKind::Bootstrap,
+        Route::Protocol(..) => RouteKind::Protocol,
+        Route::Admin(_) => RouteKind::Admin,
+    };
+    if admin_only && *kind != RouteKind::Admin {
+        return Err(ApiError::no_such_route(parts.uri.path()));
+    }
     match route {
         Route::Stream(name) => match *m {
             Method::GET => read::get(app, name, &parts).await,
@@ -154,6 +169,6 @@ pub(crate) async fn dispatch(
         Route::Protocol(root, rest) => {
             subscriptions::dispatch(app, &root, &rest, parts, body).await
         }
-        Route::Admin(_) => Err(ApiError::no_such_route(parts.uri.path())),
+        Route::Admin(rest) => admin::dispatch(app, &rest, &parts).await,
     }
 }

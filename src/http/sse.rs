@@ -271,6 +271,8 @@ struct Sse {
     woken: bool,
     /// The connection's place among the server's live readers, freed when it ends.
     _slot: LiveSlot,
+    /// Counts the connection among the live SSE readers while it is open.
+    _reader: super::admin::Reader,
 }
 
 impl Sse {
@@ -497,6 +499,7 @@ pub(super) async fn respond(
         shutdown: Box::pin(async move { down.shutting_down().await }),
         done: false,
         woken: false,
+        _reader: app.metrics.sse_reader(),
         pending: Some(first),
         _slot: slot,
     };

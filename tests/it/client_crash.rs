@@ -61,13 +61,13 @@ fn free_port() -> R<u16> {
         .port())
 }
 
-/// Waits until the server accepts connections (the port may take a moment to be free again).
+/// Waits until the server is ready (`/__brook/ready` answers 200: the port may take a moment
+/// to be free again, and the listener answers 503 while the store recovers).
 async fn ready(port: u16) -> R {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
+    let url = format!("http://127.0.0.1:{port}/__brook/ready");
+    let probe = reqwest::Client::new();
+    while !matches!(probe.get(&url).send().await, Ok(r) if r.status() == 200) {
         if Instant::now() > deadline {
             return Err("brook did not start listening within 30 s".into());
         }
@@ -231,7 +231,9 @@ async fn sigkill_during_prefix_count_commits_keeps_a_serial_history() -> R {
                             break;
                         }
                     }
-                    Err(Error::Transport(_)) => {
+                    // The server is gone (no connection) or still recovering (503 STARTING):
+                    // retry the same operation id.
+                    Err(e) if matches!(e, Error::Transport(_)) || e.outcome_unknown() => {
                         crashed = true;
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }

@@ -44,6 +44,16 @@ mod http_tls;
 #[cfg(all(feature = "mirror", feature = "http"))]
 mod mirror;
 mod model;
+#[cfg(feature = "http")]
+mod ops_admin;
+mod ops_archive;
+#[cfg(feature = "http")]
+mod ops_cli;
+mod ops_listing;
+#[cfg(feature = "http")]
+mod ops_logs;
+#[cfg(feature = "http")]
+mod ops_support;
 mod regressions;
 mod subscriptions;
 #[cfg(feature = "http")]

@@ -2,6 +2,7 @@
 //! and Ursula's routes name. Requests go through [`router`] and `oneshot` (no sockets), with the
 //! harness below; `serve.rs` alone talks to [`serve`](super::serve) over a real socket.
 
+mod admin;
 mod append;
 mod cors;
 mod create;

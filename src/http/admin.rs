@@ -1,0 +1,621 @@
+//! brook's operations routes under the reserved prefix `/__brook/` (no stream name starts with
+//! it): `metrics` (Prometheus text), `live` and `ready` (health), `streams` (listing by prefix);
+//! the server's own request counters ([`Metrics`]); and [`serve_starting`], which answers on the
+//! listener while the store is still opening.
+//!
+//! | route | method | answers |
+//! |---|---|---|
+//! | `/__brook/metrics` | `GET` | `200`, the Prometheus text exposition (format 0.0.4) |
+//! | `/__brook/live` | `GET` `HEAD` | `200` while the process serves requests (also while the store opens) |
+//! | `/__brook/ready` | `GET` `HEAD` | `200` once the store is open; `503` `STARTING` while it opens, `503` `POISONED` while a journal shard is poisoned |
+//! | `/__brook/streams?prefix=P&limit=N&after=C` | `GET` | `200`, a page of streams (JSON: name, content type, tail, closed) and the cursor of the next page |
+//!
+//! Request counting costs one relaxed atomic add per request (two more for an append's latency);
+//! an error adds one short critical section (the count per error code).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use parking_lot::Mutex;
+use prometheus::proto::{Bucket, Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+
+use crate::stats::{AtomicHistogram, LATENCY_BOUNDS};
+use crate::{Histogram, Stats};
+
+use super::error::ApiError;
+use super::reply::{common_headers, problem};
+use super::{AppState, Op, blocking};
+
+/// What a request addressed, as its metrics label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RouteKind {
+    /// `PUT {s}`.
+    Create,
+    /// `POST {s}`.
+    Append,
+    /// `GET {s}` (catch-up, long-poll or SSE).
+    Read,
+    /// `HEAD {s}`.
+    Head,
+    /// `DELETE {s}`.
+    Delete,
+    /// `{s}/snapshot...`.
+    Snapshot,
+    /// `PUT {s}/retention/{offset}`.
+    Retention,
+    /// `GET {s}/bootstrap`.
+    Bootstrap,
+    /// `/__brook/...`.
+    Admin,
+    /// `/__ds/...`.
+    Protocol,
+    /// `OPTIONS` (CORS preflight).
+    Preflight,
+    /// A path that names no route (an invalid stream name), or a method no route serves.
+    Other,
+}
+
+/// Every route kind, in declaration order (a kind's `as usize` is its index here).
+pub(crate) const KINDS: [RouteKind; 12] = [
+    RouteKind::Create,
+    RouteKind::Append,
+    RouteKind::Read,
+    RouteKind::Head,
+    RouteKind::Delete,
+    RouteKind::Snapshot,
+    RouteKind::Retention,
+    RouteKind::Bootstrap,
+    RouteKind::Admin,
+    RouteKind::Protocol,
+    RouteKind::Preflight,
+    RouteKind::Other,
+];
+
+impl RouteKind {
+    /// The `route` label.
+    fn label(self) -> &'static str {
+        match self {
+            RouteKind::Create => "create",
+            RouteKind::Append => "append",
+            RouteKind::Read => "read",
+            RouteKind::Head => "head",
+            RouteKind::Delete => "delete",
+            RouteKind::Snapshot => "snapshot",
+            RouteKind::Retention => "retention",
+            RouteKind::Bootstrap => "bootstrap",
+            RouteKind::Admin => "admin",
+            RouteKind::Protocol => "protocol",
+            RouteKind::Preflight => "preflight",
+            RouteKind::Other => "other",
+        }
+    }
+
+    /// The kind of a stream route's request by its method.
+    pub(crate) fn of_stream(m: &Method) -> RouteKind {
+        match *m {
+            Method::PUT => RouteKind::Create,
+            Method::POST => RouteKind::Append,
+            Method::GET => RouteKind::Read,
+            Method::HEAD => RouteKind::Head,
+            Method::DELETE => RouteKind::Delete,
+            _ => RouteKind::Other,
+        }
+    }
+}
+
+/// Status codes 100 to 599, one counter each per route kind.
+const STATUSES: usize = 500;
+
+/// The server's own figures (the engine's come from [`Store::stats`](crate::Store::stats)).
+pub(crate) struct Metrics {
+    /// Requests answered, by route kind and status (`status - 100`).
+    requests: Vec<[AtomicU64; STATUSES]>,
+    /// Seconds from an append's request to its response head (its durability included).
+    append_latency: AtomicHistogram,
+    /// Refusals by problem `code`.
+    errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// SSE connections open now.
+    sse_readers: AtomicI64,
+    /// Long-poll requests waiting now.
+    long_poll_readers: AtomicI64,
+}
+
+impl Default for Metrics {
+    /// Every count at zero.
+    fn default() -> Self {
+        Metrics {
+            requests: KINDS
+                .iter()
+                .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
+                .collect(),
+            append_latency: AtomicHistogram::new(LATENCY_BOUNDS),
+            errors: Mutex::new(BTreeMap::new()),
+            sse_readers: AtomicI64::new(0),
+            long_poll_readers: AtomicI64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts one answered request of `kind` with `status`, which took `took` to its head.
+    pub(crate) fn request(&self, kind: RouteKind, status: StatusCode, took: Duration) {
+        let i = kind as usize;
+        let s = usize::from(status.as_u16())
+            .saturating_sub(100)
+            .min(STATUSES - 1);
+        self.requests[i][s].fetch_add(1, Ordering::Relaxed);
+        if kind == RouteKind::Append {
+            self.append_latency.observe_duration(took);
+        }
+    }
+
+    /// Counts one refusal with problem `code`.
+    pub(crate) fn error(&self, code: &'static str) {
+        *self.errors.lock().entry(code).or_insert(0) += 1;
+    }
+
+    /// Counts an SSE connection as open until the returned guard is dropped.
+    pub(crate) fn sse_reader(self: &std::sync::Arc<Self>) -> Reader {
+        self.sse_readers.fetch_add(1, Ordering::Relaxed);
+        Reader(self.clone(), true)
+    }
+
+    /// Counts a long-poll as waiting until the returned guard is dropped.
+    pub(crate) fn long_poll_reader(self: &std::sync::Arc<Self>) -> Reader {
+        self.long_poll_readers.fetch_add(1, Ordering::Relaxed);
+        Reader(self.clone(), false)
+    }
+}
+
+/// A live reader counted in [`Metrics`] (SSE when the flag is set, else long-poll) until dropped.
+pub(crate) struct Reader(std::sync::Arc<Metrics>, bool);
+
+impl Drop for Reader {
+    /// Counts the reader out.
+    fn drop(&mut self) {
+        let gauge = if self.1 {
+            &self.0.sse_readers
+        } else {
+            &self.0.long_poll_readers
+        };
+        gauge.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Sends `/__brook/{rest}` to its handler.
+pub(crate) async fn dispatch(
+    app: &AppState,
+    rest: &str,
+    parts: &Parts,
+) -> Result<Response, ApiError> {
+    let read_only = |allow: &'static str| {
+        if parts.method == Method::GET || parts.method == Method::HEAD {
+            Ok(())
+        } else {
+            Err(ApiError::MethodNotAllowed { allow })
+        }
+    };
+    match rest {
+        "metrics" => {
+            read_only("GET, HEAD, OPTIONS")?;
+            metrics(app).await
+        }
+        "live" => {
+            read_only("GET, HEAD, OPTIONS")?;
+            Ok(json(StatusCode::OK, r#"{"status":"live"}"#))
+        }
+        "ready" => {
+            read_only("GET, HEAD, OPTIONS")?;
+            Ok(ready(app))
+        }
+        "streams" => {
+            read_only("GET, HEAD, OPTIONS")?;
+            streams(app, parts).await
+        }
+        _ => Err(ApiError::no_such_route(parts.uri.path())),
+    }
+}
+
+/// The default page size of `/__brook/streams`.
+const DEFAULT_LIMIT: usize = 100;
+/// The largest page size of `/__brook/streams`.
+const MAX_LIMIT: usize = 1000;
+
+/// `/__brook/streams?prefix=P&limit=N&after=C`: a page of the live streams whose names start
+/// with `P` (default all), `N` per page (default 100, 1 to 1000), after cursor `C` (a page's
+/// `next`), as `{"streams":[{"name","contentType","tail","closed"}],"next":C|null}`.
+async fn streams(app: &AppState, parts: &Parts) -> Result<Response, ApiError> {
+    let mut prefix = String::new();
+    let mut after = None;
+    let mut limit = DEFAULT_LIMIT;
+    for (k, v) in super::request::query_params(parts) {
+        match &*k {
+            "prefix" => prefix = v.into_owned(),
+            "after" => after = Some(v.into_owned()),
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "INVALID_ARGUMENT",
+                            format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
+                        )
+                    })?;
+            }
+            _ => {}
+        }
+    }
+    let store = app.store.clone();
+    let page = blocking(Op::Read, move || {
+        store.list_page(&prefix, after.as_deref(), limit)
+    })
+    .await?;
+    let streams: Vec<serde_json::Value> = page
+        .streams
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name.as_str(),
+                "contentType": s.content_type,
+                "tail": s.tail.to_string(),
+                "closed": s.closed,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({ "streams": streams, "next": page.next });
+    Ok(json(StatusCode::OK, body.to_string()))
+}
+
+/// A JSON response with `status`, never cached.
+pub(crate) fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+    let mut res = Response::new(body.into());
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+/// `/__brook/ready`: 200 once open (this handler runs only then), 503 `POISONED` while a journal
+/// shard is poisoned (its writes fail until the store is reopened).
+fn ready(app: &AppState) -> Response {
+    let poisoned = app.store.engine().poisoned_shards();
+    if poisoned == 0 {
+        return json(StatusCode::OK, r#"{"status":"ready"}"#);
+    }
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "POISONED",
+        &format!(
+            "{poisoned} journal shard(s) failed a write or sync; writes on them fail until the \
+             store is reopened (restart brook)"
+        ),
+        HeaderMap::new(),
+        serde_json::Map::new(),
+    )
+}
+
+/// `/__brook/metrics`: the engine's figures and the server's, as Prometheus text.
+async fn metrics(app: &AppState) -> Result<Response, ApiError> {
+    let store = app.store.clone();
+    let stats = blocking(Op::Read, move || Ok(store.stats())).await?;
+    let scrape = Scrape {
+        stats,
+        http: Snapshot::of(&app.metrics),
+        connections: app.connections.load(Ordering::Relaxed) as u64,
+        open_fds: open_fds(),
+    };
+    let mut text = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&scrape.families(), &mut text)
+        .map_err(|_| ApiError::internal("the metrics did not encode"))?;
+    let mut res = Response::new(Body::from(text));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(res)
+}
+
+/// The descriptors open in this process (`/proc/self/fd`); `None` where there is no `/proc`.
+fn open_fds() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as u64)
+}
+
+/// The server's figures copied out of [`Metrics`] for one scrape.
+struct Snapshot {
+    /// Non-zero request counts: route label, status, count.
+    requests: Vec<(&'static str, u16, u64)>,
+    append_latency: Histogram,
+    errors: Vec<(&'static str, u64)>,
+    sse_readers: i64,
+    long_poll_readers: i64,
+}
+
+impl Snapshot {
+    /// Copies `m`.
+    fn of(m: &Metrics) -> Snapshot {
+        let mut requests = Vec::new();
+        for (kind, row) in KINDS.iter().zip(&m.requests) {
+            for (i, c) in row.iter().enumerate() {
+                let n = c.load(Ordering::Relaxed);
+                if n > 0 {
+                    requests.push((kind.label(), 100 + i as u16, n));
+                }
+            }
+        }
+        Snapshot {
+            requests,
+            append_latency: m.append_latency.snapshot(),
+            errors: m.errors.lock().iter().map(|(k, v)| (*k, *v)).collect(),
+            sse_readers: m.sse_readers.load(Ordering::Relaxed),
+            long_poll_readers: m.long_poll_readers.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One scrape's figures.
+struct Scrape {
+    stats: Stats,
+    http: Snapshot,
+    connections: u64,
+    open_fds: Option<u64>,
+}
+
+/// A metric family of `kind` named `name` with `help` and its samples.
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_owned());
+    f.set_help(help.to_owned());
+    f.set_field_type(kind);
+    f.set_metric(metrics);
+    f
+}
+
+/// A counter sample with `labels`.
+fn counter_metric(labels: &[(&str, &str)], v: u64) -> Metric {
+    let mut c = Counter::default();
+    c.set_value(v as f64);
+    let mut m = Metric::from_label(label_pairs(labels));
+    m.set_counter(c);
+    m
+}
+
+/// The label pairs of a sample.
+fn label_pairs(labels: &[(&str, &str)]) -> Vec<LabelPair> {
+    labels
+        .iter()
+        .map(|(k, v)| {
+            let mut l = LabelPair::default();
+            l.set_name((*k).to_owned());
+            l.set_value((*v).to_owned());
+            l
+        })
+        .collect()
+}
+
+/// An unlabelled counter family.
+fn counter(name: &str, help: &str, v: u64) -> MetricFamily {
+    family(
+        name,
+        help,
+        MetricType::COUNTER,
+        vec![counter_metric(&[], v)],
+    )
+}
+
+/// An unlabelled gauge family.
+fn gauge(name: &str, help: &str, v: f64) -> MetricFamily {
+    let mut g = Gauge::default();
+    g.set_value(v);
+    family(name, help, MetricType::GAUGE, vec![Metric::from_gauge(g)])
+}
+
+/// An unlabelled histogram family (the encoder adds the `+Inf` bucket from the count).
+fn histogram(name: &str, help: &str, h: &Histogram) -> MetricFamily {
+    let mut p = prometheus::proto::Histogram::default();
+    p.set_sample_count(h.count);
+    p.set_sample_sum(h.sum);
+    p.set_bucket(
+        h.buckets
+            .iter()
+            .map(|(bound, n)| {
+                let mut b = Bucket::default();
+                b.set_upper_bound(*bound);
+                b.set_cumulative_count(*n);
+                b
+            })
+            .collect(),
+    );
+    let mut m = Metric::default();
+    m.set_histogram(p);
+    family(name, help, MetricType::HISTOGRAM, vec![m])
+}
+
+impl Scrape {
+    /// Every figure as a metric family named `brook_*`.
+    fn families(&self) -> Vec<MetricFamily> {
+        let s = &self.stats;
+        let requests = self
+            .http
+            .requests
+            .iter()
+            .map(|(route, status, n)| {
+                counter_metric(&[("route", route), ("status", &status.to_string())], *n)
+            })
+            .collect();
+        let errors = self
+            .http
+            .errors
+            .iter()
+            .map(|(code, n)| counter_metric(&[("code", code)], *n))
+            .collect();
+        let mut out = vec![
+            family(
+                "brook_http_requests_total",
+                "HTTP requests answered, by route and status",
+                MetricType::COUNTER,
+                requests,
+            ),
+            family(
+                "brook_http_errors_total",
+                "HTTP refusals, by problem code",
+                MetricType::COUNTER,
+                errors,
+            ),
+            histogram(
+                "brook_append_latency_seconds",
+                "Seconds from an HTTP append's request to its response head (durability included)",
+                &self.http.append_latency,
+            ),
+            gauge(
+                "brook_sse_readers",
+                "SSE connections open",
+                self.http.sse_readers as f64,
+            ),
+            gauge(
+                "brook_long_poll_readers",
+                "Long-poll reads waiting for data",
+                self.http.long_poll_readers as f64,
+            ),
+            gauge(
+                "brook_http_connections",
+                "HTTP connections open",
+                self.connections as f64,
+            ),
+            counter("brook_appends_total", "Appends accepted", s.appends),
+            counter("brook_append_bytes_total", "Bytes appended", s.append_bytes),
+            counter("brook_reads_total", "Reads served", s.reads),
+            counter("brook_read_bytes_total", "Bytes read", s.read_bytes),
+            counter("brook_streams_created_total", "Streams created", s.creates),
+            counter("brook_streams_deleted_total", "Streams deleted", s.deletes),
+            histogram(
+                "brook_commit_batch_records",
+                "Journal records per group commit",
+                &s.commit_batch_records,
+            ),
+            histogram(
+                "brook_journal_sync_seconds",
+                "Seconds per journal fdatasync",
+                &s.journal_sync_seconds,
+            ),
+            histogram(
+                "brook_checkpoint_seconds",
+                "Seconds per checkpoint",
+                &s.checkpoint_seconds,
+            ),
+            gauge(
+                "brook_open_streams",
+                "Streams open (file handles and maps held)",
+                s.open_streams as f64,
+            ),
+            gauge(
+                "brook_journal_shards",
+                "Journal shards",
+                s.journal_shards as f64,
+            ),
+            gauge(
+                "brook_poisoned_shards",
+                "Journal shards poisoned by a failed write or sync (alert when above 0)",
+                s.poisoned_shards as f64,
+            ),
+            gauge(
+                "brook_recovered_journal_bytes",
+                "Journal bytes the last start replayed",
+                s.recovered_journal_bytes as f64,
+            ),
+            gauge(
+                "brook_recovered_streams",
+                "Streams the last start's replay touched",
+                s.recovered_streams as f64,
+            ),
+            gauge(
+                "brook_recovery_seconds",
+                "Seconds the last start took to open the store",
+                s.recovery_seconds,
+            ),
+        ];
+        if let Some(fds) = self.open_fds {
+            out.push(gauge(
+                "brook_open_fds",
+                "File descriptors open in the process",
+                fds as f64,
+            ));
+        }
+        // A family without samples (no error yet) is left out, as the text format expects.
+        out.retain(|f| !f.get_metric().is_empty());
+        out
+    }
+}
+
+/// Answers on `listener` (and `admin`, when given) while `opening` runs, and returns its output
+/// once it completes: `/__brook/live` is 200, every other request 503 `STARTING` with
+/// `Retry-After: 1`. Each such response closes its connection, so a client's next request finds
+/// the real server. Meant for [`serve`](super::serve)'s listener while the store recovers.
+pub async fn serve_starting<T>(
+    listener: &tokio::net::TcpListener,
+    admin: Option<&tokio::net::TcpListener>,
+    opening: impl Future<Output = T>,
+) -> T {
+    use hyper_util::rt::TokioIo;
+    let mut opening = std::pin::pin!(opening);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            out = &mut opening => return out,
+            a = listener.accept() => a,
+            a = super::accept_on(admin) => a,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let service = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| {
+            std::future::ready(Ok::<_, std::convert::Infallible>(starting(
+                req.uri().path(),
+            )))
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(false)
+            .serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+}
+
+/// The answer to a request on a server whose store is still opening.
+fn starting(path: &str) -> Response {
+    let mut res = if path == "/__brook/live" {
+        json(StatusCode::OK, r#"{"status":"live"}"#)
+    } else {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "STARTING",
+            "the server is starting: the store is being opened (recovery); retry shortly",
+            headers,
+            serde_json::Map::new(),
+        )
+    };
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    common_headers(res.headers_mut(), true);
+    res
+}
