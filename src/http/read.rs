@@ -124,11 +124,20 @@ fn etag(chunk: &ReadChunk) -> String {
 /// `Cache-Control` of a cacheable read: `public` unless the server is configured `private`.
 fn cache_control(app: &AppState) -> HeaderValue {
     if app.config.private_cache {
-        const { HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300") }
+        PRIVATE_CACHE
     } else {
-        const { HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300") }
+        PUBLIC_CACHE
     }
 }
+
+/// The `Cache-Control` of a cacheable read shared caches may keep.
+pub(super) const PUBLIC_CACHE: HeaderValue =
+    HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300");
+
+/// The `Cache-Control` of a cacheable read only the client may keep (`--private-cache`, or a
+/// read admitted by a token).
+pub(super) const PRIVATE_CACHE: HeaderValue =
+    HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300");
 
 /// The headers every read response carries.
 fn chunk_reply(status: StatusCode, chunk: &ReadChunk) -> Reply {
