@@ -406,7 +406,10 @@ impl AccessControl {
     }
 
     /// Accept the tokens listed in `path` (format in docs/http.md). Fails when the file cannot
-    /// be read or has a bad line (its number is in the message).
+    /// be read or has a bad line (its number is in the message). [`serve`](super::serve)
+    /// reloads the file when it changes (checked every
+    /// [`RELOAD_CHECK_EVERY`](super::RELOAD_CHECK_EVERY)); behind [`router`](super::router),
+    /// call [`AccessControl::reload_tokens`] to do so.
     pub fn with_token_file(mut self, path: impl Into<PathBuf>) -> io::Result<AccessControl> {
         let path = path.into();
         let seen = stamp_of(&path);
