@@ -38,6 +38,8 @@ use axum::response::Response;
 use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 
+use crate::StreamName;
+
 use super::reply::problem;
 use super::request::query_params;
 use super::route::{Route, parse_route};
@@ -92,13 +94,11 @@ struct Principal {
     expires: Option<SystemTime>,
 }
 
-impl Principal {
-    /// Whether some grant gives `right` on `name`.
-    fn allows(&self, right: Right, name: &str) -> bool {
-        self.grants
-            .iter()
-            .any(|g| g.rights & right as u8 != 0 && name.starts_with(&g.prefix))
-    }
+/// Whether some grant gives `right` on `name`.
+fn allows(grants: &[Grant], right: Right, name: &str) -> bool {
+    grants
+        .iter()
+        .any(|g| g.rights & right as u8 != 0 && name.starts_with(&g.prefix))
 }
 
 /// When the credential that admitted a request expires: put in the request's extensions for the
@@ -406,7 +406,10 @@ impl AccessControl {
     }
 
     /// Accept the tokens listed in `path` (format in docs/http.md). Fails when the file cannot
-    /// be read or has a bad line (its number is in the message).
+    /// be read or has a bad line (its number is in the message). [`serve`](super::serve)
+    /// reloads the file when it changes (checked every
+    /// [`RELOAD_CHECK_EVERY`](super::RELOAD_CHECK_EVERY)); behind [`router`](super::router),
+    /// call [`AccessControl::reload_tokens`] to do so.
     pub fn with_token_file(mut self, path: impl Into<PathBuf>) -> io::Result<AccessControl> {
         let path = path.into();
         let seen = stamp_of(&path);
@@ -460,8 +463,8 @@ impl AccessControl {
             return Ok(Admitted::Public);
         };
         let needs = needs(&route, &parts.method, &parts.headers);
-        let public = needs.iter().all(|(right, name)| {
-            *right == Right::Read
+        let public = needs.each().all(|(right, name)| {
+            right == Right::Read
                 && self
                     .public_read
                     .iter()
@@ -470,45 +473,49 @@ impl AccessControl {
         if public {
             return Ok(Admitted::Public);
         }
-        let principal = self.authenticate(parts)?;
-        if let Some((right, name)) = needs.iter().find(|(r, n)| !principal.allows(*r, n)) {
-            let detail = if name.is_empty() {
-                format!("the token does not grant {} on this route", right.name())
-            } else {
-                format!("the token does not grant {} on {name}", right.name())
-            };
-            return Err(Refusal::Forbidden(detail));
-        }
-        if let Some(at) = principal.expires {
+        let expires = self.authorize(parts, &needs)?;
+        if let Some(at) = expires {
             parts.extensions.insert(CredentialExpiry(at));
         }
         Ok(Admitted::Token)
     }
 
-    /// The principal of the request's bearer token.
-    fn authenticate(&self, parts: &Parts) -> Result<Principal, Refusal> {
+    /// Checks that the request's bearer token grants every one of `needs`; returns its expiry.
+    fn authorize(&self, parts: &Parts, needs: &Needs<'_>) -> Result<Option<SystemTime>, Refusal> {
+        let forbidden = |(right, name): (Right, &str)| {
+            Refusal::Forbidden(if name.is_empty() {
+                format!("the token does not grant {} on this route", right.name())
+            } else {
+                format!("the token does not grant {} on {name}", right.name())
+            })
+        };
         let token = bearer(parts).ok_or(Refusal::Missing)?;
         // A JWT has two dots; a listed token is whatever `brook token new` made (no dots).
         if let Some(jwt) = &self.jwt
             && token.bytes().filter(|&b| b == b'.').count() == 2
         {
-            return jwt.verify(&token);
+            let principal = jwt.verify(&token)?;
+            if let Some(missing) = needs
+                .each()
+                .find(|(r, n)| !allows(&principal.grants, *r, n))
+            {
+                return Err(forbidden(missing));
+            }
+            return Ok(principal.expires);
         }
         let file = self
             .tokens
             .as_ref()
             .ok_or(Refusal::Invalid("unknown token"))?;
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let grants = file
-            .table
-            .read()
+        let table = file.table.read();
+        let grants = table
             .get(&digest)
-            .cloned()
             .ok_or(Refusal::Invalid("unknown token"))?;
-        Ok(Principal {
-            grants,
-            expires: None,
-        })
+        if let Some(missing) = needs.each().find(|(r, n)| !allows(grants, *r, n)) {
+            return Err(forbidden(missing));
+        }
+        Ok(None)
     }
 }
 
@@ -537,46 +544,66 @@ fn bearer(parts: &Parts) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// The rights a request needs, each on a stream name (empty for a reserved route).
-fn needs(route: &Route, method: &Method, headers: &HeaderMap) -> Vec<(Right, String)> {
-    let read_or = |name: &crate::StreamName, other: Right| {
-        let right = if *method == Method::GET || *method == Method::HEAD {
+/// The rights a request needs: one on a stream name (empty for a reserved route), and a fork's
+/// `read` on its source.
+struct Needs<'a> {
+    /// The right on the addressed stream (or route); `None` for a route anyone may use.
+    first: Option<(Right, &'a str)>,
+    /// `read` on the source of a fork.
+    source: Option<StreamName>,
+}
+
+impl Needs<'_> {
+    /// Each right with its stream name.
+    fn each(&self) -> impl Iterator<Item = (Right, &str)> {
+        self.first
+            .into_iter()
+            .chain(self.source.as_ref().map(|s| (Right::Read, s.as_str())))
+    }
+}
+
+/// The rights a request on `route` needs (see the module doc's table).
+fn needs<'a>(route: &'a Route, method: &Method, headers: &HeaderMap) -> Needs<'a> {
+    let read_or = |other: Right| {
+        if *method == Method::GET || *method == Method::HEAD {
             Right::Read
         } else {
             other
-        };
-        vec![(right, name.as_str().to_owned())]
+        }
     };
-    match route {
+    let first = match route {
         Route::Stream(name) => {
             let right = match *method {
                 Method::GET | Method::HEAD => Right::Read,
                 Method::POST => Right::Write,
                 _ => Right::Admin,
             };
-            let mut needs = vec![(right, name.as_str().to_owned())];
-            // A fork reads its source.
-            if *method == Method::PUT {
-                // An unparsable source is refused by the handler, after this admission.
-                let source = headers
-                    .get(super::names::STREAM_FORKED_FROM)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| super::write::fork_source(v).ok());
-                if let Some(source) = source {
-                    needs.push((Right::Read, source.as_str().to_owned()));
-                }
-            }
-            needs
+            // A fork reads its source; an unparsable one is refused by the handler, after this.
+            let source = (*method == Method::PUT)
+                .then(|| headers.get(super::names::STREAM_FORKED_FROM))
+                .flatten()
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| super::write::fork_source(v).ok());
+            return Needs {
+                first: Some((right, name.as_str())),
+                source,
+            };
         }
-        Route::SnapshotLatest(name) | Route::Bootstrap(name) => read_or(name, Right::Admin),
-        Route::SnapshotAt(name, _) | Route::Retention(name, _) => read_or(name, Right::Admin),
+        Route::SnapshotLatest(name)
+        | Route::Bootstrap(name)
+        | Route::SnapshotAt(name, _)
+        | Route::Retention(name, _) => Some((read_or(Right::Admin), name.as_str())),
         Route::Protocol(root, rest) => reserved_route_needs(Some(root), rest, method),
         Route::Admin(rest) => reserved_route_needs(None, rest, method),
+    };
+    Needs {
+        first,
+        source: None,
     }
 }
 
-/// The rights a `{root}__ds/...` (`root` given) or `/__brook/...` route needs; none (anyone) for
-/// what must be reachable without a bearer token of this server:
+/// The right a `{root}__ds/...` (`root` given) or `/__brook/...` route needs, on which prefix;
+/// `None` (anyone) for what must be reachable without a bearer token of this server:
 /// * the JWKS (webhook receivers fetch it to verify signatures), and a subscription's
 ///   `callback`, `ack` and `release` (authenticated by the subscription's own callback or claim
 ///   token, which the handler verifies);
@@ -585,26 +612,29 @@ fn needs(route: &Route, method: &Method, headers: &HeaderMap) -> Vec<(Right, Str
 /// Claiming a subscription's work (a pull-wake worker) needs `read` on the subscription's root;
 /// reading, creating, deleting and linking subscriptions need `admin` there; the other
 /// operations routes (metrics, listing) need `admin` on every stream.
-fn reserved_route_needs(root: Option<&str>, rest: &str, method: &Method) -> Vec<(Right, String)> {
+fn reserved_route_needs<'a>(
+    root: Option<&'a str>,
+    rest: &str,
+    method: &Method,
+) -> Option<(Right, &'a str)> {
     let Some(root) = root else {
         return match rest {
-            "live" | "ready" => Vec::new(),
-            _ => vec![(Right::Admin, String::new())],
+            "live" | "ready" => None,
+            _ => Some((Right::Admin, "")),
         };
     };
     if rest == "jwks.json" {
-        return Vec::new();
+        return None;
     }
     let action = rest
         .strip_prefix("subscriptions/")
         .and_then(|r| r.split_once('/'))
         .map(|(_, action)| action);
-    let right = match action {
-        Some("callback" | "ack" | "release") => return Vec::new(),
-        Some("claim") if *method == Method::POST => Right::Read,
-        _ => Right::Admin,
-    };
-    vec![(right, root.to_owned())]
+    match action {
+        Some("callback" | "ack" | "release") => None,
+        Some("claim") if *method == Method::POST => Some((Right::Read, root)),
+        _ => Some((Right::Admin, root)),
+    }
 }
 
 /// Why a request is refused.
@@ -689,14 +719,18 @@ pub(crate) fn private_if_token(res: &mut Response, admitted: Admitted) {
     if admitted != Admitted::Token {
         return;
     }
-    let public = res
-        .headers()
-        .get(header::CACHE_CONTROL)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("public"))
-        .map(|rest| format!("private{rest}"));
-    if let Some(v) = public.and_then(|v| HeaderValue::from_str(&v).ok()) {
-        res.headers_mut().insert(header::CACHE_CONTROL, v);
+    let Some(value) = res.headers_mut().get_mut(header::CACHE_CONTROL) else {
+        return;
+    };
+    // Catch-up and long-poll reads' directive, replaced without formatting; any other
+    // `public` one by the same rule.
+    if value.as_bytes() == super::read::PUBLIC_CACHE.as_bytes() {
+        *value = super::read::PRIVATE_CACHE;
+    } else if let Some(rest) = value.as_bytes().strip_prefix(b"public") {
+        let private = [b"private".as_slice(), rest].concat();
+        if let Ok(v) = HeaderValue::from_bytes(&private) {
+            *value = v;
+        }
     }
 }
 
@@ -760,9 +794,9 @@ mod tests {
             ],
             expires: None,
         };
-        assert!(p.allows(Right::Read, "chat/a"));
-        assert!(!p.allows(Right::Read, "chatter"));
-        assert!(p.allows(Right::Write, "anything"));
-        assert!(!p.allows(Right::Admin, "chat/a"));
+        assert!(allows(&p.grants, Right::Read, "chat/a"));
+        assert!(!allows(&p.grants, Right::Read, "chatter"));
+        assert!(allows(&p.grants, Right::Write, "anything"));
+        assert!(!allows(&p.grants, Right::Admin, "chat/a"));
     }
 }

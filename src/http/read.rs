@@ -177,6 +177,15 @@ fn catch_up_caching(app: &AppState, from: ReadFrom, chunk: &ReadChunk) -> Header
     if fixed { immutable(app) } else { REVALIDATE }
 }
 
+/// The `Cache-Control` of a cacheable read shared caches may keep.
+pub(super) const PUBLIC_CACHE: HeaderValue =
+    HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300");
+
+/// The `Cache-Control` of a cacheable read only the client may keep (`--private-cache`, or a
+/// read admitted by a token).
+pub(super) const PRIVATE_CACHE: HeaderValue =
+    HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300");
+
 /// The headers every read response carries.
 fn chunk_reply(status: StatusCode, chunk: &ReadChunk) -> Reply {
     Reply::new(status)

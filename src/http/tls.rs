@@ -29,7 +29,8 @@ const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// A TLS identity for [`serve`](super::serve): the certificate chain and private key of two
 /// PEM files, reloadable with [`Tls::reload`] (the server also reloads them when either file
-/// changes; `brook serve` on SIGHUP too). Clones share the identity.
+/// changes, checked every [`RELOAD_CHECK_EVERY`](super::RELOAD_CHECK_EVERY); `brook serve` on
+/// SIGHUP too). Clones share the identity.
 #[derive(Clone)]
 pub struct Tls {
     /// The files and the key pair in use.
