@@ -293,6 +293,11 @@ async fn nginx_serves_each_catch_up_chunk_from_brook_once() -> R {
         );
     }
     let hits = lines.iter().filter(|l| l.cache == "HIT").count();
+    eprintln!(
+        "http_cache: {READERS} readers x {} chunks through nginx: {} requests reached brook, {hits} cache hits",
+        uris.len(),
+        counts.values().sum::<usize>()
+    );
     assert_eq!(
         hits,
         (READERS - 1) * uris.len(),
