@@ -27,7 +27,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use event_listener::Listener;
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use serde_json::{Value, json};
 
 use super::Engine;
@@ -47,6 +47,9 @@ pub(crate) const SYSTEM_STREAM: &str = "__ds/subscriptions";
 pub(crate) const COMPACT_AFTER: u64 = 1024;
 /// How often the subscription thread looks at leases and retries when nothing else wakes it.
 const TICK: Duration = Duration::from_millis(100);
+/// After a pass over published streams, how long the subscription thread lets the next ones
+/// gather before it looks again (a wake follows an append by at most about this much).
+const LINGER: Duration = Duration::from_millis(5);
 #[cfg(feature = "http")]
 /// The first webhook retry waits 1 s; each later one twice as long, up to 60 s (PROTOCOL.md 7.1),
 /// each with up to 20% jitter either way.
@@ -55,18 +58,29 @@ const RETRY_FIRST_MS: u64 = 1000;
 /// The longest wait between webhook retries.
 const RETRY_MAX_MS: u64 = 60_000;
 
-/// The append path's view of subscriptions: whether any exist, and the streams published since
-/// the subscription thread last looked.
+/// The append path's view of subscriptions: whether any exist, which streams can concern one,
+/// and the streams published since the subscription thread last looked.
 pub(crate) struct Hook {
     active: AtomicBool,
+    filter: RwLock<Filter>,
     queue: Mutex<HookQueue>,
     cv: Condvar,
+}
+
+/// The streams a publish can concern: every linked stream, and every stream under a pattern's
+/// literal prefix (the thread matches the pattern itself).
+#[derive(Default)]
+struct Filter {
+    names: HashSet<StreamName>,
+    prefixes: Vec<String>,
 }
 
 #[derive(Default)]
 struct HookQueue {
     touched: HashSet<StreamName>,
     stop: bool,
+    /// The thread waits on `cv`: only then does a touch notify it.
+    sleeping: bool,
 }
 
 impl Hook {
@@ -74,19 +88,47 @@ impl Hook {
     pub(crate) fn new() -> Arc<Hook> {
         Arc::new(Hook {
             active: AtomicBool::new(false),
+            filter: RwLock::new(Filter::default()),
             queue: Mutex::new(HookQueue::default()),
             cv: Condvar::new(),
         })
     }
 
-    /// Called by a committer for each stream a batch published: one relaxed load while no
-    /// subscription exists; otherwise the name is queued for the subscription thread.
+    /// Called by a committer for each stream a batch published. While no subscription exists
+    /// that is one relaxed load; otherwise a stream no subscription can concern costs a read
+    /// lock, a hash lookup and the pattern prefixes; one that can is queued for the
+    /// subscription thread, which is woken only if it sleeps (so a burst of appends wakes it once).
     pub(crate) fn touched(&self, name: &StreamName) {
         if !self.active.load(Ordering::Relaxed) || name.as_str().starts_with("__ds/") {
             return;
         }
-        self.queue.lock().touched.insert(name.clone());
-        self.cv.notify_one();
+        {
+            let f = self.filter.read();
+            if !f.names.contains(name)
+                && !f.prefixes.iter().any(|p| name.as_str().starts_with(p.as_str()))
+            {
+                return;
+            }
+        }
+        let mut q = self.queue.lock();
+        q.touched.insert(name.clone());
+        if q.sleeping {
+            self.cv.notify_one();
+        }
+    }
+
+    /// Rebuilds the filter from every subscription.
+    fn refresh(&self, subs: &BTreeMap<String, Sub>) {
+        let mut f = Filter::default();
+        for sub in subs.values() {
+            f.names.extend(sub.links.keys().cloned());
+            if let Some(p) = &sub.config.pattern {
+                f.prefixes
+                    .push(format!("{}{}", sub.config.root, glob::literal_prefix(p)));
+            }
+        }
+        *self.filter.write() = f;
+        self.active.store(!subs.is_empty(), Ordering::Relaxed);
     }
 
     /// Tells the subscription thread to stop.
@@ -99,7 +141,9 @@ impl Hook {
     fn wait(&self) -> Option<Vec<StreamName>> {
         let mut q = self.queue.lock();
         if q.touched.is_empty() && !q.stop {
+            q.sleeping = true;
             self.cv.wait_for(&mut q, TICK);
+            q.sleeping = false;
         }
         if q.stop {
             return None;
@@ -427,8 +471,13 @@ impl Engine {
     /// Stores `sub` durably, then installs it.
     fn save(&self, st: &mut State, sub: Sub) -> Result<()> {
         self.persist(st, &codec::encode_sub(&sub))?;
+        let same_streams = st.subs.get(&sub.id).is_some_and(|old| {
+            old.config.pattern == sub.config.pattern && old.links.keys().eq(sub.links.keys())
+        });
         st.subs.insert(sub.id.clone(), sub);
-        self.subs.hook.active.store(true, Ordering::Relaxed);
+        if !same_streams {
+            self.subs.hook.refresh(&st.subs);
+        }
         Ok(())
     }
 
@@ -473,8 +522,8 @@ impl Engine {
             let mut st = self.subs_state();
             st.subs = subs;
             st.since_snapshot = since;
+            self.subs.hook.refresh(&st.subs);
         }
-        self.subs.hook.active.store(any, Ordering::Relaxed);
         if any {
             tracing::info!(
                 subscriptions = self.subs_state().subs.len(),
@@ -715,8 +764,7 @@ impl Engine {
         self.persist(&mut st, &codec::encode_delete(id))?;
         st.subs.remove(id);
         st.sending.remove(id);
-        let any = !st.subs.is_empty();
-        self.subs.hook.active.store(any, Ordering::Relaxed);
+        self.subs.hook.refresh(&st.subs);
         drop(st);
         self.subs.changed.notify(usize::MAX);
         Ok(())
@@ -1009,6 +1057,12 @@ fn subscription_thread(engine: &Weak<Engine>, hook: &Hook, mut all: bool) {
             engine.subs_tick(&touched, all);
         }
         all = false;
+        drop(engine);
+        if !touched.is_empty() {
+            // Let the next burst of appends gather (they do not wake a thread that is not
+            // waiting): one pass per LINGER at most while appends keep coming.
+            std::thread::sleep(LINGER);
+        }
     }
 }
 
