@@ -56,10 +56,15 @@ async fn run(app: AppState) {
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
         let listener = app.store.engine().subscription_event().listen();
-        let store = app.store.clone();
-        let jobs = tokio::task::spawn_blocking(move || store.engine().take_webhook_jobs())
-            .await
-            .unwrap_or_default();
+        // With no subscription at all there is nothing to look for (one atomic load).
+        let jobs = if app.store.engine().subscriptions_active() {
+            let store = app.store.clone();
+            tokio::task::spawn_blocking(move || store.engine().take_webhook_jobs())
+                .await
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         for job in jobs {
             tokio::spawn(deliver(app.clone(), client.clone(), permits.clone(), job));
         }

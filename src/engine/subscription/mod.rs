@@ -98,14 +98,25 @@ impl Hook {
     /// that is one relaxed load; otherwise a stream no subscription can concern costs a read
     /// lock, a hash lookup and the pattern prefixes; one that can is queued for the
     /// subscription thread, which is woken only if it sleeps (so a burst of appends wakes it once).
+    #[inline]
     pub(crate) fn touched(&self, name: &StreamName) {
-        if !self.active.load(Ordering::Relaxed) || name.as_str().starts_with("__ds/") {
+        if self.active.load(Ordering::Relaxed) {
+            self.touched_active(name);
+        }
+    }
+
+    /// [`Hook::touched`] while subscriptions exist.
+    fn touched_active(&self, name: &StreamName) {
+        if name.as_str().starts_with("__ds/") {
             return;
         }
         {
             let f = self.filter.read();
             if !f.names.contains(name)
-                && !f.prefixes.iter().any(|p| name.as_str().starts_with(p.as_str()))
+                && !f
+                    .prefixes
+                    .iter()
+                    .any(|p| name.as_str().starts_with(p.as_str()))
             {
                 return;
             }
@@ -412,6 +423,12 @@ impl Engine {
     #[cfg(feature = "http")]
     pub(crate) fn subscription_event(&self) -> &event_listener::Event {
         &self.subs.changed
+    }
+
+    /// Whether any subscription exists.
+    #[cfg(feature = "http")]
+    pub(crate) fn subscriptions_active(&self) -> bool {
+        self.subs.hook.active.load(Ordering::Relaxed)
     }
 
     /// Wakes whoever waits on [`Engine::subscription_event`].
