@@ -173,7 +173,7 @@ pub fn router(store: Store, config: ServerConfig) -> Router {
     let (tx, rx) = watch::channel(false);
     let state = Arc::new(app_state(store, config, tx, rx));
     if tokio::runtime::Handle::try_current().is_ok() {
-        webhook::spawn((*state).clone());
+        webhook::spawn(&state);
     }
     Router::new().fallback(move |req: Request| {
         let app = state.clone();
@@ -220,7 +220,7 @@ pub async fn serve(
             "the subscription keys could not be loaded: {e}"
         )));
     }
-    webhook::spawn((*app).clone());
+    webhook::spawn(&app);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Large mapped body slices leave by sendfile(2) (see socket.rs), which has no MSG_NOSIGNAL:
     // only where a peer that went away cannot end the process with SIGPIPE.

@@ -246,6 +246,8 @@ struct State {
     /// restart every undelivered wake is delivered again).
     sending: HashSet<String>,
     counter: u64,
+    /// The system stream exists (it is created with the first subscription).
+    system_stream: bool,
 }
 
 impl Subscriptions {
@@ -450,6 +452,10 @@ impl Engine {
     /// [`COMPACT_AFTER`] records.
     fn persist(&self, st: &mut State, record: &Value) -> Result<()> {
         let sys = system_stream();
+        if !st.system_stream {
+            self.create(&sys, CreateOptions::json())?.wait()?;
+            st.system_stream = true;
+        }
         self.append(
             &sys,
             AppendRequest::new(record.to_string()).content_type("application/json"),
@@ -506,39 +512,48 @@ impl Engine {
         replayed: impl IntoIterator<Item = String>,
     ) -> Result<std::thread::JoinHandle<()>> {
         let sys = system_stream();
-        self.create(&sys, CreateOptions::json())?.wait()?;
         let mut subs = BTreeMap::new();
         let mut since = 0u64;
         let mut from = ReadFrom::Start;
-        if let Ok(snap) = self.snapshot(&sys, None, None) {
+        // The system stream is created with the first subscription: a store that never had one
+        // has none, and opening it writes nothing.
+        let exists = match self.head(&sys, None) {
+            Ok(_) => true,
+            Err(Error::NotFound) => false,
+            Err(e) => return Err(e),
+        };
+        if exists && let Ok(snap) = self.snapshot(&sys, None, None) {
             for sub in codec::decode_snapshot(&snap.data)? {
                 subs.insert(sub.id.clone(), sub);
             }
             from = ReadFrom::At(snap.info.offset);
         }
-        loop {
-            let (messages, chunk) = self.read_messages(&sys, &ReadRequest::from(from))?;
-            for m in &messages {
-                since += 1;
-                match codec::decode_record(&m.data)? {
-                    codec::Record::Sub(sub) => {
-                        subs.insert(sub.id.clone(), *sub);
-                    }
-                    codec::Record::Delete(id) => {
-                        subs.remove(&id);
+        if exists {
+            loop {
+                let (messages, chunk) = self.read_messages(&sys, &ReadRequest::from(from))?;
+                for m in &messages {
+                    since += 1;
+                    match codec::decode_record(&m.data)? {
+                        codec::Record::Sub(sub) => {
+                            subs.insert(sub.id.clone(), *sub);
+                        }
+                        codec::Record::Delete(id) => {
+                            subs.remove(&id);
+                        }
                     }
                 }
+                if chunk.up_to_date || messages.is_empty() {
+                    break;
+                }
+                from = ReadFrom::At(chunk.next);
             }
-            if chunk.up_to_date || messages.is_empty() {
-                break;
-            }
-            from = ReadFrom::At(chunk.next);
         }
         let any = !subs.is_empty();
         {
             let mut st = self.subs_state();
             st.subs = subs;
             st.since_snapshot = since;
+            st.system_stream = exists;
             self.subs.hook.refresh(&st.subs);
         }
         if any {
