@@ -61,18 +61,19 @@ impl StreamName {
                 "stream names may not start with the reserved segment '{first}'"
             )));
         }
-        // `{root}/__ds/...` addresses the protocol's routes under any stream root.
-        if name.split('/').any(|seg| seg == "__ds") {
-            return Err(Error::InvalidArgument(
-                "stream names may not contain the reserved segment '__ds'".into(),
-            ));
-        }
+
         // The last two segments, for the reserved shapes below.
         let (mut last, mut second_last) = ("", None);
         for seg in name.split('/') {
             if seg.is_empty() {
                 return Err(Error::InvalidArgument(
                     "stream name has an empty segment".into(),
+                ));
+            }
+            // `{root}/__ds/...` addresses the protocol's routes under any stream root.
+            if seg == "__ds" {
+                return Err(Error::InvalidArgument(
+                    "stream names may not contain the reserved segment '__ds'".into(),
                 ));
             }
             // Without a `%`, a segment decodes to itself (and has no NUL: that is a control

@@ -62,6 +62,18 @@ impl Store {
         &self.inner
     }
 
+    /// A weak handle on the store (the webhook deliverer must not keep it open).
+    #[cfg(feature = "http")]
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<crate::engine::Engine> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The store behind a weak handle, while it is open.
+    #[cfg(feature = "http")]
+    pub(crate) fn upgrade(weak: &std::sync::Weak<crate::engine::Engine>) -> Option<Store> {
+        weak.upgrade().map(|inner| Store { inner })
+    }
+
     /// The data directory (the server keeps its subscription keys there).
     #[cfg(feature = "http")]
     pub(crate) fn root(&self) -> &Path {

@@ -51,13 +51,30 @@ fn stream_name(path: Option<&str>) -> Result<StreamName, ApiError> {
 /// segments (which [`StreamName`] reserves for exactly this).
 pub(crate) fn parse_route(path: &str) -> Result<Route, ApiError> {
     let p = path.strip_prefix('/').unwrap_or(path);
+    // Under a stream root (`v1/stream/__ds/...`): no stream name has a `__ds` segment, so such
+    // a path fails as a stream route, and only then is it looked at as a protocol route (the
+    // common request pays nothing for it).
+    parse_stream_route(p).or_else(|e| protocol_route(p).ok_or(e))
+}
+
+/// `{root}__ds/{rest}` for the first `__ds` segment followed by more path.
+fn protocol_route(p: &str) -> Option<Route> {
+    let mut at = 0;
+    for seg in p.split('/') {
+        let next = at + seg.len() + 1;
+        if seg == "__ds" && next <= p.len() {
+            return Some(Route::Protocol(p[..at].to_owned(), p[next..].to_owned()));
+        }
+        at = next;
+    }
+    None
+}
+
+/// [`parse_route`] for paths whose stream names are valid.
+fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
     // The reserved prefixes first: no stream name starts with them.
     if let Some(rest) = p.strip_prefix("__ds/") {
         return Ok(Route::Protocol(String::new(), rest.to_owned()));
-    }
-    // Under a stream root (`v1/stream/__ds/...`): no stream name has a `__ds` segment.
-    if let Some(i) = p.find("/__ds/") {
-        return Ok(Route::Protocol(p[..=i].to_owned(), p[i + 6..].to_owned()));
     }
     if let Some(rest) = p.strip_prefix("__brook/") {
         return Ok(Route::Admin(rest.to_owned()));

@@ -11,7 +11,7 @@
 //! runs on an append's path, so a slow or dead receiver delays only its own subscription, and
 //! costs at most one request body and one connection.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -21,8 +21,9 @@ use crate::engine::subscription::{WebhookJob, WebhookResult};
 use crate::state::now_ms;
 
 use super::AppState;
-use super::keys::TOKEN_LIFETIME_MS;
+use super::keys::{Keys, TOKEN_LIFETIME_MS};
 use super::subscriptions::wake_streams;
+use crate::Store;
 
 /// Webhook requests in flight at once, across all subscriptions: 32.
 pub(crate) const MAX_IN_FLIGHT: usize = 32;
@@ -36,19 +37,33 @@ pub(crate) fn kick(app: &AppState) {
     app.store.engine().subscriptions_changed();
 }
 
-/// Starts the delivery loop on the current tokio runtime (it ends when the server shuts down).
-pub(crate) fn spawn(app: &Arc<AppState>) {
-    tokio::spawn(run(Arc::downgrade(app)));
+/// What the delivery tasks share. The store is held weakly, so a dropped router or server lets
+/// the store close (the loop then ends); each engine call upgrades it for the call's length.
+#[derive(Clone)]
+struct Ctx {
+    store: Weak<crate::engine::Engine>,
+    keys: Arc<Result<Keys, String>>,
 }
 
-/// The delivery loop. It holds the server's state only while it works, never while it waits, so
-/// a router that is dropped (without [`super::serve`]'s shutdown) lets its store close.
-async fn run(weak: std::sync::Weak<AppState>) {
-    let Some(app) = weak.upgrade() else {
-        return;
+impl Ctx {
+    fn store(&self) -> Option<Store> {
+        Store::upgrade(&self.store)
+    }
+}
+
+/// Starts the delivery loop on the current tokio runtime. It ends when the server shuts down or
+/// every [`AppState`] (and so the shutdown channel's sender) is gone, or the store closes.
+pub(crate) fn spawn(app: &AppState) {
+    let ctx = Ctx {
+        store: app.store.downgrade(),
+        keys: app.keys.clone(),
     };
+    tokio::spawn(run(ctx, app.config.webhook_timeout, app.shutdown.clone()));
+}
+
+async fn run(ctx: Ctx, timeout: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let client = match reqwest::Client::builder()
-        .timeout(app.config.webhook_timeout)
+        .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
     {
@@ -59,32 +74,28 @@ async fn run(weak: std::sync::Weak<AppState>) {
         }
     };
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    drop(app);
     loop {
-        let Some(app) = weak.upgrade() else {
+        let Some(store) = ctx.store() else {
             return;
         };
-        let listener = app.store.engine().subscription_event().listen();
-        let store = app.store.clone();
-        let jobs = tokio::task::spawn_blocking(move || store.engine().take_webhook_jobs())
-            .await
-            .unwrap_or_default();
+        let listener = store.engine().subscription_event().listen();
+        // With no subscription at all there is nothing to look for (one atomic load).
+        let jobs = if store.engine().subscriptions_active() {
+            tokio::task::spawn_blocking(move || store.engine().take_webhook_jobs())
+                .await
+                .unwrap_or_default()
+        } else {
+            drop(store);
+            Vec::new()
+        };
         for job in jobs {
-            tokio::spawn(deliver(
-                (*app).clone(),
-                client.clone(),
-                permits.clone(),
-                job,
-            ));
+            tokio::spawn(deliver(ctx.clone(), client.clone(), permits.clone(), job));
         }
-        // Wait holding only the weak reference (a current-thread runtime may not poll this task
-        // again before the router is dropped and its store reopened).
-        let mut down = app.shutdown.clone();
-        drop(app);
         tokio::select! {
             () = listener => {}
             () = tokio::time::sleep(POLL) => {}
-            _ = down.wait_for(|d| *d) => return,
+            // A shutdown, or the sender dropped with the last AppState.
+            _ = shutdown.wait_for(|down| *down) => return,
         }
     }
 }
@@ -116,30 +127,27 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The body of a wake's webhook request, with a fresh callback token.
-pub(crate) fn body(app: &AppState, job: &WebhookJob) -> Option<String> {
-    let keys = app.keys.as_ref().as_ref().ok()?;
+fn body(keys: &Keys, job: &WebhookJob) -> String {
     let w = &job.wake;
     let exp = now_ms() + TOKEN_LIFETIME_MS + w.lease_ttl.as_millis() as u64;
     let base = job.base_url.as_deref().unwrap_or("");
-    Some(
-        json!({
+    json!({
             "subscription_id": w.subscription,
             "wake_id": w.wake_id,
             "generation": w.generation,
             "streams": wake_streams(&job.root, w),
             "callback_url": format!("{base}__ds/subscriptions/{}/callback", encode(&w.subscription)),
             "callback_token": keys.token(&w.subscription, w.generation, &w.wake_id, exp),
-        })
-        .to_string(),
-    )
+    })
+    .to_string()
 }
 
-async fn deliver(app: AppState, client: reqwest::Client, permits: Arc<Semaphore>, job: WebhookJob) {
+async fn deliver(ctx: Ctx, client: reqwest::Client, permits: Arc<Semaphore>, job: WebhookJob) {
     let Ok(_permit) = permits.acquire_owned().await else {
         return;
     };
     let w = job.wake.clone();
-    let (result, why) = attempt(&app, &client, &job).await;
+    let (result, why) = attempt(&ctx, &client, &job).await;
     if result == WebhookResult::Failed {
         tracing::warn!(subscription = %w.subscription, generation = w.generation,
             url = %job.url, why, "webhook delivery failed");
@@ -147,24 +155,27 @@ async fn deliver(app: AppState, client: reqwest::Client, permits: Arc<Semaphore>
         tracing::debug!(subscription = %w.subscription, generation = w.generation,
             ?result, "webhook delivered");
     }
-    let store = app.store.clone();
-    let recorded =
-        tokio::task::spawn_blocking(move || store.engine().webhook_result(&w, result)).await;
+    let Some(store) = ctx.store() else {
+        return;
+    };
+    let recorded = tokio::task::spawn_blocking(move || {
+        let recorded = store.engine().webhook_result(&w, result);
+        store.engine().subscriptions_changed();
+        recorded
+    })
+    .await;
     if let Ok(Err(e)) = recorded {
         tracing::warn!(error = %e, "recording a webhook result failed");
     }
-    kick(&app);
 }
 
 /// One delivery attempt: skipped (as failed, which the engine ignores) when the wake is no
 /// longer current, e.g. its subscription was deleted while it waited for a permit.
-async fn attempt(
-    app: &AppState,
-    client: &reqwest::Client,
-    job: &WebhookJob,
-) -> (WebhookResult, String) {
+async fn attempt(ctx: &Ctx, client: &reqwest::Client, job: &WebhookJob) -> (WebhookResult, String) {
     let failed = |why: String| (WebhookResult::Failed, why);
-    let store = app.store.clone();
+    let Some(store) = ctx.store() else {
+        return failed("the store is closed".into());
+    };
     let w = job.wake.clone();
     let current = tokio::task::spawn_blocking(move || {
         store
@@ -176,9 +187,10 @@ async fn attempt(
     if !current {
         return failed("the wake is no longer current".into());
     }
-    let (Some(body), Ok(keys)) = (body(app, job), app.keys.as_ref()) else {
+    let Ok(keys) = ctx.keys.as_ref() else {
         return failed("the signing keys are unavailable".into());
     };
+    let body = body(keys, job);
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

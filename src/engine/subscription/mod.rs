@@ -27,7 +27,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use event_listener::Listener;
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use serde_json::{Value, json};
 
 use super::Engine;
@@ -47,6 +47,9 @@ pub(crate) const SYSTEM_STREAM: &str = "__ds/subscriptions";
 pub(crate) const COMPACT_AFTER: u64 = 1024;
 /// How often the subscription thread looks at leases and retries when nothing else wakes it.
 const TICK: Duration = Duration::from_millis(100);
+/// After a pass over published streams, how long the subscription thread lets the next ones
+/// gather before it looks again (a wake follows an append by at most about this much).
+const LINGER: Duration = Duration::from_millis(5);
 #[cfg(feature = "http")]
 /// The first webhook retry waits 1 s; each later one twice as long, up to 60 s (PROTOCOL.md 7.1),
 /// each with up to 20% jitter either way.
@@ -55,18 +58,29 @@ const RETRY_FIRST_MS: u64 = 1000;
 /// The longest wait between webhook retries.
 const RETRY_MAX_MS: u64 = 60_000;
 
-/// The append path's view of subscriptions: whether any exist, and the streams published since
-/// the subscription thread last looked.
+/// The append path's view of subscriptions: whether any exist, which streams can concern one,
+/// and the streams published since the subscription thread last looked.
 pub(crate) struct Hook {
     active: AtomicBool,
+    filter: RwLock<Filter>,
     queue: Mutex<HookQueue>,
     cv: Condvar,
+}
+
+/// The streams a publish can concern: every linked stream, and every stream under a pattern's
+/// literal prefix (the thread matches the pattern itself).
+#[derive(Default)]
+struct Filter {
+    names: HashSet<StreamName>,
+    prefixes: Vec<String>,
 }
 
 #[derive(Default)]
 struct HookQueue {
     touched: HashSet<StreamName>,
     stop: bool,
+    /// The thread waits on `cv`: only then does a touch notify it.
+    sleeping: bool,
 }
 
 impl Hook {
@@ -74,19 +88,58 @@ impl Hook {
     pub(crate) fn new() -> Arc<Hook> {
         Arc::new(Hook {
             active: AtomicBool::new(false),
+            filter: RwLock::new(Filter::default()),
             queue: Mutex::new(HookQueue::default()),
             cv: Condvar::new(),
         })
     }
 
-    /// Called by a committer for each stream a batch published: one relaxed load while no
-    /// subscription exists; otherwise the name is queued for the subscription thread.
+    /// Called by a committer for each stream a batch published. While no subscription exists
+    /// that is one relaxed load; otherwise a stream no subscription can concern costs a read
+    /// lock, a hash lookup and the pattern prefixes; one that can is queued for the
+    /// subscription thread, which is woken only if it sleeps (so a burst of appends wakes it once).
+    #[inline]
     pub(crate) fn touched(&self, name: &StreamName) {
-        if !self.active.load(Ordering::Relaxed) || name.as_str().starts_with("__ds/") {
+        if self.active.load(Ordering::Relaxed) {
+            self.touched_active(name);
+        }
+    }
+
+    /// [`Hook::touched`] while subscriptions exist.
+    fn touched_active(&self, name: &StreamName) {
+        if name.as_str().starts_with("__ds/") {
             return;
         }
-        self.queue.lock().touched.insert(name.clone());
-        self.cv.notify_one();
+        {
+            let f = self.filter.read();
+            if !f.names.contains(name)
+                && !f
+                    .prefixes
+                    .iter()
+                    .any(|p| name.as_str().starts_with(p.as_str()))
+            {
+                return;
+            }
+        }
+        let mut q = self.queue.lock();
+        q.touched.insert(name.clone());
+        if q.sleeping {
+            self.cv.notify_one();
+        }
+    }
+
+    /// Rebuilds the filter from every subscription.
+    fn refresh(&self, subs: &BTreeMap<String, Sub>) {
+        let mut f = Filter::default();
+        for sub in subs.values() {
+            f.names.extend(sub.links.keys().cloned());
+            if let Some(p) = &sub.config.pattern {
+                f.prefixes
+                    .push(format!("{}{}", sub.config.root, glob::literal_prefix(p)));
+            }
+        }
+        *self.filter.write() = f;
+        self.active.store(!subs.is_empty(), Ordering::Relaxed);
     }
 
     /// Tells the subscription thread to stop.
@@ -99,7 +152,9 @@ impl Hook {
     fn wait(&self) -> Option<Vec<StreamName>> {
         let mut q = self.queue.lock();
         if q.touched.is_empty() && !q.stop {
+            q.sleeping = true;
             self.cv.wait_for(&mut q, TICK);
+            q.sleeping = false;
         }
         if q.stop {
             return None;
@@ -191,6 +246,8 @@ struct State {
     /// restart every undelivered wake is delivered again).
     sending: HashSet<String>,
     counter: u64,
+    /// The system stream exists (it is created with the first subscription).
+    system_stream: bool,
 }
 
 impl Subscriptions {
@@ -370,6 +427,12 @@ impl Engine {
         &self.subs.changed
     }
 
+    /// Whether any subscription exists.
+    #[cfg(feature = "http")]
+    pub(crate) fn subscriptions_active(&self) -> bool {
+        self.subs.hook.active.load(Ordering::Relaxed)
+    }
+
     /// Wakes whoever waits on [`Engine::subscription_event`].
     #[cfg(feature = "http")]
     pub(crate) fn subscriptions_changed(&self) {
@@ -389,6 +452,10 @@ impl Engine {
     /// [`COMPACT_AFTER`] records.
     fn persist(&self, st: &mut State, record: &Value) -> Result<()> {
         let sys = system_stream();
+        if !st.system_stream {
+            self.create(&sys, CreateOptions::json())?.wait()?;
+            st.system_stream = true;
+        }
         self.append(
             &sys,
             AppendRequest::new(record.to_string()).content_type("application/json"),
@@ -427,8 +494,13 @@ impl Engine {
     /// Stores `sub` durably, then installs it.
     fn save(&self, st: &mut State, sub: Sub) -> Result<()> {
         self.persist(st, &codec::encode_sub(&sub))?;
+        let same_streams = st.subs.get(&sub.id).is_some_and(|old| {
+            old.config.pattern == sub.config.pattern && old.links.keys().eq(sub.links.keys())
+        });
         st.subs.insert(sub.id.clone(), sub);
-        self.subs.hook.active.store(true, Ordering::Relaxed);
+        if !same_streams {
+            self.subs.hook.refresh(&st.subs);
+        }
         Ok(())
     }
 
@@ -440,41 +512,50 @@ impl Engine {
         replayed: impl IntoIterator<Item = String>,
     ) -> Result<std::thread::JoinHandle<()>> {
         let sys = system_stream();
-        self.create(&sys, CreateOptions::json())?.wait()?;
         let mut subs = BTreeMap::new();
         let mut since = 0u64;
         let mut from = ReadFrom::Start;
-        if let Ok(snap) = self.snapshot(&sys, None, None) {
+        // The system stream is created with the first subscription: a store that never had one
+        // has none, and opening it writes nothing.
+        let exists = match self.head(&sys, None) {
+            Ok(_) => true,
+            Err(Error::NotFound) => false,
+            Err(e) => return Err(e),
+        };
+        if exists && let Ok(snap) = self.snapshot(&sys, None, None) {
             for sub in codec::decode_snapshot(&snap.data)? {
                 subs.insert(sub.id.clone(), sub);
             }
             from = ReadFrom::At(snap.info.offset);
         }
-        loop {
-            let (messages, chunk) = self.read_messages(&sys, &ReadRequest::from(from))?;
-            for m in &messages {
-                since += 1;
-                match codec::decode_record(&m.data)? {
-                    codec::Record::Sub(sub) => {
-                        subs.insert(sub.id.clone(), *sub);
-                    }
-                    codec::Record::Delete(id) => {
-                        subs.remove(&id);
+        if exists {
+            loop {
+                let (messages, chunk) = self.read_messages(&sys, &ReadRequest::from(from))?;
+                for m in &messages {
+                    since += 1;
+                    match codec::decode_record(&m.data)? {
+                        codec::Record::Sub(sub) => {
+                            subs.insert(sub.id.clone(), *sub);
+                        }
+                        codec::Record::Delete(id) => {
+                            subs.remove(&id);
+                        }
                     }
                 }
+                if chunk.up_to_date || messages.is_empty() {
+                    break;
+                }
+                from = ReadFrom::At(chunk.next);
             }
-            if chunk.up_to_date || messages.is_empty() {
-                break;
-            }
-            from = ReadFrom::At(chunk.next);
         }
         let any = !subs.is_empty();
         {
             let mut st = self.subs_state();
             st.subs = subs;
             st.since_snapshot = since;
+            st.system_stream = exists;
+            self.subs.hook.refresh(&st.subs);
         }
-        self.subs.hook.active.store(any, Ordering::Relaxed);
         if any {
             tracing::info!(
                 subscriptions = self.subs_state().subs.len(),
@@ -715,8 +796,7 @@ impl Engine {
         self.persist(&mut st, &codec::encode_delete(id))?;
         st.subs.remove(id);
         st.sending.remove(id);
-        let any = !st.subs.is_empty();
-        self.subs.hook.active.store(any, Ordering::Relaxed);
+        self.subs.hook.refresh(&st.subs);
         drop(st);
         self.subs.changed.notify(usize::MAX);
         Ok(())
@@ -1009,6 +1089,12 @@ fn subscription_thread(engine: &Weak<Engine>, hook: &Hook, mut all: bool) {
             engine.subs_tick(&touched, all);
         }
         all = false;
+        drop(engine);
+        if !touched.is_empty() {
+            // Let the next burst of appends gather (they do not wake a thread that is not
+            // waiting): one pass per LINGER at most while appends keep coming.
+            std::thread::sleep(LINGER);
+        }
     }
 }
 

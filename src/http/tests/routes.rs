@@ -31,6 +31,14 @@ fn routes_split_on_the_reserved_last_segments() {
         parse_route("/__ds/subscriptions/s1").ok(),
         Some(Route::Protocol(String::new(), "subscriptions/s1".into()))
     );
+    // Under a stream root: the root is everything before `__ds/`.
+    assert_eq!(
+        parse_route("/v1/stream/__ds/subscriptions/s1/streams/a%2Fb").ok(),
+        Some(Route::Protocol(
+            "v1/stream/".into(),
+            "subscriptions/s1/streams/a%2Fb".into()
+        ))
+    );
     assert_eq!(
         parse_route("/__brook/metrics").ok(),
         Some(Route::Admin("metrics".into()))
