@@ -31,13 +31,21 @@ impl Brook {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
+        // Ready, not just listening: the port answers 503 STARTING while the store opens.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
+        let ready = format!("http://127.0.0.1:{port}/__brook/ready");
+        let client = reqwest::Client::new();
+        loop {
+            let ok = client
+                .get(&ready)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ok {
+                break;
+            }
             if Instant::now() > deadline {
-                return Err("brook serve did not listen".into());
+                return Err("brook serve did not become ready".into());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
