@@ -315,6 +315,14 @@ async fn metrics(app: &AppState) -> Result<Response, ApiError> {
         http: Snapshot::of(&app.metrics),
         connections: app.connections.load(Ordering::Relaxed) as u64,
         open_fds: open_fds(),
+        edge: [
+            app.edge.connections_refused.load(Ordering::Relaxed),
+            app.edge.live_readers_refused.load(Ordering::Relaxed),
+            app.edge.unauthorized.load(Ordering::Relaxed),
+            app.edge.forbidden.load(Ordering::Relaxed),
+            app.edge.tls_handshakes_failed.load(Ordering::Relaxed),
+            app.edge.tls_reloads_failed.load(Ordering::Relaxed),
+        ],
     };
     let mut text = String::new();
     prometheus::TextEncoder::new()
@@ -375,6 +383,8 @@ struct Scrape {
     http: Snapshot,
     connections: u64,
     open_fds: Option<u64>,
+    /// What the internet-facing edge refused (connections, live readers, tokens, TLS).
+    edge: [u64; 6],
 }
 
 /// A metric family of `kind` named `name` with `help` and its samples.
@@ -550,6 +560,39 @@ impl Scrape {
                 s.recovery_seconds,
             ),
         ];
+        let [conns, live, unauthorized, forbidden, handshakes, reloads] = self.edge;
+        out.extend([
+            counter(
+                "brook_connections_refused_total",
+                "Connections answered 503 TOO_MANY_CONNECTIONS (over --max-connections)",
+                conns,
+            ),
+            counter(
+                "brook_live_readers_refused_total",
+                "Live reads answered 503 TOO_MANY_LIVE_READERS (over a live-reader cap)",
+                live,
+            ),
+            counter(
+                "brook_auth_unauthorized_total",
+                "Requests refused 401 by access control (no, bad or expired token)",
+                unauthorized,
+            ),
+            counter(
+                "brook_auth_forbidden_total",
+                "Requests refused 403 by access control (outside the token's grants)",
+                forbidden,
+            ),
+            counter(
+                "brook_tls_handshakes_failed_total",
+                "TLS handshakes that failed or did not finish within the header read timeout",
+                handshakes,
+            ),
+            counter(
+                "brook_tls_reloads_failed_total",
+                "Certificate reloads that failed (the certificate in use was kept)",
+                reloads,
+            ),
+        ]);
         if let Some(fds) = self.open_fds {
             out.push(gauge(
                 "brook_open_fds",

@@ -70,6 +70,15 @@ async fn a_connection_over_the_cap_is_answered_503_and_closed() -> R {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The refusal is counted in the metrics.
+    let m = server.get("/__brook/metrics", &[]).await?;
+    assert_eq!(m.status, 200, "{}", m.text());
+    let refused = m
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix("brook_connections_refused_total "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(refused.is_some_and(|n| n >= 1), "{}", m.text());
     Ok(())
 }
 
