@@ -109,3 +109,92 @@ fn a_full_disk_refuses_writes_truthfully_and_loses_nothing_acknowledged() -> R {
     store.append(&s, AppendRequest::new("after\n"))?;
     Ok(())
 }
+
+/// `brook serve` on a full disk: appends are refused `507 INSUFFICIENT_STORAGE`, the log says
+/// which shard was poisoned and why (the operating system's "No space left on device"), and
+/// readiness turns `503`.
+#[cfg(feature = "http")]
+#[test]
+fn a_server_on_a_full_disk_logs_the_poisoning_and_is_not_ready() -> R {
+    use std::io::BufRead;
+    use std::sync::{Arc, Mutex};
+    let mnt = tempfile::tempdir()?;
+    if !mount_tmpfs(mnt.path(), 8)? {
+        eprintln!("SKIPPED a_server_on_a_full_disk_...: cannot mount a tmpfs here");
+        return Ok(());
+    }
+    let _unmount = Unmount(mnt.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
+        .arg(mnt.path().join("store"))
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut lines = std::io::BufReader::new(child.stdout.take().ok_or("stdout")?).lines();
+    let base = loop {
+        let line = lines.next().ok_or("exited before listening")??;
+        if let Some(i) = line.find("listening on http://") {
+            let rest = &line[i + "listening on http://".len()..];
+            break rest.split([',', ' ']).next().unwrap_or(rest).to_owned();
+        }
+    };
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            sink.lock().map(|mut v| v.push(l)).ok();
+        }
+    });
+    let result = (|| -> R {
+        let req = |method: &str, path: &str, body: &[u8]| -> Res<(u16, String)> {
+            use std::io::{Read, Write};
+            let mut c = std::net::TcpStream::connect(&base)?;
+            let head = format!(
+                "{method} {path} HTTP/1.1\r\nHost: b.test\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            c.write_all(head.as_bytes())?;
+            c.write_all(body)?;
+            let mut out = String::new();
+            c.read_to_string(&mut out)?;
+            let status = out
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or("status")?;
+            Ok((status, out))
+        };
+        assert_eq!(req("PUT", "/full/s", b"")?.0, 201);
+        let piece = vec![b'x'; 64 << 10];
+        let mut refused = None;
+        for _ in 0..400 {
+            let (status, text) = req("POST", "/full/s", &piece)?;
+            if status != 204 {
+                refused = Some((status, text));
+                break;
+            }
+        }
+        let (status, text) = refused.ok_or("the disk never filled")?;
+        assert!(
+            status == 507 && text.contains("INSUFFICIENT_STORAGE")
+                || status == 503 && text.contains("OUTCOME_UNKNOWN"),
+            "{text}"
+        );
+        let (status, text) = req("POST", "/full/s", b"more")?;
+        assert_eq!(status, 507, "{text}");
+        let (status, text) = req("GET", "/__brook/ready", b"")?;
+        assert_eq!(status, 503, "{text}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let log = log.lock().map_err(|_| "log")?.join("\n");
+        assert!(
+            log.contains("journal shard poisoned") && log.contains("No space left on device"),
+            "{log}"
+        );
+        Ok(())
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
