@@ -31,6 +31,9 @@ pub struct CheckReport {
     pub bytes: u64,
     /// One line per damaged stream or file; empty when nothing is damaged.
     pub damaged: Vec<String>,
+    /// The stream directories the damage is in, each once: what
+    /// [`Store::quarantine`](crate::Store::quarantine) (`brook check --repair`) moves aside.
+    pub damaged_dirs: Vec<std::path::PathBuf>,
 }
 
 /// A page of a listing: streams in name order, and where the next page starts.

@@ -246,6 +246,14 @@ impl Store {
         self.inner.check(progress)
     }
 
+    /// Moves a damaged stream directory (one of [`CheckReport::damaged_dirs`]) out of the store
+    /// into `quarantine/`, so its name answers as no stream and may be created again; its files
+    /// are kept there, untouched, for whatever recovery by hand is possible. Everything
+    /// acknowledged is checkpointed first. Returns the directory's new path.
+    pub fn quarantine(&self, dir: &std::path::Path) -> Result<std::path::PathBuf> {
+        self.inner.quarantine(dir)
+    }
+
     /// Writes every live stream, with its state, data and snapshot blobs, to `out` as one
     /// streamed archive (DESIGN.md 2.7); `progress` gets the number of streams written so far.
     /// Returns that number. Forks are written as independent streams (their inherited data

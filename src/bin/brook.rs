@@ -86,8 +86,11 @@ enum Command {
     Head(StreamArgs),
     /// Verify a data directory: every message against its checksum, every index against its
     /// log, every sidecar and the journal; prints a report and exits 1 on damage. Repairs
-    /// nothing (the open recovers after a crash, as `serve` would).
-    #[command(after_help = "Example:\n  brook check --data-dir /var/lib/brook")]
+    /// nothing (the open recovers after a crash, as `serve` would) unless `--repair` moves the
+    /// damaged streams into `quarantine/`.
+    #[command(
+        after_help = "Examples:\n  brook check --data-dir /var/lib/brook\n  brook check --data-dir /var/lib/brook --repair"
+    )]
     Check(CheckArgs),
     /// Write every live stream (data, state, snapshots, incarnations) to FILE (`-`: standard
     /// output) as a versioned archive (DESIGN.md 2.7), for backups and moves between versions.
@@ -156,6 +159,10 @@ struct CheckArgs {
     /// The data directory to verify (locked while the check runs).
     #[arg(long, value_name = "DIR")]
     data_dir: PathBuf,
+    /// Move every damaged stream directory into `quarantine/` (its name then answers as no
+    /// stream); the files are kept there, untouched.
+    #[arg(long)]
+    repair: bool,
 }
 
 #[derive(Subcommand)]
@@ -348,7 +355,7 @@ fn main() -> ExitCode {
         Command::Export(a) => ops::open_store(&a.data_dir).and_then(|s| ops::export(&s, &a.file)),
         Command::Import(a) => ops::import(&a.data_dir, &a.file),
         Command::Check(a) => ops::open_store(&a.data_dir)
-            .and_then(|store| ops::check(&store, &mut std::io::stdout().lock()))
+            .and_then(|store| ops::check(&store, a.repair, &mut std::io::stdout().lock()))
             .and_then(|clean| {
                 if clean {
                     Ok(())

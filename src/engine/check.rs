@@ -36,10 +36,12 @@ impl Engine {
                         "{}: no valid sidecar (meta.0, meta.1)",
                         dir.display()
                     ));
+                    report.damaged_dirs.push(dir);
                     continue;
                 }
                 Err(e) => {
                     report.damaged.push(format!("{}: {e}", dir.display()));
+                    report.damaged_dirs.push(dir);
                     continue;
                 }
             };
@@ -77,7 +79,10 @@ impl Engine {
                     report.messages += messages;
                     report.bytes += bytes;
                 }
-                Err(e) => report.damaged.push(format!("{name}: {e}")),
+                Err(e) => {
+                    report.damaged.push(format!("{name}: {e}"));
+                    report.damaged_dirs.push(dir);
+                }
             }
             progress(report.streams);
         }
@@ -86,7 +91,8 @@ impl Engine {
 
     /// Reads `name` from its earliest offset to its tail; returns the messages and bytes read.
     fn check_stream(&self, name: &str) -> Result<(u64, u64)> {
-        let name = StreamName::new(name)?;
+        // The name comes from a sidecar: a system stream's (`__ds/...`) is valid here too.
+        let name = StreamName(name.into());
         let mut req = ReadRequest::from(ReadFrom::Start);
         let first = self.read(&name, &req)?;
         let start = first.start;
@@ -107,5 +113,48 @@ impl Engine {
             req.from = ReadFrom::At(chunk.next);
             chunk = self.read(&name, &req)?;
         }
+    }
+}
+
+impl Engine {
+    /// Moves the stream directory `dir` (one of [`CheckReport::damaged_dirs`]) into
+    /// `quarantine/{key}-{ms since the epoch}` and forgets the stream it held (registry, name
+    /// index): its name answers as no stream afterwards and may be created again. Everything
+    /// acknowledged is checkpointed first, so nothing else is lost. Returns where it went.
+    pub(crate) fn quarantine(&self, dir: &std::path::Path) -> Result<std::path::PathBuf> {
+        if dir.parent().and_then(std::path::Path::parent) != Some(&self.root.join("streams")) {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not a stream directory of this store",
+                dir.display()
+            )));
+        }
+        self.checkpoint()?;
+        let name = sidecar::load(dir)
+            .ok()
+            .flatten()
+            .map(|sc| sc.state.config.name);
+        if let Some(n) = &name {
+            self.registry.lock().remove(n.as_str());
+            self.names.remove(n)?;
+        }
+        let qdir = self.root.join("quarantine");
+        std::fs::create_dir_all(&qdir)?;
+        let key = dir
+            .file_name()
+            .and_then(|k| k.to_str())
+            .unwrap_or("unknown");
+        let to = qdir.join(format!("{key}-{}", now_ms()));
+        std::fs::rename(dir, &to)?;
+        if let Some(parent) = dir.parent() {
+            fs::sync_dir(parent)?;
+        }
+        fs::sync_dir(&qdir)?;
+        tracing::warn!(
+            stream = name.as_deref(),
+            from = %dir.display(),
+            to = %to.display(),
+            "stream directory quarantined"
+        );
+        Ok(to)
     }
 }

@@ -200,6 +200,29 @@ fn check_passes_a_sound_store_and_finds_a_flipped_byte() -> R {
     assert!(report.contains("chk/"), "{report}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("damage found"), "{err}");
+
+    // --repair moves the damaged stream into quarantine/: the store is sound again, the four
+    // other streams read as before, and the damaged name is free.
+    let out = brook(&["check", "--data-dir", dir, "--repair"])?;
+    let report = stdout(&out);
+    assert!(out.status.success(), "{report} {out:?}");
+    assert!(report.contains("quarantined "), "{report}");
+    let kept = std::fs::read_dir(tmp.path().join("quarantine"))?.count();
+    assert_eq!(kept, 1, "one directory in quarantine/");
+    let out = brook(&["check", "--data-dir", dir])?;
+    let report = stdout(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("checked 4 streams"), "{report}");
+    let store = Store::open(tmp.path(), Options::default())?;
+    let mut missing = 0;
+    for i in 0..5 {
+        match store.head(&name(&format!("chk/{i}")), &Guard::NONE) {
+            Ok(_) => {}
+            Err(Error::NotFound) => missing += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    assert_eq!(missing, 1, "exactly the quarantined stream is gone");
     Ok(())
 }
 

@@ -316,7 +316,7 @@ pub fn head(target: &Target, stream: &str, out: &mut impl Write) -> Result<(), S
 
 /// `brook check`: reads every stream of the store and reports damage; `Ok(false)` when some was
 /// found (the command then exits non-zero).
-pub fn check(store: &Store, out: &mut impl Write) -> Result<bool, String> {
+pub fn check(store: &Store, repair: bool, out: &mut impl Write) -> Result<bool, String> {
     let bar = streams_progress("checking streams");
     let report = store
         .check(&mut |n| bar.set_position(n))
@@ -334,9 +334,18 @@ pub fn check(store: &Store, out: &mut impl Write) -> Result<bool, String> {
             let _ = writeln!(text, "  {d}");
         }
     }
+    if repair {
+        for dir in &report.damaged_dirs {
+            let to = store
+                .quarantine(dir)
+                .map_err(|e| format!("cannot quarantine {}: {e}", dir.display()))?;
+            let _ = writeln!(text, "quarantined {} -> {}", dir.display(), to.display());
+        }
+    }
     write_out(out, text.as_bytes())?;
     out.flush().map_err(|e| e.to_string())?;
-    Ok(report.damaged.is_empty())
+    // Repaired: the store is sound again (the damage is set aside, not fixed).
+    Ok(report.damaged.is_empty() || (repair && report.damaged.len() == report.damaged_dirs.len()))
 }
 
 /// A progress display counting streams on standard error when it is a terminal (hidden
