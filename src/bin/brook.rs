@@ -483,15 +483,16 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         if let Some(tls) = tls {
             tokio::spawn(reload_on_hangup(tls));
         }
+        let scheme = if args.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         tracing::info!(
             "brook {} bound {}://{local}; opening the store in {} (until it is open, requests \
              get 503 STARTING)",
             env!("CARGO_PKG_VERSION"),
-            if args.tls_cert.is_some() {
-                "https"
-            } else {
-                "http"
-            },
+            scheme,
             dir.display(),
         );
         if let Some(a) = admin.as_ref().and_then(|a| a.local_addr().ok()) {
@@ -508,11 +509,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         tracing::info!(
             "brook {} listening on {}://{local}, storing streams in {} (durability {})",
             env!("CARGO_PKG_VERSION"),
-            if args.tls_cert.is_some() {
-                "https"
-            } else {
-                "http"
-            },
+            scheme,
             dir.display(),
             match durability {
                 Durability::Sync => "sync",

@@ -168,14 +168,7 @@ pub(crate) async fn create(
         fork: fork(h)?,
         expect: incarnation_of(w.incarnation)?,
     };
-    let declared = content_length_of(w.content_length);
-    let data = read_body(
-        body,
-        declared,
-        app.store.options().max_append_bytes(),
-        app.config.body_read_timeout,
-    )
-    .await?;
+    let data = write_body(app, body, w.content_length).await?;
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
     let n = name.clone();
@@ -218,14 +211,7 @@ pub(crate) async fn append(
     )?;
     let stream_seq = parse_stream_seq(bytes_of(w.stream_seq))?;
     let expect = incarnation_of(w.incarnation)?;
-    let declared = content_length_of(w.content_length);
-    let data = read_body(
-        body,
-        declared,
-        app.store.options().max_append_bytes(),
-        app.config.body_read_timeout,
-    )
-    .await?;
+    let data = write_body(app, body, w.content_length).await?;
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
     let content_type = if data.is_empty() {
@@ -317,4 +303,20 @@ pub(crate) async fn delete(
     })
     .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT).empty())
+}
+
+/// A create's or append's body, read whole: at most `max_append_bytes` (413 past it, from its
+/// `Content-Length` when declared), and 408 when it stalls past `body_read_timeout`.
+async fn write_body(
+    app: &AppState,
+    body: Body,
+    content_length: Option<&HeaderValue>,
+) -> Result<Bytes, ApiError> {
+    read_body(
+        body,
+        content_length_of(content_length),
+        app.store.options().max_append_bytes(),
+        app.config.body_read_timeout,
+    )
+    .await
 }

@@ -2,40 +2,20 @@
 //! low hard limit it keeps fewer streams open instead of running out of descriptors and
 //! poisoning the store.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use crate::http_support::R;
+use crate::http_support::{R, Served, spawn_serve};
 
-/// `brook serve` in a shell that first runs `ulimit` with `limits`; returns the child, its base
-/// URL and the log lines up to the listening line.
-fn serve_limited(
-    limits: &str,
-    dir: &std::path::Path,
-) -> R<(std::process::Child, String, Vec<String>)> {
+/// `brook serve` in a shell that first runs `ulimit` with `limits`, serving streams.
+fn serve_limited(limits: &str, dir: &std::path::Path) -> R<Served> {
     let script = format!(
         "ulimit {limits} && exec \"$0\" serve --host 127.0.0.1 --port 0 --data-dir \"$1\"",
     );
-    let mut child = Command::new("sh")
-        .args(["-c", &script, env!("CARGO_BIN_EXE_brook")])
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script, env!("CARGO_BIN_EXE_brook")])
         .arg(dir)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut lines = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-    let mut log = Vec::new();
-    let base = loop {
-        let line = lines.next().ok_or("brook exited before listening")??;
-        log.push(line.clone());
-        if let Some(i) = line.find("listening on http://") {
-            let rest = &line[i + "listening on ".len()..];
-            break rest.split([',', ' ']).next().unwrap_or(rest).to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Ok((child, base, log))
+        .env("RUST_LOG", "info");
+    spawn_serve(cmd)
 }
 
 /// The soft and hard "Max open files" of a process.
@@ -67,7 +47,7 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one() -> R {
         return Err(format!("this test needs a hard open-file limit above 300, not {hard}").into());
     }
     let dir = tempfile::tempdir()?;
-    let (mut child, _, _) = serve_limited("-Sn 256", dir.path())?;
+    let mut child = serve_limited("-Sn 256", dir.path())?.child;
     let got = open_file_limits(child.id());
     let _ = child.kill();
     let _ = child.wait();
@@ -83,10 +63,12 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one() -> R {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_low_open_file_limit_bounds_open_streams_instead_of_poisoning() -> R {
     let dir = tempfile::tempdir()?;
-    let (mut child, base, log) = serve_limited("-n 300", dir.path())?;
+    let served = serve_limited("-n 300", dir.path())?;
+    let log = served.log_text();
     let warned = log
-        .iter()
+        .lines()
         .any(|l| l.contains("open-file limit") && l.contains("max_open_streams=75"));
+    let (mut child, base) = (served.child, format!("http://{}", served.addr));
     let client = reqwest::Client::new();
     let mut failures = Vec::new();
     for round in 0..15 {
@@ -129,7 +111,7 @@ async fn a_low_open_file_limit_bounds_open_streams_instead_of_poisoning() -> R {
     let body = check.text().await?;
     let _ = child.kill();
     let _ = child.wait();
-    assert!(warned, "no descriptor-budget warning in the log: {log:#?}");
+    assert!(warned, "no descriptor-budget warning in the log: {log}");
     assert!(
         failures.is_empty(),
         "{} of 600 failed: {:?}",

@@ -116,37 +116,18 @@ fn a_full_disk_refuses_writes_truthfully_and_loses_nothing_acknowledged() -> R {
 #[cfg(feature = "http")]
 #[test]
 fn a_server_on_a_full_disk_logs_the_poisoning_and_is_not_ready() -> R {
-    use std::io::BufRead;
-    use std::sync::{Arc, Mutex};
     let mnt = tempfile::tempdir()?;
     if !mount_tmpfs(mnt.path(), 8)? {
         eprintln!("SKIPPED a_server_on_a_full_disk_...: cannot mount a tmpfs here");
         return Ok(());
     }
     let _unmount = Unmount(mnt.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
-        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_brook"));
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
         .arg(mnt.path().join("store"))
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let mut lines = std::io::BufReader::new(child.stdout.take().ok_or("stdout")?).lines();
-    let base = loop {
-        let line = lines.next().ok_or("exited before listening")??;
-        if let Some(i) = line.find("listening on http://") {
-            let rest = &line[i + "listening on http://".len()..];
-            break rest.split([',', ' ']).next().unwrap_or(rest).to_owned();
-        }
-    };
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            sink.lock().map(|mut v| v.push(l)).ok();
-        }
-    });
+        .env("RUST_LOG", "info");
+    let served = crate::http_support::spawn_serve(cmd).map_err(|e| e.to_string())?;
+    let base = served.addr.clone();
     let result = (|| -> R {
         let req = |method: &str, path: &str, body: &[u8]| -> Res<(u16, String)> {
             use std::io::{Read, Write};
@@ -187,13 +168,14 @@ fn a_server_on_a_full_disk_logs_the_poisoning_and_is_not_ready() -> R {
         let (status, text) = req("GET", "/__brook/ready", b"")?;
         assert_eq!(status, 503, "{text}");
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let log = log.lock().map_err(|_| "log")?.join("\n");
+        let log = served.log_text();
         assert!(
             log.contains("journal shard poisoned") && log.contains("No space left on device"),
             "{log}"
         );
         Ok(())
     })();
+    let mut child = served.child;
     let _ = child.kill();
     let _ = child.wait();
     result

@@ -2,7 +2,6 @@
 //! reading, and shutdown with such clients still connected. Each costs the server bounded time
 //! and memory and loses nothing.
 
-use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use brook::Options;
@@ -114,32 +113,21 @@ async fn a_reader_that_stops_reading_is_disconnected() -> R {
 #[test]
 fn shutdown_finishes_within_the_grace_period_whatever_clients_do() -> R {
     let dir = tempfile::tempdir()?;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--shutdown-grace-ms",
-            "500",
-        ])
-        .args(["--body-read-timeout-ms", "600000", "--data-dir"])
-        .arg(dir.path())
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let mut lines = std::io::BufReader::new(child.stdout.take().ok_or("stdout")?).lines();
-    let base = loop {
-        let line = lines.next().ok_or("exited before listening")??;
-        if let Some(i) = line.find("listening on http://") {
-            let rest = &line[i + "listening on http://".len()..];
-            break rest.split([',', ' ']).next().unwrap_or(rest).to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_brook"));
+    cmd.args([
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--shutdown-grace-ms",
+        "500",
+    ])
+    .args(["--body-read-timeout-ms", "600000", "--data-dir"])
+    .arg(dir.path())
+    .env("RUST_LOG", "info");
+    let served = crate::http_support::spawn_serve(cmd)?;
+    let (mut child, base) = (served.child, served.addr);
     let mut stalled = std::net::TcpStream::connect(&base)?;
     std::io::Write::write_all(
         &mut stalled,

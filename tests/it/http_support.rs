@@ -229,6 +229,55 @@ pub fn disk_usage(dir: &Path) -> std::io::Result<u64> {
     Ok(total)
 }
 
+/// A `brook serve` child that is serving streams: the process, its `host:port`, and its log
+/// (standard output), kept growing by a thread that drains it.
+pub struct Served {
+    pub child: std::process::Child,
+    pub addr: String,
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Served {
+    /// The log so far, one line each.
+    pub fn log_text(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+}
+
+/// Spawns `cmd` (a `brook serve`, or a shell that execs one, on port 0) with its standard output
+/// piped and colour off, and waits for its `listening on` line: from then on it serves streams.
+pub fn spawn_serve(mut cmd: std::process::Command) -> R<Served> {
+    let mut child = cmd
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let addr = loop {
+        let line = lines.next().ok_or("brook exited before listening")??;
+        let found = ["listening on http://", "listening on https://"]
+            .iter()
+            .find_map(|m| line.find(m).map(|i| i + m.len()));
+        let at = found.map(|i| line[i..].split([',', ' ']).next().unwrap_or("").to_owned());
+        log.lock().map_err(|_| "log")?.push(line);
+        if let Some(addr) = at {
+            break addr;
+        }
+    };
+    // Keep draining the log so the child never blocks on a full pipe.
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if let Ok(mut l) = sink.lock() {
+                l.push(line);
+            }
+        }
+    });
+    Ok(Served { child, addr, log })
+}
+
 /// The `brook serve` binary in a child process on an ephemeral port, for tests that measure
 /// the server process itself.
 pub struct ChildServer {
@@ -241,38 +290,24 @@ pub struct ChildServer {
 impl ChildServer {
     pub fn start(extra: &[&str]) -> R<ChildServer> {
         let dir = tempfile::tempdir()?;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
-            .args([
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--durability",
-                "buffered",
-                "--data-dir",
-            ])
-            .arg(dir.path().join("data"))
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = std::io::BufReader::new(stdout).lines();
-        let base = loop {
-            let line = lines.next().ok_or("brook exited before listening")??;
-            if let Some(i) = line.find("listening on http://") {
-                let rest = &line[i + "listening on ".len()..];
-                break rest.split([',', ' ']).next().unwrap_or(rest).to_owned();
-            }
-        };
-        // Keep draining the log so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_brook"));
+        cmd.args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--durability",
+            "buffered",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .args(extra)
+        .env("RUST_LOG", "info");
+        let served = spawn_serve(cmd)?;
         Ok(ChildServer {
-            base,
-            child,
+            base: format!("http://{}", served.addr),
+            child: served.child,
             client: reqwest::Client::new(),
             _dir: dir,
         })
