@@ -330,7 +330,6 @@ pub async fn serve_with_admin(
     builder
         .timer(TokioTimer::new())
         .keep_alive(true)
-        .max_headers(request::PARSED_HEADERS)
         .header_read_timeout(app.config.header_read_timeout);
     let tls = app.config.tls.as_ref().map(|t| {
         tokio::spawn(tls::watch(t.clone(), RELOAD_CHECK_EVERY, (*app).clone()));

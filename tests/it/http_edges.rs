@@ -181,23 +181,23 @@ async fn offsets_whose_halves_disagree_are_refused() -> R {
     Ok(())
 }
 
-/// Requests over brook's header and target limits get problem+json refusals (431, 414), not
-/// hyper's bare ones, up to where hyper itself stops parsing.
+/// Requests over brook's header-bytes and target limits get problem+json refusals (431, 414),
+/// not hyper's bare ones, up to where hyper itself stops parsing (100 header lines).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_requests_get_problem_json_refusals() -> R {
     let s = Server::start().await?;
+    // Past hyper's 100 header lines, hyper answers itself (a bare 431).
     let many = (0..150).fold(String::new(), |mut h, i| {
         let _ = write!(h, "\r\nX-Filler-{i}: v");
         h
     });
-    let (status, text) = raw(
+    let (status, _) = raw(
         &s,
         &format!("GET /edges/x HTTP/1.1\r\nHost: b.test{many}"),
         "",
     )
     .await?;
-    assert_eq!(status, 431, "{text}");
-    assert!(text.contains("REQUEST_HEADER_FIELDS_TOO_LARGE") && text.contains("problem+json"));
+    assert_eq!(status, 431);
     let big = format!("\r\nX-Big: {}", "v".repeat(70 << 10));
     let (status, text) = raw(
         &s,
