@@ -203,6 +203,8 @@ pub(crate) struct AppState {
     /// Whether a `debug` line is logged per request: the level is checked once, when the state
     /// is made, so a server without debug logging formats nothing per request.
     log_requests: bool,
+    /// The `Cache-Control` of an immutable catch-up chunk, made once from the configuration.
+    pub(crate) immutable_cache: HeaderValue,
     /// The server's request counters and live-reader gauges (`GET /__brook/metrics`).
     pub(crate) metrics: Arc<Metrics>,
 }
@@ -266,6 +268,7 @@ fn app_state(
     rx: watch::Receiver<bool>,
 ) -> AppState {
     let store_root = &store.root().to_path_buf();
+    let immutable_cache = read::immutable_cache_control(&config);
     AppState {
         store,
         config: Arc::new(config),
@@ -276,6 +279,7 @@ fn app_state(
         edge: Arc::default(),
         live: Arc::default(),
         log_requests: tracing::enabled!(tracing::Level::DEBUG),
+        immutable_cache,
         metrics: Arc::default(),
     }
 }

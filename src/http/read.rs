@@ -146,14 +146,14 @@ fn etag(chunk: &ReadChunk) -> String {
 /// `Cache-Control` of a catch-up chunk that never changes: one read at an explicit offset that
 /// ends before the tail, or at the final offset of a closed stream. A standard shared cache may
 /// keep it for the configured `immutable_max_age` and never revalidate it; `private` instead of
-/// `public` when the server is configured so.
-fn immutable(app: &AppState) -> HeaderValue {
-    let scope = if app.config.private_cache {
+/// `public` when the server is configured so. Made once per server ([`AppState`]).
+pub(super) fn immutable_cache_control(config: &super::ServerConfig) -> HeaderValue {
+    let scope = if config.private_cache {
         "private"
     } else {
         "public"
     };
-    let secs = app.config.immutable_max_age.as_secs();
+    let secs = config.immutable_max_age.as_secs();
     HeaderValue::from_str(&format!("{scope}, max-age={secs}, immutable"))
         .expect("a scope, a number and a token are a valid header value")
 }
@@ -174,7 +174,11 @@ const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 /// is closed at `next`), otherwise revalidated on every use.
 fn catch_up_caching(app: &AppState, from: ReadFrom, chunk: &ReadChunk) -> HeaderValue {
     let fixed = matches!(from, ReadFrom::At(_)) && (!chunk.up_to_date || chunk.closed);
-    if fixed { immutable(app) } else { REVALIDATE }
+    if fixed {
+        app.immutable_cache.clone()
+    } else {
+        REVALIDATE
+    }
 }
 
 /// The `Cache-Control` of a cacheable read shared caches may keep.
