@@ -299,6 +299,10 @@ struct ServeArgs {
     /// Live readers of one stream at once (default: no cap per stream); one more is answered 503.
     #[arg(long)]
     max_live_readers_per_stream: Option<usize>,
+    /// Serve plain HTTP/1.1 with hyper's connection loop only, instead of brook's own (which
+    /// hands hyper what it does not frame itself); for comparing the two.
+    #[arg(long)]
+    hyper_http1: bool,
     /// With access control on, let anyone read the streams under this prefix without a token
     /// (repeatable).
     #[arg(long)]
@@ -452,6 +456,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         max_connections: args.max_connections,
         max_live_readers: args.max_live_readers,
         max_live_readers_per_stream: args.max_live_readers_per_stream,
+        hyper_http1: args.hyper_http1,
         tls: tls.clone(),
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),

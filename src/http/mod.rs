@@ -52,6 +52,7 @@ mod body;
 mod bootstrap;
 mod cursor;
 mod error;
+mod h1;
 mod keys;
 mod limits;
 mod names;
@@ -149,6 +150,10 @@ pub struct ServerConfig {
     /// Live readers of one stream at once; one more is answered 503 `TOO_MANY_LIVE_READERS`.
     /// Default `None` (only `max_live_readers` applies).
     pub max_live_readers_per_stream: Option<usize>,
+    /// Serve every plain HTTP/1.1 request with hyper's connection loop instead of brook's own
+    /// (which serves the common requests and hands a connection to hyper at the first request
+    /// it does not frame itself: see `h1.rs`). For comparing the two; default false.
+    pub hyper_http1: bool,
 }
 
 impl Default for ServerConfig {
@@ -175,6 +180,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_live_readers: 10_000,
             max_live_readers_per_stream: None,
+            hyper_http1: false,
         }
     }
 }
@@ -346,6 +352,10 @@ pub async fn serve_with_admin(
             (*app).clone(),
         ));
     }
+    // brook's own HTTP/1.1 loop (h1.rs) hands connections it does not serve to hyper with
+    // these settings; every connection it serves holds a receiver of `alive` until it ends.
+    let fallback = Arc::new(builder.clone());
+    let (alive_tx, alive) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -388,8 +398,22 @@ pub async fn serve_with_admin(
             ));
             continue;
         }
-        let service = http1_service(app.clone(), admin_only);
         let socket = socket::Socket::new(stream, sendfile, app.config.write_stall_timeout);
+        if !admin_only && !app.config.hyper_http1 {
+            let fallback = h1::Fallback {
+                builder: fallback.clone(),
+                watcher: graceful.watcher(),
+            };
+            tokio::spawn(h1::serve(
+                app.clone(),
+                socket,
+                fallback,
+                open,
+                alive.clone(),
+            ));
+            continue;
+        }
+        let service = http1_service(app.clone(), admin_only);
         let conn = builder.serve_connection(TokioIo::new(socket), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -401,7 +425,12 @@ pub async fn serve_with_admin(
     drop(listener);
     // Live readers watch this and answer (204, end of SSE) at once.
     let _ = signal.send(true);
-    if tokio::time::timeout(app.config.shutdown_grace, graceful.shutdown())
+    drop(alive);
+    let drained = async {
+        graceful.shutdown().await;
+        alive_tx.closed().await;
+    };
+    if tokio::time::timeout(app.config.shutdown_grace, drained)
         .await
         .is_err()
     {

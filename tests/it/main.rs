@@ -16,6 +16,8 @@ mod engine;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
+mod http1_loop;
+#[cfg(feature = "http")]
 mod http_auth;
 #[cfg(feature = "http")]
 mod http_cache;

@@ -1,0 +1,678 @@
+//! brook's own HTTP/1.1 connection loop for plain (not TLS) connections.
+//!
+//! hyper's HTTP/1.1 loop is general: a dispatcher state machine, a channel-backed request body,
+//! a queue of response buffers. For this protocol's common requests (an append of a few
+//! kilobytes, a catch-up read, a HEAD) that generality cost more instructions than the engine's
+//! whole append (docs/benchmarks.md). This loop serves the requests it knows how to frame and
+//! hands the connection to hyper for everything else, so hyper stays the answer to every corner
+//! of HTTP/1.1 it handles today:
+//!
+//! * **Served here:** HTTP/1.1 requests with no body or a `Content-Length` body of at most
+//!   [`INLINE_BODY_MAX`] bytes, with at most [`MAX_HEADERS`] header lines in at most
+//!   [`MAX_HEAD`] bytes, without `Transfer-Encoding`, `Upgrade` or an `Expect` other than
+//!   `100-continue`. The body is read whole before the handler runs (so the handler's
+//!   [`read_body`](super::body::read_body) finds it in one frame); a body that delivers
+//!   nothing for [`ServerConfig::body_read_timeout`](super::ServerConfig::body_read_timeout)
+//!   is answered 408 `REQUEST_TIMEOUT` and the connection closed, as on hyper's path.
+//! * **Handed to hyper:** the first request that is anything else (HTTP/1.0, a chunked or larger
+//!   upload, a malformed or oversized head, an upgrade), together with every byte read after it:
+//!   hyper serves the rest of that connection (see [`Rewind`]), with its own refusals.
+//!
+//! Responses are framed as hyper frames them (the handlers are the same): a body of known length
+//! gets `Content-Length` (none on `HEAD`, `1xx`, `204`, `304`), a streaming one (SSE, bootstrap)
+//! is chunked and each frame leaves as it comes; `Date` is added from a per-thread cache that
+//! changes once a second. A response head and the pieces of a small body leave in one `writev`;
+//! large mapped pieces leave by `sendfile` (the [`Socket`] decides). Pipelined requests are
+//! served in order from the read buffer.
+//!
+//! Timeouts are hyper's: waiting for a request's head (an idle keep-alive connection included)
+//! is bounded by [`ServerConfig::header_read_timeout`](super::ServerConfig::header_read_timeout),
+//! measured by one timer per connection that is re-armed only when it fires (no timer per
+//! request). Shutdown closes idle connections at once and the others after their response.
+
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::FutureExt;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::admin::RouteKind;
+use super::error::ApiError;
+use super::socket::Socket;
+use super::{AppState, Open, reply};
+
+/// The largest request head (request line and headers) this loop parses; a longer one goes to
+/// hyper, which refuses it (brook's own `431` covers heads up to
+/// [`request::MAX_HEADER_BYTES`](super::request) on either path).
+pub(crate) const MAX_HEAD: usize = 80 << 10;
+
+/// The most header lines this loop parses; a request with more goes to hyper (which takes up
+/// to 100, then answers a bare `431`).
+pub(crate) const MAX_HEADERS: usize = 64;
+
+/// The largest request body read whole before its handler runs; a larger one goes to hyper,
+/// which streams it to the handler (snapshot uploads, large appends).
+pub(crate) const INLINE_BODY_MAX: usize = 256 << 10;
+
+/// What a connection's read buffer starts with (a request head and a small body).
+const READ_BUF: usize = 8 << 10;
+
+/// What the loop needs from the server to hand a connection to hyper.
+pub(crate) struct Fallback {
+    /// hyper's HTTP/1.1 connection settings.
+    pub(crate) builder: Arc<hyper::server::conn::http1::Builder>,
+    /// The server's graceful shutdown, which a handed-off connection joins.
+    pub(crate) watcher: hyper_util::server::graceful::Watcher,
+}
+
+/// One request head, parsed: positions in the read buffer, so the buffer can be frozen and
+/// sliced without copying.
+struct Head {
+    /// The method.
+    method: Method,
+    /// The request target's bytes.
+    target: (usize, usize),
+    /// Bytes of the head, up to and including the empty line.
+    len: usize,
+    /// The `Content-Length` (0 without one).
+    body_len: usize,
+    /// `Expect: 100-continue` was sent.
+    expects_continue: bool,
+    /// `Connection: close` was sent.
+    close: bool,
+}
+
+/// Why a head is not served here.
+enum NotHere {
+    /// Hand the connection to hyper from this request on.
+    Handoff,
+}
+
+/// Serves `socket` until the peer closes it, a timeout ends it, the server shuts down, or a
+/// request hands it to hyper. `open` counts the connection until this returns; `alive` tells
+/// shutdown that it has not returned yet.
+pub(crate) async fn serve(
+    app: Arc<AppState>,
+    mut socket: Socket,
+    fallback: Fallback,
+    open: Open,
+    alive: watch::Receiver<()>,
+) {
+    let mut buf = BytesMut::with_capacity(READ_BUF);
+    let mut out = Vec::with_capacity(512);
+    let header_timeout = app.config.header_read_timeout;
+    // One timer for the connection: it fires at most once per `header_timeout`, and then checks
+    // how long the current head has been awaited (see `read_head`).
+    let mut timer = Box::pin(tokio::time::sleep(header_timeout));
+    let mut rx = app.shutdown.clone();
+    let mut shutting_down = std::pin::pin!(async move {
+        // `wait_for` fails only when the sender is gone, which the app state keeps alive.
+        let _ = rx.wait_for(|down| *down).await;
+    });
+    // The header lines' positions of the request being served, kept for the next.
+    let mut lines = Vec::with_capacity(16);
+    loop {
+        let head = match read_head(
+            &mut socket,
+            &mut buf,
+            &mut lines,
+            header_timeout,
+            timer.as_mut(),
+            shutting_down.as_mut(),
+        )
+        .await
+        {
+            Ok(Some(head)) => head,
+            Ok(None) => return,
+            Err(NotHere::Handoff) => return handoff(app, socket, buf, fallback, open, alive).await,
+        };
+        if head.body_len > buf.len() - head.len {
+            let idle = app.config.body_read_timeout;
+            match read_body(&mut socket, &mut buf, &head, idle).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(()) => {
+                    let mut res = ApiError::body_timeout(idle).into_response();
+                    app.metrics.error("REQUEST_TIMEOUT");
+                    app.metrics
+                        .request(RouteKind::Other, res.status(), std::time::Duration::ZERO);
+                    reply::common_headers(res.headers_mut(), false);
+                    let _ = respond(&mut socket, &mut out, res, false, true).await;
+                    return;
+                }
+            }
+        }
+        let message = buf.split_to(head.len + head.body_len).freeze();
+        let is_head = head.method == Method::HEAD;
+        let mut close = head.close;
+        let Some(req) = request(&message, &head, &lines) else {
+            // A target or header that `http` does not accept, though httparse did: hyper
+            // answers it with its own 400 (nothing was consumed but this request's bytes).
+            let mut rest = BytesMut::with_capacity(message.len() + buf.len());
+            rest.extend_from_slice(&message);
+            rest.extend_from_slice(&buf);
+            return handoff(app, socket, rest, fallback, open, alive).await;
+        };
+        drop(message);
+        let res = super::handle(&app, req, false).await;
+        close |= *app.shutdown.borrow();
+        match respond(&mut socket, &mut out, res, is_head, close).await {
+            Ok(closes) if !closes => {}
+            _ => return,
+        }
+    }
+}
+
+/// Reads until `buf` holds a whole request head and parses it. `Ok(None)`: the peer closed the
+/// connection, the head took longer than `limit`, or the server is shutting down while this
+/// connection waits for a request.
+async fn read_head(
+    socket: &mut Socket,
+    buf: &mut BytesMut,
+    lines: &mut Lines,
+    limit: Duration,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+    mut shutting_down: Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<Head>, NotHere> {
+    let since = Instant::now();
+    loop {
+        if !buf.is_empty() {
+            if let Some(head) = parse(buf, lines)? {
+                return Ok(Some(head));
+            }
+            if buf.len() >= MAX_HEAD {
+                return Err(NotHere::Handoff);
+            }
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(READ_BUF);
+        }
+        tokio::select! {
+            biased;
+            read = socket.read_buf(buf) => match read {
+                Ok(0) | Err(_) => return Ok(None),
+                Ok(_) => {}
+            },
+            () = &mut timer => {
+                if since.elapsed() >= limit {
+                    tracing::debug!("a request head did not arrive within the header read timeout");
+                    return Ok(None);
+                }
+                let at = since + limit;
+                timer.as_mut().reset(at);
+            }
+            () = &mut shutting_down, if buf.is_empty() => return Ok(None),
+        }
+    }
+}
+
+/// Reads the rest of `head`'s body into `buf` (after a `100 Continue` if the client waits for
+/// one). `Ok(false)`: the peer closed the connection; `Err`: nothing arrived for `idle`.
+async fn read_body(
+    socket: &mut Socket,
+    buf: &mut BytesMut,
+    head: &Head,
+    idle: Duration,
+) -> Result<bool, ()> {
+    let need = head.len + head.body_len;
+    if head.expects_continue
+        && socket
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .is_err()
+    {
+        return Ok(false);
+    }
+    buf.reserve(need - buf.len());
+    while buf.len() < need {
+        match tokio::time::timeout(idle, socket.read_buf(buf)).await {
+            Ok(Ok(0) | Err(_)) => return Ok(false),
+            Ok(Ok(_)) => {}
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(true)
+}
+
+/// The positions of a head's header lines in the read buffer: name and value, each as start
+/// and length.
+type Lines = Vec<((usize, usize), (usize, usize))>;
+
+/// Parses the head at the start of `buf`, its header lines' positions into `lines`: `None` when
+/// it is not complete yet.
+fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, &mut slots) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(NotHere::Handoff),
+    };
+    if req.version != Some(1) {
+        return Err(NotHere::Handoff);
+    }
+    let (Some(method), Some(path)) = (req.method, req.path) else {
+        return Err(NotHere::Handoff);
+    };
+    let method = match method {
+        "GET" => Method::GET,
+        "POST" => Method::POST,
+        "PUT" => Method::PUT,
+        "HEAD" => Method::HEAD,
+        "DELETE" => Method::DELETE,
+        "OPTIONS" => Method::OPTIONS,
+        _ => return Err(NotHere::Handoff),
+    };
+    let at = |s: &[u8]| (s.as_ptr() as usize - buf.as_ptr() as usize, s.len());
+    let mut head = Head {
+        method,
+        target: at(path.as_bytes()),
+        len,
+        body_len: 0,
+        expects_continue: false,
+        close: false,
+    };
+    let mut length: Option<usize> = None;
+    lines.clear();
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_length(h.value).ok_or(NotHere::Handoff)?;
+            if length.is_some_and(|m| m != n) || n > INLINE_BODY_MAX {
+                return Err(NotHere::Handoff);
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"upgrade")
+        {
+            return Err(NotHere::Handoff);
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            if !h.value.eq_ignore_ascii_case(b"100-continue") {
+                return Err(NotHere::Handoff);
+            }
+            head.expects_continue = true;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in h.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    head.close = true;
+                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    return Err(NotHere::Handoff);
+                }
+            }
+        }
+        lines.push((at(name), at(h.value)));
+    }
+    head.body_len = length.unwrap_or(0);
+    // Without a body to wait for, a `100 Continue` would only confuse the client.
+    head.expects_continue &= head.body_len > 0 && buf.len() < len + head.body_len;
+    Ok(Some(head))
+}
+
+/// A `Content-Length` value: decimal digits only (as hyper takes it, without a sign or spaces).
+fn parse_length(v: &[u8]) -> Option<usize> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// The handler's request: the head's target, headers and body as views of `message` (the
+/// head and body bytes, frozen). `None` if the target or a header is not one `http` accepts.
+fn request(message: &Bytes, head: &Head, lines: &Lines) -> Option<Request<Body>> {
+    let slice = |(at, len): (usize, usize)| message.slice(at..at + len);
+    let uri = Uri::from_maybe_shared(slice(head.target)).ok()?;
+    let mut headers = HeaderMap::with_capacity(lines.len());
+    for &(name, value) in lines {
+        let name = header_name(&message[name.0..name.0 + name.1])?;
+        let value = HeaderValue::from_maybe_shared(slice(value)).ok()?;
+        headers.append(name, value);
+    }
+    let body = if head.body_len == 0 {
+        Body::empty()
+    } else {
+        Body::from(message.slice(head.len..head.len + head.body_len))
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = head.method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    Some(req)
+}
+
+/// The protocol's own header names, so the common requests' names cost no allocation (`http`
+/// allocates a custom name it parses).
+const KNOWN: [HeaderName; 9] = [
+    HeaderName::from_static("producer-id"),
+    HeaderName::from_static("producer-epoch"),
+    HeaderName::from_static("producer-seq"),
+    HeaderName::from_static("stream-seq"),
+    HeaderName::from_static("stream-incarnation"),
+    HeaderName::from_static("stream-closed"),
+    HeaderName::from_static("stream-ttl"),
+    HeaderName::from_static("stream-expires-at"),
+    HeaderName::from_static("stream-forked-from"),
+];
+
+/// `name` as a header name: a standard one or one of [`KNOWN`] without allocating.
+fn header_name(name: &[u8]) -> Option<HeaderName> {
+    let ours = name.len() > 9 && name[..7].eq_ignore_ascii_case(b"stream-")
+        || name.len() > 10 && name[..9].eq_ignore_ascii_case(b"producer-");
+    if ours
+        && let Some(known) = KNOWN
+            .iter()
+            .find(|k| k.as_str().as_bytes().eq_ignore_ascii_case(name))
+    {
+        return Some(known.clone());
+    }
+    HeaderName::from_bytes(name).ok()
+}
+
+/// Writes `res` (no body for a `HEAD` request), with `Connection: close` when `close`.
+/// Returns whether the connection is to be closed after it (asked, or the response said so).
+async fn respond(
+    socket: &mut Socket,
+    out: &mut Vec<u8>,
+    res: Response,
+    is_head: bool,
+    mut close: bool,
+) -> io::Result<bool> {
+    let (parts, mut body) = res.into_parts();
+    let status = parts.status;
+    let may_have_body = !is_head && !bodiless(status);
+    let exact = http_body::Body::size_hint(&body).exact();
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut declared = false;
+    let mut dated = false;
+    for (name, value) in &parts.headers {
+        if *name == header::CONTENT_LENGTH {
+            if declared || !may_have_length(status) {
+                continue;
+            }
+            declared = true;
+        } else if *name == header::TRANSFER_ENCODING {
+            continue;
+        } else if *name == header::CONNECTION {
+            close |= value.as_bytes().eq_ignore_ascii_case(b"close");
+            if close {
+                continue;
+            }
+        } else if *name == header::DATE {
+            dated = true;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let chunked = may_have_body && !declared && exact.is_none();
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    } else if !declared
+        && may_have_length(status)
+        && let Some(n) = exact
+        && (n > 0 || !is_head)
+    {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    if !dated {
+        out.extend_from_slice(b"date: ");
+        date::extend(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !may_have_body {
+        socket.write_all(out).await?;
+        return Ok(close);
+    }
+    send_body(socket, out, &mut body, chunked).await?;
+    Ok(close)
+}
+
+/// Whether `status` never has a body (`1xx`, `204`, `304`).
+fn bodiless(status: StatusCode) -> bool {
+    status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+}
+
+/// Whether a response with `status` may carry `Content-Length`.
+fn may_have_length(status: StatusCode) -> bool {
+    !bodiless(status)
+}
+
+/// One piece of what a write sends: bytes of the head buffer, a chunk's framing, or a frame.
+enum Piece {
+    /// `out[from..to]`.
+    Out(usize, usize),
+    /// A frame's bytes.
+    Data(Bytes),
+}
+
+/// Sends the head in `out` and then `body`: every frame that is ready goes in the same write;
+/// when the body has to wait for its next frame (SSE), what is ready leaves first. Chunked
+/// framing when `chunked`.
+async fn send_body(
+    socket: &mut Socket,
+    out: &mut Vec<u8>,
+    body: &mut Body,
+    chunked: bool,
+) -> io::Result<()> {
+    let mut pieces: Vec<Piece> = Vec::with_capacity(4);
+    pieces.push(Piece::Out(0, out.len()));
+    let mut ended = false;
+    while !ended {
+        let next = if let Some(next) = body.frame().now_or_never() {
+            next
+        } else {
+            write_pieces(socket, out, &pieces).await?;
+            pieces.clear();
+            out.clear();
+            body.frame().await
+        };
+        match next {
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                if chunked {
+                    let from = out.len();
+                    extend_hex(out, data.len());
+                    out.extend_from_slice(b"\r\n");
+                    pieces.push(Piece::Out(from, out.len()));
+                    pieces.push(Piece::Data(data));
+                    let from = out.len();
+                    out.extend_from_slice(b"\r\n");
+                    pieces.push(Piece::Out(from, out.len()));
+                } else {
+                    pieces.push(Piece::Data(data));
+                }
+            }
+            Some(Err(e)) => {
+                // The body failed mid-way: the response cannot be completed, so the connection
+                // ends (the client sees a truncated body, never a wrong one).
+                write_pieces(socket, out, &pieces).await?;
+                return Err(io::Error::other(e));
+            }
+            None => ended = true,
+        }
+    }
+    if chunked {
+        let from = out.len();
+        out.extend_from_slice(b"0\r\n\r\n");
+        pieces.push(Piece::Out(from, out.len()));
+    }
+    write_pieces(socket, out, &pieces).await
+}
+
+/// Appends `n` in lowercase hexadecimal (a chunk's size line).
+fn extend_hex(out: &mut Vec<u8>, n: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        out.push(DIGITS[(n >> (4 * i)) & 0xf]);
+    }
+}
+
+/// Writes every piece, in order, with as few `writev` (or `sendfile`) calls as the socket takes.
+async fn write_pieces(socket: &mut Socket, out: &[u8], pieces: &[Piece]) -> io::Result<()> {
+    const BATCH: usize = 32;
+    for group in pieces.chunks(BATCH) {
+        let mut slices: [IoSlice<'_>; BATCH] = [IoSlice::new(&[]); BATCH];
+        for (slot, piece) in slices.iter_mut().zip(group) {
+            *slot = IoSlice::new(match piece {
+                Piece::Out(from, to) => &out[*from..*to],
+                Piece::Data(data) => data,
+            });
+        }
+        let mut left = &mut slices[..group.len()];
+        while !left.is_empty() {
+            let n = socket.write_vectored(left).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut left, n);
+        }
+    }
+    Ok(())
+}
+
+/// Hands the connection to hyper: `read` (bytes read but not served: the request that is not
+/// served here and whatever followed it) is read again before the socket.
+async fn handoff(
+    app: Arc<AppState>,
+    socket: Socket,
+    read: BytesMut,
+    fallback: Fallback,
+    open: Open,
+    alive: watch::Receiver<()>,
+) {
+    let io = hyper_util::rt::TokioIo::new(Rewind {
+        read: read.freeze(),
+        socket,
+    });
+    let conn = fallback
+        .builder
+        .serve_connection(io, super::http1_service(app, false));
+    // A connection's error (reset, malformed request) concerns that connection only.
+    let _ = fallback.watcher.watch(conn).await;
+    drop((open, alive));
+}
+
+/// A socket with bytes already read from it put back in front.
+struct Rewind {
+    /// Bytes to be read before the socket's.
+    read: Bytes,
+    /// The connection.
+    socket: Socket,
+}
+
+impl AsyncRead for Rewind {
+    /// The bytes put back first, then the socket's.
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.read.is_empty() {
+            return Pin::new(&mut this.socket).poll_read(cx, buf);
+        }
+        let n = this.read.len().min(buf.remaining());
+        buf.put_slice(&this.read[..n]);
+        this.read.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Rewind {
+    /// The socket's write.
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().socket).poll_write(cx, buf)
+    }
+
+    /// The socket's vectored write (`sendfile` for large mapped slices).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().socket).poll_write_vectored(cx, bufs)
+    }
+
+    /// True, as for the socket.
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// The socket's flush.
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().socket).poll_flush(cx)
+    }
+
+    /// The socket's shutdown.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().socket).poll_shutdown(cx)
+    }
+}
+
+/// The `Date` header's value, formatted once a second per thread.
+mod date {
+    use std::cell::RefCell;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    /// The second the cached value is for, and the value (IMF-fixdate, 29 bytes).
+    struct Cached {
+        /// Seconds since the epoch.
+        second: u64,
+        /// `Sun, 06 Nov 1994 08:49:37 GMT`.
+        text: String,
+    }
+
+    thread_local! {
+        static CACHED: RefCell<Cached> = const {
+            RefCell::new(Cached { second: u64::MAX, text: String::new() })
+        };
+    }
+
+    /// Appends the current date to `out`.
+    pub(super) fn extend(out: &mut Vec<u8>) {
+        let now = SystemTime::now();
+        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        CACHED.with_borrow_mut(|c| {
+            if c.second != second {
+                c.second = second;
+                c.text = httpdate::fmt_http_date(now);
+            }
+            out.extend_from_slice(c.text.as_bytes());
+        });
+    }
+}
