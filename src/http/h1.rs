@@ -18,6 +18,11 @@
 //!   upload, a malformed or oversized head, an upgrade), together with every byte read after it:
 //!   hyper serves the rest of that connection (see [`Rewind`]), with its own refusals.
 //!
+//! The handler's request is the `http::Request` hyper would have built, less the request headers
+//! no handler reads (`User-Agent`, `Accept`, `Accept-Encoding`, `Accept-Language`, `Cookie`,
+//! `Referer`, `Connection`, fetch metadata: see [`unread`]); header values and the body are views
+//! of the read buffer.
+//!
 //! Responses are framed as hyper frames them (the handlers are the same): a body of known length
 //! gets `Content-Length` (none on `HEAD`, `1xx`, `204`, `304`), a streaming one (SSE, bootstrap)
 //! is chunked and each frame leaves as it comes; `Date` is added from a per-thread cache that
@@ -143,12 +148,11 @@ pub(crate) async fn serve(
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(()) => {
-                    let mut res = ApiError::body_timeout(idle).into_response();
+                    let res = ApiError::body_timeout(idle).into_response();
                     app.metrics.error("REQUEST_TIMEOUT");
                     app.metrics
                         .request(RouteKind::Other, res.status(), std::time::Duration::ZERO);
-                    reply::common_headers(res.headers_mut(), false);
-                    let _ = respond(&mut socket, &mut out, res, false, true).await;
+                    let _ = respond(&mut socket, &mut out, res, false, false, true).await;
                     return;
                 }
             }
@@ -165,9 +169,9 @@ pub(crate) async fn serve(
             return handoff(app, socket, rest, fallback, open, alive).await;
         };
         drop(message);
-        let res = super::handle(&app, req, false).await;
+        let (res, cors) = super::respond(&app, req, false).await;
         close |= *app.shutdown.borrow();
-        match respond(&mut socket, &mut out, res, is_head, close).await {
+        match respond(&mut socket, &mut out, res, is_head, cors, close).await {
             Ok(closes) if !closes => {}
             _ => return,
         }
@@ -284,40 +288,86 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
         close: false,
     };
     let mut length: Option<usize> = None;
+    let mut total = 0;
     lines.clear();
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            let n = parse_length(h.value).ok_or(NotHere::Handoff)?;
-            if length.is_some_and(|m| m != n) || n > INLINE_BODY_MAX {
-                return Err(NotHere::Handoff);
-            }
-            length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
-            || name.eq_ignore_ascii_case(b"upgrade")
-        {
-            return Err(NotHere::Handoff);
-        } else if name.eq_ignore_ascii_case(b"expect") {
-            if !h.value.eq_ignore_ascii_case(b"100-continue") {
-                return Err(NotHere::Handoff);
-            }
-            head.expects_continue = true;
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                if token.eq_ignore_ascii_case(b"close") {
-                    head.close = true;
-                } else if token.eq_ignore_ascii_case(b"upgrade") {
+        // The names this loop acts on, told apart by length first (most lines match none).
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        match name.len() {
+            14 if is(b"content-length") => {
+                let n = parse_length(h.value).ok_or(NotHere::Handoff)?;
+                if length.is_some_and(|m| m != n) || n > INLINE_BODY_MAX {
                     return Err(NotHere::Handoff);
                 }
+                length = Some(n);
             }
+            17 if is(b"transfer-encoding") => return Err(NotHere::Handoff),
+            7 if is(b"upgrade") => return Err(NotHere::Handoff),
+            6 if is(b"expect") => {
+                if !h.value.eq_ignore_ascii_case(b"100-continue") {
+                    return Err(NotHere::Handoff);
+                }
+                head.expects_continue = true;
+            }
+            10 if is(b"connection") => {
+                for token in h.value.split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"close") {
+                        head.close = true;
+                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        return Err(NotHere::Handoff);
+                    }
+                }
+            }
+            _ => {}
         }
-        lines.push((at(name), at(h.value)));
+        total += name.len() + h.value.len();
+        if !unread(name) {
+            lines.push((at(name), at(h.value)));
+        }
+    }
+    if total > super::request::MAX_HEADER_BYTES {
+        // Keep every line, so that the handler's check refuses the head with its 431 as it
+        // counts it on hyper's path.
+        lines.clear();
+        lines.extend(
+            req.headers
+                .iter()
+                .map(|h| (at(h.name.as_bytes()), at(h.value))),
+        );
     }
     head.body_len = length.unwrap_or(0);
     // Without a body to wait for, a `100 Continue` would only confuse the client.
     head.expects_continue &= head.body_len > 0 && buf.len() < len + head.body_len;
     Ok(Some(head))
+}
+
+/// Whether no handler reads request header `name`: the headers clients and browsers send for
+/// content negotiation, caching and fetch metadata, which this protocol has no use for. They
+/// are framing-checked by httparse and counted toward the header-size limit, but left out of
+/// the handler's `HeaderMap` (`Connection` is read here, by the loop). Building and dropping
+/// that map is most of a small request's parse cost.
+fn unread(name: &[u8]) -> bool {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        2 => is(b"te"),
+        3 => is(b"dnt"),
+        6 => is(b"accept") || is(b"pragma") || is(b"cookie"),
+        7 => is(b"referer"),
+        8 => is(b"priority"),
+        10 => is(b"user-agent") || is(b"connection") || is(b"keep-alive"),
+        14 => {
+            name[..10].eq_ignore_ascii_case(b"sec-fetch-")
+                && (is(b"sec-fetch-dest")
+                    || is(b"sec-fetch-mode")
+                    || is(b"sec-fetch-site")
+                    || is(b"sec-fetch-user"))
+        }
+        15 => is(b"accept-encoding") || is(b"accept-language"),
+        25 => is(b"upgrade-insecure-requests"),
+        _ => name.len() > 9 && name[..9].eq_ignore_ascii_case(b"sec-ch-ua"),
+    }
 }
 
 /// A `Content-Length` value: decimal digits only (as hyper takes it, without a sign or spaces).
@@ -365,8 +415,22 @@ const KNOWN: [HeaderName; 9] = [
     HeaderName::from_static("stream-forked-from"),
 ];
 
-/// `name` as a header name: a standard one or one of [`KNOWN`] without allocating.
+/// `name` as a header name: a standard one or one of [`KNOWN`] without allocating, and the
+/// commonest request headers without `http`'s general parse.
 fn header_name(name: &[u8]) -> Option<HeaderName> {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let common = match name.len() {
+        4 if is(b"host") => Some(header::HOST),
+        6 if is(b"origin") => Some(header::ORIGIN),
+        12 if is(b"content-type") => Some(header::CONTENT_TYPE),
+        13 if is(b"authorization") => Some(header::AUTHORIZATION),
+        13 if is(b"if-none-match") => Some(header::IF_NONE_MATCH),
+        14 if is(b"content-length") => Some(header::CONTENT_LENGTH),
+        _ => None,
+    };
+    if common.is_some() {
+        return common;
+    }
     let ours = name.len() > 9 && name[..7].eq_ignore_ascii_case(b"stream-")
         || name.len() > 10 && name[..9].eq_ignore_ascii_case(b"producer-");
     if ours
@@ -379,13 +443,15 @@ fn header_name(name: &[u8]) -> Option<HeaderName> {
     HeaderName::from_bytes(name).ok()
 }
 
-/// Writes `res` (no body for a `HEAD` request), with `Connection: close` when `close`.
+/// Writes `res` (no body for a `HEAD` request) with the headers every response carries (and the
+/// CORS ones when `cors`: see [`reply::common_headers`]), and `Connection: close` when `close`.
 /// Returns whether the connection is to be closed after it (asked, or the response said so).
 async fn respond(
     socket: &mut Socket,
     out: &mut Vec<u8>,
     res: Response,
     is_head: bool,
+    cors: bool,
     mut close: bool,
 ) -> io::Result<bool> {
     let (parts, mut body) = res.into_parts();
@@ -420,6 +486,10 @@ async fn respond(
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(reply::COMMON_LINES);
+    if cors {
+        out.extend_from_slice(reply::CORS_LINES);
     }
     let chunked = may_have_body && !declared && exact.is_none();
     if chunked {

@@ -623,6 +623,15 @@ impl Drop for Open {
 /// in the metrics (and logged at debug). On the admin listener (`admin_only`) only `/__brook/`
 /// routes are served.
 async fn handle(app: &AppState, req: Request, admin_only: bool) -> Response {
+    let (mut res, cors) = respond(app, req, admin_only).await;
+    reply::common_headers(res.headers_mut(), cors);
+    res
+}
+
+/// [`handle`] without the headers every response carries: the response, and whether it is to
+/// carry the CORS headers too. brook's HTTP/1.1 loop writes those as constant bytes
+/// (`h1.rs`) instead of inserting them into every response's map.
+async fn respond(app: &AppState, req: Request, admin_only: bool) -> (Response, bool) {
     let started = Instant::now();
     let (mut parts, body) = req.into_parts();
     // Only a server logging at debug copies the method and path for its request line.
@@ -631,7 +640,7 @@ async fn handle(app: &AppState, req: Request, admin_only: bool) -> Response {
         .then(|| (parts.method.clone(), parts.uri.path().to_owned()));
     let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
     let mut kind = RouteKind::Other;
-    let mut res = if parts.method == Method::OPTIONS {
+    let res = if parts.method == Method::OPTIONS {
         kind = RouteKind::Preflight;
         reply::preflight(&parts.headers)
     } else if let Some(access) = &app.config.access {
@@ -659,11 +668,10 @@ async fn handle(app: &AppState, req: Request, admin_only: bool) -> Response {
         }
     };
     app.metrics.request(kind, res.status(), started.elapsed());
-    reply::common_headers(res.headers_mut(), cors);
     if let Some((method, path)) = logged {
         log_request(&method, &path, &res, started.elapsed());
     }
-    res
+    (res, cors)
 }
 
 /// The request's `debug` line: method, path, status, body bytes (`-` when the body streams

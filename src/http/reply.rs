@@ -125,11 +125,17 @@ pub(crate) fn problem(
 
 /// The response headers a browser's script may read (`Access-Control-Expose-Headers`): every
 /// header the protocol answers with.
-const EXPOSED_HEADERS: &str = "Stream-Next-Offset, Stream-Up-To-Date, Stream-Closed, Stream-Cursor, \
+macro_rules! exposed_headers {
+    () => {
+        "Stream-Next-Offset, Stream-Up-To-Date, Stream-Closed, Stream-Cursor, \
     Stream-Last-Seq, Stream-Incarnation, Stream-TTL, Stream-Expires-At, Stream-Earliest-Offset, \
     Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-SSE-Data-Encoding, Producer-Epoch, \
     Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, \
-    WWW-Authenticate";
+    WWW-Authenticate"
+    };
+}
+/// [`exposed_headers!`] as a constant.
+const EXPOSED_HEADERS: &str = exposed_headers!();
 
 /// Request headers a browser may send (the preflight's `Access-Control-Allow-Headers`).
 const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Stream-Seq, Stream-TTL, \
@@ -147,6 +153,19 @@ const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
 /// shared cache may hand a GET response to a browser that asked with `Origin`. Other responses
 /// (a server-side client's append, say) go without them: `Access-Control-Expose-Headers` alone
 /// is 400 bytes, more than the rest of an append's response.
+/// [`common_headers`] as header lines, for a framer that writes them itself (`h1.rs`); the same
+/// names and values, in the same order.
+pub(crate) const COMMON_LINES: &[u8] =
+    b"x-content-type-options: nosniff\r\ncross-origin-resource-policy: cross-origin\r\n";
+
+/// The CORS lines [`common_headers`] adds when `cors`, for the same framer.
+pub(crate) const CORS_LINES: &[u8] = concat!(
+    "access-control-allow-origin: *\r\naccess-control-expose-headers: ",
+    exposed_headers!(),
+    "\r\n"
+)
+.as_bytes();
+
 pub(crate) fn common_headers(h: &mut HeaderMap, cors: bool) {
     h.insert(
         X_CONTENT_TYPE_OPTIONS,
