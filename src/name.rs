@@ -497,13 +497,17 @@ pub(crate) fn is_normal_essence(ct: &str) -> bool {
             && s.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$&-^_.+".contains(&b))
     };
-    ct.split_once('/')
-        .is_some_and(|(t, s)| token(t) && token(s))
+    // A byte scan: for a type of a dozen bytes it costs less than `str::split_once`'s searcher.
+    ct.as_bytes()
+        .iter()
+        .position(|&b| b == b'/')
+        .is_some_and(|i| token(&ct[..i]) && token(&ct[i + 1..]))
 }
 
 /// Whether a normalized content type selects JSON mode (`application/json`, any parameters).
 pub fn is_json(ct: &str) -> bool {
-    ct.split(';').next() == Some("application/json")
+    ct.strip_prefix("application/json")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(';'))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! `Err(Error::OutcomeUnknown)` if its batch reached the journal file and a later step failed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use event_listener::{Event, EventListener, Listener};
 
@@ -30,6 +30,11 @@ pub(super) struct Batch {
     /// [`PENDING`], then [`DURABLE`] or [`FAILED`], set once.
     state: AtomicU8,
     event: Event,
+    /// Set before anyone listens to `event`: a batch whose only writer committed it itself (a
+    /// Buffered append on a quiet shard) is finished without a notify, which would allocate the
+    /// event's listener list for nobody. Sequentially consistent with `state`: a finisher that
+    /// sees no listener stored its state before the listener's last look at it.
+    listened: AtomicBool,
 }
 
 impl Batch {
@@ -38,6 +43,7 @@ impl Batch {
         Arc::new(Batch {
             state: AtomicU8::new(PENDING),
             event: Event::new(),
+            listened: AtomicBool::new(false),
         })
     }
 
@@ -45,15 +51,22 @@ impl Batch {
     /// cause must already be recorded, so a woken writer finds it.
     pub(super) fn finish(&self, ok: bool) {
         self.state
-            .store(if ok { DURABLE } else { FAILED }, Ordering::Release);
-        self.event.notify(usize::MAX);
+            .store(if ok { DURABLE } else { FAILED }, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// Wakes the batch's listeners, if any registered.
+    fn wake(&self) {
+        if self.listened.load(Ordering::SeqCst) {
+            self.event.notify(usize::MAX);
+        }
     }
 
     /// Marks the batch failed after its records were written to the journal file (they may be
     /// replayed after a restart) and wakes its writers. The shard's cause must be recorded.
     pub(super) fn finish_unknown(&self) {
-        self.state.store(UNKNOWN, Ordering::Release);
-        self.event.notify(usize::MAX);
+        self.state.store(UNKNOWN, Ordering::SeqCst);
+        self.wake();
     }
 }
 
@@ -89,7 +102,7 @@ impl Ticket {
     /// The outcome, if it is known yet: durable, or the shard's poisoning.
     fn poll(&self) -> Option<Result<()>> {
         if let Some(b) = &self.batch {
-            return match b.state.load(Ordering::Acquire) {
+            return match b.state.load(Ordering::SeqCst) {
                 PENDING => None,
                 DURABLE => Some(Ok(())),
                 UNKNOWN => Some(Err(match self.shard.poisoned_error() {
@@ -109,7 +122,10 @@ impl Ticket {
     /// LSN advancing.
     fn listen(&self) -> EventListener {
         match &self.batch {
-            Some(b) => b.event.listen(),
+            Some(b) => {
+                b.listened.store(true, Ordering::SeqCst);
+                b.event.listen()
+            }
             None => self.shard.durable.listen(),
         }
     }
