@@ -78,6 +78,8 @@ mod snapshot;
 mod stream;
 pub(crate) mod subscription;
 mod ticket;
+#[cfg(feature = "tier")]
+mod tier;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -131,6 +133,9 @@ pub(crate) struct Engine {
     pub(crate) counters: Arc<Counters>,
     /// What the open's recovery did: journal bytes replayed, streams touched, seconds taken.
     recovered: (u64, u64, f64),
+    /// The cold tier, when configured (`Options::with_tier`).
+    #[cfg(feature = "tier")]
+    pub(crate) tier: Option<Arc<crate::tier::Tier>>,
 }
 
 impl Drop for Engine {
@@ -184,6 +189,16 @@ impl Engine {
         std::fs::create_dir_all(root.join("trash"))?;
         restore_trash(&root)?;
         let names = Arc::new(Names::open(&root)?);
+        #[cfg(feature = "tier")]
+        let tier = match options.tier.clone() {
+            Some(t) => {
+                std::fs::create_dir_all(root.join(crate::tier::GONE_DIR))?;
+                let tier = crate::tier::Tier::start(&root, t)?;
+                tier::restore_indexes(&root, &tier)?;
+                Some(tier)
+            }
+            None => None,
+        };
 
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
@@ -226,6 +241,10 @@ impl Engine {
                 }
             }
             // Make the replayed state a checkpoint right away, so the old journal can go.
+            #[cfg(feature = "tier")]
+            if let Some(t) = &tier {
+                let _ = shard.tier.set(t.clone());
+            }
             let job = shard.rotate(&mut shard.writer.lock(), 0)?;
             shard.checkpoint(&File::open(&jdir)?, &job)?;
             shards.push(shard);
@@ -273,7 +292,13 @@ impl Engine {
                 replayed.streams.len() as u64,
                 started.elapsed().as_secs_f64(),
             ),
+            #[cfg(feature = "tier")]
+            tier,
         });
+        #[cfg(feature = "tier")]
+        if let Some(t) = &engine.tier {
+            t.attach(Arc::downgrade(&engine));
+        }
         let weak = Arc::downgrade(&engine);
         let stop = engine.reaper_stop.clone();
         let reaper = std::thread::Builder::new()
@@ -294,7 +319,11 @@ impl Engine {
     /// open's recovery did. Takes the registry lock once (to count the open streams).
     pub(crate) fn stats(&self) -> Stats {
         let (bytes, streams, seconds) = self.recovered;
-        Stats {
+        #[cfg_attr(
+            not(feature = "tier"),
+            expect(unused_mut, reason = "only the tier adds figures")
+        )]
+        let mut stats = Stats {
             open_streams: self.registry.lock().len() as u64,
             journal_shards: self.shards.len() as u64,
             poisoned_shards: self.poisoned_shards(),
@@ -302,7 +331,12 @@ impl Engine {
             recovered_streams: streams,
             recovery_seconds: seconds,
             ..self.counters.snapshot()
+        };
+        #[cfg(feature = "tier")]
+        if let Some(t) = &self.tier {
+            t.fill_stats(&mut stats);
         }
+        stats
     }
 
     /// How many journal shards are poisoned now (their writes fail until the store is
@@ -357,6 +391,10 @@ impl Engine {
             cv.notify_all();
         }
         self.subs.hook.stop();
+        #[cfg(feature = "tier")]
+        if let Some(t) = &self.tier {
+            t.stop();
+        }
         if let Some(t) = self.subs_thread.lock().take()
             && t.thread().id() != std::thread::current().id()
         {

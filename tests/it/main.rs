@@ -60,4 +60,6 @@ mod regressions;
 mod subscriptions;
 #[cfg(feature = "http")]
 mod subscriptions_http;
+#[cfg(feature = "tier")]
+mod tier;
 mod util;
