@@ -9,6 +9,9 @@ use brook::*;
 
 use crate::util::{R, name, read_to_tail, typed};
 
+/// A test helper's result.
+type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
 /// Every file under `dir` (the tier's objects of a `file://` tier), as paths relative to it.
 pub fn objects(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -40,7 +43,7 @@ fn options(bucket: &Path, budget: u64) -> Options {
 }
 
 /// The local `.log` files of every stream under `data`.
-fn local_logs(data: &Path) -> R<Vec<PathBuf>> {
+fn local_logs(data: &Path) -> Res<Vec<PathBuf>> {
     Ok(crate::util::files_under(data)?
         .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
@@ -48,7 +51,7 @@ fn local_logs(data: &Path) -> R<Vec<PathBuf>> {
 }
 
 /// Appends `n` distinct messages of about 100 bytes to `s`; returns what the stream holds.
-fn fill(store: &Store, s: &StreamName, n: usize) -> R<Vec<u8>> {
+fn fill(store: &Store, s: &StreamName, n: usize) -> Res<Vec<u8>> {
     let mut all = Vec::new();
     for i in 0..n {
         let m = format!("message {i:06} {}\n", "x".repeat(80 + i % 17));
@@ -142,7 +145,7 @@ fn recovery_restores_indexes_of_tiered_segments_removed_locally() -> R {
     assert_eq!(read_to_tail(&store, &s, Some(3000))?.0, expect);
     assert!(store.stats().tier_cache_misses > 0);
     // And the engine's own check reads it end to end.
-    let report = store.check()?;
+    let report = store.check(&mut |_| {})?;
     assert!(report.damaged.is_empty(), "{:?}", report.damaged);
     Ok(())
 }
@@ -169,7 +172,9 @@ fn retention_and_delete_remove_objects() -> R {
     let cut = store
         .read(
             &s,
-            &ReadRequest::from(ReadFrom::Start).max_bytes(tail.bytes / 2),
+            &ReadRequest::from(ReadFrom::Start)
+                .max_bytes(tail.bytes / 2)
+                .whole_messages(),
         )?
         .next;
     store.publish_snapshot(&s, PublishSnapshot::new(cut, &b"state"[..]))?;
