@@ -497,8 +497,15 @@ impl Shard {
             self.durable_lsn.store(last.lsn, Ordering::Release);
         }
         self.durable.notify(usize::MAX);
+        #[cfg(feature = "tier")]
+        let deleted_dirs = after.iter().any(|p| p.is_dir());
         for p in after {
             discard(&p);
+        }
+        // A deleted stream left a marker for the cold tier (see `discard`): its objects go next.
+        #[cfg(feature = "tier")]
+        if deleted_dirs && let Some(t) = self.tier.get() {
+            t.note_gone();
         }
         Ok(())
     }

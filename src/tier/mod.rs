@@ -340,6 +340,11 @@ mod running {
             self.work.note(dirs);
         }
 
+        /// Asks the tier thread to delete what deleted streams left (their `tier-gone/` markers).
+        pub(crate) fn note_gone(&self) {
+            self.work.note_gone();
+        }
+
         /// Asks the tier thread for a pass over every stream and waits for it: `Ok` once every
         /// sealed, checkpointed segment and snapshot is uploaded and verified, the local disk is
         /// within its budget and pending deletes are done; the pass's first failure otherwise

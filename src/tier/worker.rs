@@ -48,6 +48,8 @@ struct Queue {
     dirs: BTreeSet<PathBuf>,
     /// Look at every stream and every delete marker.
     full: bool,
+    /// Look at the delete markers.
+    gone: bool,
     /// No pass before this (backoff after a failure).
     not_before: Option<Instant>,
     backoff: Duration,
@@ -67,6 +69,12 @@ impl Work {
         if q.dirs.len() != before {
             self.cv.notify_all();
         }
+    }
+
+    /// Asks for the delete markers to be handled in the next pass.
+    pub(super) fn note_gone(&self) {
+        self.state.lock().gone = true;
+        self.cv.notify_all();
     }
 
     /// Stops the thread at its next look at the queue.
@@ -213,10 +221,11 @@ impl Tier {
                         return;
                     }
                     let due = q.not_before.is_none_or(|t| Instant::now() >= t);
-                    if due && (q.full || !q.dirs.is_empty()) {
+                    let work = q.full || q.gone || !q.dirs.is_empty();
+                    if due && work {
                         break;
                     }
-                    match q.not_before.filter(|_| q.full || !q.dirs.is_empty()) {
+                    match q.not_before.filter(|_| work) {
                         Some(t) => {
                             let _ = self.work.cv.wait_until(&mut q, t);
                         }
@@ -225,15 +234,16 @@ impl Tier {
                 }
                 let dirs = std::mem::take(&mut q.dirs);
                 let full = std::mem::take(&mut q.full);
+                let gone = std::mem::take(&mut q.gone) || full;
                 self.counters
                     .pending
                     .store(dirs.len() as u64, Ordering::Relaxed);
-                (dirs, full, q.asked)
+                (dirs, (full, gone), q.asked)
             };
             let failure = self.pass(dirs, full, &mut residents);
             let mut q = self.work.state.lock();
             match &failure {
-                Some((why, retry, retry_full)) => {
+                Some((why, retry, retry_gone)) => {
                     self.counters.failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(error = %why, retry_in = ?q.backoff.max(self.options.retry_min), "tier pass failed; retrying");
                     q.backoff = (q.backoff * 2)
@@ -241,7 +251,7 @@ impl Tier {
                         .min(self.options.retry_max);
                     q.not_before = Some(Instant::now() + q.backoff);
                     q.dirs.extend(retry.iter().cloned());
-                    q.full |= *retry_full;
+                    q.gone |= *retry_gone;
                 }
                 None => {
                     q.backoff = Duration::ZERO;
@@ -260,13 +270,13 @@ impl Tier {
         }
     }
 
-    /// One pass: the streams in `dirs` (every stream and delete marker when `full`), then
-    /// eviction. A failure: its text, the directories left to do, and whether the delete
-    /// markers are.
+    /// One pass: the streams in `dirs` (every stream when `full`), the delete markers (when
+    /// `gone`), then eviction. A failure: its text, the directories left to do, and whether the
+    /// delete markers are.
     fn pass(
         &self,
         mut dirs: BTreeSet<PathBuf>,
-        full: bool,
+        (full, gone): (bool, bool),
         residents: &mut Residents,
     ) -> Option<(String, Vec<PathBuf>, bool)> {
         if full {
@@ -277,10 +287,10 @@ impl Tier {
         while let Some(dir) = left.pop() {
             if let Err(e) = self.sync_stream(&dir, residents) {
                 left.push(dir);
-                return Some((e.to_string(), left, full));
+                return Some((e.to_string(), left, gone));
             }
         }
-        if full && let Err(e) = self.delete_gone() {
+        if gone && let Err(e) = self.delete_gone() {
             return Some((e.to_string(), Vec::new(), true));
         }
         while residents.bytes > self.options.local_budget {

@@ -62,4 +62,6 @@ mod subscriptions;
 mod subscriptions_http;
 #[cfg(feature = "tier")]
 mod tier;
+#[cfg(feature = "http")]
+mod tier_s3;
 mod util;
