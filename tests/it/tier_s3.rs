@@ -2,7 +2,7 @@
 //! PyPI; `scripts/s3-server` installs it under `~/.cache/brook-bench/`), started by each test as
 //! a child process on its own port, with `brook serve --tier-url s3://...` as another child.
 //!
-//! moto keeps its objects in memory: a test that stops it and starts it again gets an empty
+//! `SKIP_S3=1` skips these tests. moto keeps its objects in memory: a test that stops it and starts it again gets an empty
 //! server (the outage test accounts for that).
 
 use std::path::{Path, PathBuf};
@@ -12,6 +12,15 @@ use std::time::{Duration, Instant};
 use crate::http_support::{R, Served, spawn_serve};
 
 const BUCKET: &str = "brook-tier-test";
+
+/// Whether `SKIP_S3` asks to skip the S3 tests (said on stderr).
+fn skipped() -> bool {
+    let skip = std::env::var_os("SKIP_S3").is_some();
+    if skip {
+        eprintln!("tier_s3: skipped (SKIP_S3 is set)");
+    }
+    skip
+}
 
 /// The `moto_server` to run: `BROOK_MOTO_SERVER`, else the one `scripts/s3-server` installs,
 /// else the one on `PATH`.
@@ -297,6 +306,9 @@ fn file_name(p: &str) -> &str {
 /// the stream's objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_upload_evict_read_recover_delete() -> R {
+    if skipped() {
+        return Ok(());
+    }
     let moto = Moto::start(0).await?;
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
@@ -385,6 +397,9 @@ async fn s3_upload_evict_read_recover_delete() -> R {
 /// uploaded that is not there, whole), and nothing was lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_upload_interrupted_by_kill_resumes() -> R {
+    if skipped() {
+        return Ok(());
+    }
     let moto = Moto::start(0).await?;
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
@@ -461,6 +476,9 @@ async fn s3_upload_interrupted_by_kill_resumes() -> R {
 /// metrics, and uploads resume once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_outage_never_blocks_appends() -> R {
+    if skipped() {
+        return Ok(());
+    }
     let moto = Moto::start(0).await?;
     let port = moto.port;
     let dir = tempfile::tempdir()?;
