@@ -174,7 +174,8 @@ fn leave_tier_marker(trash: &Path) {
     };
     let gone = root.join("tier-gone");
     let in_trash = trash.parent().and_then(Path::file_name) == Some("trash".as_ref());
-    if !in_trash || name.ends_with(".gone") || !gone.is_dir() {
+    let discarding = Path::new(name).extension().is_some_and(|x| x == "gone");
+    if !in_trash || discarding || !gone.is_dir() {
         return;
     }
     if std::fs::File::create(gone.join(name)).is_ok() {

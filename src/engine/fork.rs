@@ -167,10 +167,13 @@ impl Engine {
                 #[cfg(feature = "tier")]
                 Piece::Cold(c) => out.push(self.read_cold(s, &c)?),
                 #[cfg(not(feature = "tier"))]
-                Piece::Cold(_) => {
+                Piece::Cold(c) => {
                     return Err(Error::corrupt(
                         &s.dir,
-                        "part of the stream is in a cold tier (build with the `tier` feature)",
+                        format!(
+                            "bytes {}..{} are in a cold tier (build with the `tier` feature)",
+                            c.want.0, c.want.1
+                        ),
                     ));
                 }
             }

@@ -125,10 +125,6 @@ pub(crate) enum Piece {
 
 /// A range of a cold block: see [`Piece::Cold`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    not(feature = "tier"),
-    expect(dead_code, reason = "only the cold tier fetches blocks")
-)]
 pub(crate) struct ColdPiece {
     /// The segment's base byte position (its name).
     pub(crate) seg_base: u64,

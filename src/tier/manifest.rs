@@ -149,6 +149,10 @@ pub(crate) fn load(dir: &Path) -> Result<Option<Manifest>> {
 
 /// Replaces the manifest in `dir` durably: `tier.tmp` written and synced, renamed over `tier`,
 /// the directory synced.
+#[cfg_attr(
+    not(any(feature = "tier", test)),
+    expect(dead_code, reason = "only the tier writes manifests")
+)]
 pub(crate) fn store(dir: &Path, m: &Manifest) -> Result<()> {
     let tmp = dir.join("tier.tmp");
     let mut f = std::fs::File::create(&tmp)?;

@@ -133,7 +133,7 @@ mod options {
             }
             if self.retry_min < Duration::from_millis(1)
                 || self.retry_max < self.retry_min
-                || self.retry_max > Duration::from_secs(3600)
+                || self.retry_max > Duration::from_hours(1)
             {
                 return Err(Error::InvalidArgument(
                     "tier retry: min at least 1 ms, max between min and an hour".into(),

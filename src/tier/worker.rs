@@ -242,21 +242,18 @@ impl Tier {
             };
             let failure = self.pass(dirs, full, &mut residents);
             let mut q = self.work.state.lock();
-            match &failure {
-                Some((why, retry, retry_gone)) => {
-                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %why, retry_in = ?q.backoff.max(self.options.retry_min), "tier pass failed; retrying");
-                    q.backoff = (q.backoff * 2)
-                        .max(self.options.retry_min)
-                        .min(self.options.retry_max);
-                    q.not_before = Some(Instant::now() + q.backoff);
-                    q.dirs.extend(retry.iter().cloned());
-                    q.gone |= *retry_gone;
-                }
-                None => {
-                    q.backoff = Duration::ZERO;
-                    q.not_before = None;
-                }
+            if let Some((why, retry, retry_gone)) = &failure {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                q.backoff = (q.backoff * 2)
+                    .max(self.options.retry_min)
+                    .min(self.options.retry_max);
+                tracing::warn!(error = %why, retry_in = ?q.backoff, "cold tier pass failed; retrying");
+                q.not_before = Some(Instant::now() + q.backoff);
+                q.dirs.extend(retry.iter().cloned());
+                q.gone |= *retry_gone;
+            } else {
+                q.backoff = Duration::ZERO;
+                q.not_before = None;
             }
             self.counters
                 .pending

@@ -33,6 +33,11 @@ pub fn objects(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Whether object or file name `o` ends in `.{x}`.
+fn ext(o: &str, x: &str) -> bool {
+    Path::new(o).extension().is_some_and(|e| e == x)
+}
+
 /// Options with small segments and a `file://` tier at `bucket` with local budget `budget`.
 fn options(bucket: &Path, budget: u64) -> Options {
     Options::default().with_segment_bytes(4096).with_tier(
@@ -77,9 +82,7 @@ fn uploads_evicts_and_reads_back_across_local_and_cold() -> R {
         // Only the open segment's log (and any sealed after the checkpoint) stays local.
         assert!(local_logs(data.path())?.len() <= 2);
         let objs = objects(bucket.path());
-        assert!(
-            objs.iter().any(|o| o.ends_with(".log")) && objs.iter().any(|o| o.ends_with(".idx"))
-        );
+        assert!(objs.iter().any(|o| ext(o, "log")) && objs.iter().any(|o| ext(o, "idx")));
         // Every read, at every boundary, in small chunks, is byte-exact across the tiers.
         let (got, _) = read_to_tail(&store, &s, Some(1000))?;
         assert_eq!(got, expect);
@@ -125,7 +128,7 @@ fn recovery_restores_indexes_of_tiered_segments_removed_locally() -> R {
     let tiered: Vec<String> = objects(bucket.path())
         .into_iter()
         .filter_map(|o| o.rsplit('/').next().map(str::to_owned))
-        .filter(|f| f.ends_with(".log") || f.ends_with(".idx"))
+        .filter(|f| ext(f, "log") || ext(f, "idx"))
         .collect();
     assert!(tiered.len() >= 4, "{tiered:?}");
     let mut removed = 0;
@@ -187,7 +190,7 @@ fn retention_and_delete_remove_objects() -> R {
             .any(|o| o.ends_with(&format!("snap-{cut}.blob"))),
         "{after:?}"
     );
-    let logs = |objs: &[String]| objs.iter().filter(|o| o.ends_with(".log")).count();
+    let logs = |objs: &[String]| objs.iter().filter(|o| ext(o, "log")).count();
     assert!(logs(&after) < logs(&before), "retention removed objects");
     assert!(read_to_tail(&store, &s, None).is_ok());
     // Delete: every object of that stream goes, the other's stay.

@@ -1,5 +1,5 @@
 //! The cold tier against a real S3-compatible server: moto's server mode (`moto_server`, from
-//! PyPI; `scripts/s3-server` installs it under `~/.cache/brook-bench/`), started by each test as
+//! the Python package index; `scripts/s3-server` installs it under `~/.cache/brook-bench/`), started by each test as
 //! a child process on its own port, with `brook serve --tier-url s3://...` as another child.
 //!
 //! `SKIP_S3=1` skips these tests. moto keeps its objects in memory: a test that stops it and starts it again gets an empty
@@ -212,7 +212,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = R<bool>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         if ok().await.unwrap_or(false) {
             return Ok(());
@@ -266,7 +266,7 @@ async fn read_all(s: &Served, stream: &str, chunk: Option<u64>) -> R<Vec<u8>> {
     loop {
         let mut url = format!("http://{}/{stream}?offset={offset}", s.addr);
         if let Some(c) = chunk {
-            url.push_str(&format!("&max_bytes={c}"));
+            url = format!("{url}&max_bytes={c}");
         }
         let r = http.get(&url).send().await?;
         if r.status().as_u16() != 200 {
@@ -439,25 +439,20 @@ async fn s3_upload_interrupted_by_kill_resumes() -> R {
             .find(|(k, _)| file_name(k) == want[i])
             .ok_or("object missing")?
             .0;
-        let next_base: u64 = match logs.get(i + 1) {
-            Some(n) => n
-                .file_stem()
-                .and_then(|f| f.to_str())
-                .ok_or("name")?
-                .parse()?,
-            None => {
-                // The last sealed one ends where the open segment starts.
-                let open = segment_files(&data)?
-                    .into_iter()
-                    .filter(|p| p.extension().is_some_and(|x| x == "log"))
-                    .max()
-                    .ok_or("no open segment")?;
-                open.file_stem()
-                    .and_then(|f| f.to_str())
-                    .ok_or("name")?
-                    .parse()?
-            }
+        // The last sealed segment ends where the open one starts.
+        let next = match logs.get(i + 1) {
+            Some(n) => n.clone(),
+            None => segment_files(&data)?
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .max()
+                .ok_or("no open segment")?,
         };
+        let next_base: u64 = next
+            .file_stem()
+            .and_then(|f| f.to_str())
+            .ok_or("name")?
+            .parse()?;
         let base: u64 = p
             .file_stem()
             .and_then(|f| f.to_str())
