@@ -301,20 +301,30 @@ mod running {
         }
 
         /// Runs `fut` on the tier's runtime and waits for it on this thread (any thread: the
-        /// future runs on the runtime's own), for at most [`OP_TIMEOUT`].
+        /// future runs on the runtime's own), for at most [`OP_TIMEOUT`]; a shutdown stops the
+        /// wait (`ShutDown`) so it never waits on a store that does not answer.
         pub(super) fn wait<T: Send + 'static>(
             &self,
             fut: impl std::future::Future<Output = object_store::Result<T>> + Send + 'static,
         ) -> Result<T> {
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            self.handle.spawn(async move {
+            let task = self.handle.spawn(async move {
                 let r = tokio::time::timeout(OP_TIMEOUT, fut).await;
                 let _ = tx.send(r);
             });
-            match rx.recv() {
-                Ok(Ok(r)) => r.map_err(unavailable),
-                Ok(Err(_)) => Err(unavailable("the object store did not answer in time")),
-                Err(_) => Err(unavailable("the tier is shut down")),
+            loop {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(Ok(r)) => return r.map_err(unavailable),
+                    Ok(Err(_)) => return Err(unavailable("the object store did not answer in time")),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) if self.work.stopping() => {
+                        task.abort();
+                        return Err(Error::ShutDown);
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err(unavailable("the tier is shut down"));
+                    }
+                }
             }
         }
 

@@ -77,6 +77,11 @@ impl Work {
         self.cv.notify_all();
     }
 
+    /// Whether the tier is stopping (object operations give up waiting).
+    pub(super) fn stopping(&self) -> bool {
+        self.state.lock().stop
+    }
+
     /// Stops the thread at its next look at the queue.
     pub(super) fn stop(&self) {
         self.state.lock().stop = true;
