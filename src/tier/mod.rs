@@ -315,7 +315,9 @@ mod running {
             loop {
                 match rx.recv_timeout(Duration::from_millis(100)) {
                     Ok(Ok(r)) => return r.map_err(unavailable),
-                    Ok(Err(_)) => return Err(unavailable("the object store did not answer in time")),
+                    Ok(Err(_)) => {
+                        return Err(unavailable("the object store did not answer in time"));
+                    }
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) if self.work.stopping() => {
                         task.abort();
                         return Err(Error::ShutDown);

@@ -507,3 +507,111 @@ async fn s3_outage_never_blocks_appends() -> R {
     stop(s)?;
     Ok(())
 }
+
+/// A fork whose inherited range is cold reads it byte-exactly from the tier; retention up to a
+/// snapshot deletes the source's objects below it only once the fork is gone (forks read the
+/// retained range).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_fork_across_tiers_and_retention() -> R {
+    if skipped() {
+        return Ok(());
+    }
+    let moto = Moto::start(0).await?;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let s = serve(&data, &moto, "f", 0)?;
+    let http = reqwest::Client::new();
+    create(&s, "src").await?;
+    let inherited = append(&s, "src", 0, 700).await?;
+    let r = http
+        .put(format!("http://{}/fork", s.addr))
+        .header("Content-Type", "application/octet-stream")
+        .header("Stream-Forked-From", "/src")
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await?);
+    let own = append(&s, "fork", 700, 800).await?;
+    until("evictions", || async {
+        Ok(metric(&s, "brook_tier_evictions_total").await? >= 3.0)
+    })
+    .await?;
+    let mut expect = inherited.clone();
+    expect.extend_from_slice(&own);
+    assert_eq!(read_all(&s, "fork", Some(3000)).await?, expect);
+    assert!(metric(&s, "brook_tier_cache_misses_total").await? > 0.0);
+    // Retention of the source to a snapshot at its middle: nothing leaves while the fork lives.
+    let half = http
+        .get(format!(
+            "http://{}/src?offset=-1&max_bytes={}",
+            s.addr,
+            inherited.len() / 2
+        ))
+        .send()
+        .await?;
+    let cut = half
+        .headers()
+        .get("stream-next-offset")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no next offset")?
+        .to_owned();
+    let r = http
+        .put(format!("http://{}/src/snapshot/{cut}", s.addr))
+        .header("Content-Type", "application/json")
+        .body("{}")
+        .send()
+        .await?;
+    assert!(r.status().is_success(), "snapshot: {}", r.status());
+    let r = http
+        .put(format!("http://{}/src/retention/{cut}", s.addr))
+        .send()
+        .await?;
+    assert!(r.status().is_success(), "retention: {}", r.status());
+    let src_logs = |objs: &[(String, u64)], key: &str| {
+        objs.iter()
+            .filter(|(k, _)| {
+                k.split('/').nth(1) == Some(key)
+                    && Path::new(k).extension().is_some_and(|x| x == "log")
+            })
+            .count()
+    };
+    // The source's objects are those of the stream with the most segments.
+    let objects = moto.list("f/").await?;
+    let src_key = objects
+        .iter()
+        .filter_map(|(k, _)| k.split('/').nth(1))
+        .max_by_key(|k| src_logs(&objects, k))
+        .ok_or("no objects")?
+        .to_owned();
+    let before = moto.list("f/").await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // (Uploads may still add some; none goes.)
+    let during = src_logs(&moto.list("f/").await?, &src_key);
+    assert!(
+        during >= src_logs(&before, &src_key),
+        "nothing reclaimed while the fork lives"
+    );
+    let before = moto.list("f/").await?;
+    // The fork goes: the tier reclaims the source's segments below the cut.
+    let r = http
+        .delete(format!("http://{}/fork", s.addr))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 204);
+    // The next pass over the source (here: the restart's) deletes what retention left behind.
+    stop(s)?;
+    let s = serve(&data, &moto, "f", 0)?;
+    until("the source's retained objects to go", || async {
+        let now = src_logs(&moto.list("f/").await?, &src_key);
+        Ok(now < src_logs(&before, &src_key) && now > 0)
+    })
+    .await?;
+    let tail = read_all(&s, "src", None).await;
+    assert!(tail.is_err(), "offset=-1 after retention answers 410");
+    let r = http
+        .get(format!("http://{}/src?offset={cut}", s.addr))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 200);
+    stop(s)?;
+    Ok(())
+}
