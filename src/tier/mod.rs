@@ -290,6 +290,7 @@ mod running {
         /// Gives the tier the engine it serves (for turning evicted segments cold in memory).
         pub(crate) fn attach(&self, engine: Weak<Engine>) {
             *self.engine.lock() = engine;
+            self.work.note_evict();
         }
 
         /// Stops the tier thread (after the object operation it is in) and joins it.

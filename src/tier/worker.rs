@@ -50,6 +50,8 @@ struct Queue {
     full: bool,
     /// Look at the delete markers.
     gone: bool,
+    /// Evict down to the budget (the engine became available).
+    evict: bool,
     /// No pass before this (backoff after a failure).
     not_before: Option<Instant>,
     backoff: Duration,
@@ -69,6 +71,12 @@ impl Work {
         if q.dirs.len() != before {
             self.cv.notify_all();
         }
+    }
+
+    /// Asks for a pass that evicts down to the budget.
+    pub(super) fn note_evict(&self) {
+        self.state.lock().evict = true;
+        self.cv.notify_all();
     }
 
     /// Asks for the delete markers to be handled in the next pass.
@@ -226,7 +234,7 @@ impl Tier {
                         return;
                     }
                     let due = q.not_before.is_none_or(|t| Instant::now() >= t);
-                    let work = q.full || q.gone || !q.dirs.is_empty();
+                    let work = q.full || q.gone || q.evict || !q.dirs.is_empty();
                     if due && work {
                         break;
                     }
@@ -240,6 +248,7 @@ impl Tier {
                 let dirs = std::mem::take(&mut q.dirs);
                 let full = std::mem::take(&mut q.full);
                 let gone = std::mem::take(&mut q.gone) || full;
+                q.evict = false;
                 self.counters
                     .pending
                     .store(dirs.len() as u64, Ordering::Relaxed);
@@ -295,7 +304,10 @@ impl Tier {
         if gone && let Err(e) = self.delete_gone() {
             return Some((e.to_string(), Vec::new(), true));
         }
-        while residents.bytes > self.options.local_budget {
+        // Before the engine is attached (the start's first pass, during recovery) nothing is
+        // evicted; attaching asks for a pass that does it.
+        let attached = self.engine.lock().strong_count() > 0;
+        while attached && residents.bytes > self.options.local_budget {
             let Some((dir, base, r)) = residents.pop() else {
                 break;
             };
