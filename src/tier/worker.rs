@@ -42,16 +42,29 @@ pub(crate) struct Work {
     cv: Condvar,
 }
 
+/// Work asked of the next pass, besides the queued directories.
 #[derive(Default)]
-struct Queue {
-    /// Stream directories to look at.
-    dirs: BTreeSet<PathBuf>,
+struct Asks {
     /// Look at every stream and every delete marker.
     full: bool,
     /// Look at the delete markers.
     gone: bool,
     /// Evict down to the budget (the engine became available).
     evict: bool,
+}
+
+impl Asks {
+    fn any(&self) -> bool {
+        self.full || self.gone || self.evict
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Stream directories to look at.
+    dirs: BTreeSet<PathBuf>,
+    /// What the next pass is asked to do besides `dirs`.
+    asks: Asks,
     /// No pass before this (backoff after a failure).
     not_before: Option<Instant>,
     backoff: Duration,
@@ -75,13 +88,13 @@ impl Work {
 
     /// Asks for a pass that evicts down to the budget.
     pub(super) fn note_evict(&self) {
-        self.state.lock().evict = true;
+        self.state.lock().asks.evict = true;
         self.cv.notify_all();
     }
 
     /// Asks for the delete markers to be handled in the next pass.
     pub(super) fn note_gone(&self) {
-        self.state.lock().gone = true;
+        self.state.lock().asks.gone = true;
         self.cv.notify_all();
     }
 
@@ -101,7 +114,7 @@ impl Work {
         let mut q = self.state.lock();
         q.asked += 1;
         let want = q.asked;
-        q.full = true;
+        q.asks.full = true;
         q.not_before = None;
         self.cv.notify_all();
         while q.finished < want && !q.stop {
@@ -225,7 +238,7 @@ impl Tier {
     /// its backoff.
     pub(super) fn run(&self) {
         let mut residents = Residents::default();
-        self.work.state.lock().full = true;
+        self.work.state.lock().asks.full = true;
         loop {
             let (dirs, full, asked) = {
                 let mut q = self.work.state.lock();
@@ -234,7 +247,7 @@ impl Tier {
                         return;
                     }
                     let due = q.not_before.is_none_or(|t| Instant::now() >= t);
-                    let work = q.full || q.gone || q.evict || !q.dirs.is_empty();
+                    let work = q.asks.any() || !q.dirs.is_empty();
                     if due && work {
                         break;
                     }
@@ -246,9 +259,8 @@ impl Tier {
                     }
                 }
                 let dirs = std::mem::take(&mut q.dirs);
-                let full = std::mem::take(&mut q.full);
-                let gone = std::mem::take(&mut q.gone) || full;
-                q.evict = false;
+                let asks = std::mem::take(&mut q.asks);
+                let (full, gone) = (asks.full, asks.gone || asks.full);
                 self.counters
                     .pending
                     .store(dirs.len() as u64, Ordering::Relaxed);
@@ -264,7 +276,7 @@ impl Tier {
                 tracing::warn!(error = %why, retry_in = ?q.backoff, "cold tier pass failed; retrying");
                 q.not_before = Some(Instant::now() + q.backoff);
                 q.dirs.extend(retry.iter().cloned());
-                q.gone |= *retry_gone;
+                q.asks.gone |= *retry_gone;
             } else {
                 q.backoff = Duration::ZERO;
                 q.not_before = None;
