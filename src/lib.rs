@@ -27,7 +27,8 @@
 //!
 //! Features: none by default (the engine); `http` adds the server (`brook serve`) and the
 //! [`headers`] module; `client` adds a Rust client with the conditional-write recipes; `mirror`
-//! adds `brook mirror` (copying streams to another Durable Streams server).
+//! adds `brook mirror` (copying streams to another Durable Streams server); `tier` (on with
+//! `http`) adds the cold tier on object storage ([`TierOptions`], `Options::with_tier`).
 #![deny(unsafe_code)]
 
 #[cfg(feature = "client")]

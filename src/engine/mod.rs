@@ -57,7 +57,9 @@
 //! * the checkpoint thread takes one stream's `data` at a time;
 //! * readers take `data` (to slice segments) and `visible` (a copy of the view), never with
 //!   `core`; waiters look at `visible` and `core` one after the other, never holding both;
-//! * eviction only *tries* `data` and `core` under the registry lock, so it never waits.
+//! * eviction only *tries* `data` and `core` under the registry lock, so it never waits;
+//! * the cold tier's eviction takes `data` under the registry lock; its cold reads fetch with no
+//!   lock held (`engine/tier.rs`).
 //!
 //! So writers, committers, readers and the checkpoint thread cannot deadlock.
 

@@ -1,6 +1,7 @@
 //! The cold tier against a real S3-compatible server: moto's server mode (`moto_server`, from
-//! the Python package index; `scripts/s3-server` installs it under `~/.cache/brook-bench/`), started by each test as
-//! a child process on its own port, with `brook serve --tier-url s3://...` as another child.
+//! the Python package index; `scripts/s3-server` installs it under `~/.cache/brook-bench/`),
+//! started by each test as a child process on its own port, with `brook serve --tier-url
+//! s3://...` as another child.
 //!
 //! `SKIP_S3=1` skips these tests. moto keeps its objects in memory: a test that stops it and starts it again gets an empty
 //! server (the outage test accounts for that).
