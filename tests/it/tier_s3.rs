@@ -228,12 +228,29 @@ where
 /// Appends messages `from..to` (about 100 bytes each, distinct) to `stream`; every one must be
 /// acknowledged. Returns their bytes.
 async fn append(s: &Served, stream: &str, from: usize, to: usize) -> R<Vec<u8>> {
+    let acked = std::sync::Mutex::new(Vec::new());
+    append_to(&s.addr, stream, from..to, &acked).await?;
+    Ok(acked.into_inner().map_err(|_| "poisoned")?)
+}
+
+/// The message `i` of the tests' streams.
+fn message(i: usize) -> String {
+    format!("message {i:06} {}\n", "y".repeat(80 + i % 13))
+}
+
+/// Appends messages `range` to `stream` at `addr`, one request each, adding each acknowledged
+/// one to `acked`; stops at the first that is not acknowledged.
+async fn append_to(
+    addr: &str,
+    stream: &str,
+    range: std::ops::Range<usize>,
+    acked: &std::sync::Mutex<Vec<u8>>,
+) -> R {
     let http = reqwest::Client::new();
-    let mut all = Vec::new();
-    for i in from..to {
-        let m = format!("message {i:06} {}\n", "y".repeat(80 + i % 13));
+    for i in range {
+        let m = message(i);
         let r = http
-            .post(format!("http://{}/{stream}", s.addr))
+            .post(format!("http://{addr}/{stream}"))
             .header("Content-Type", "application/octet-stream")
             .body(m.clone())
             .send()
@@ -241,9 +258,12 @@ async fn append(s: &Served, stream: &str, from: usize, to: usize) -> R<Vec<u8>> 
         if r.status().as_u16() != 204 {
             return Err(format!("append {i}: {}", r.status()).into());
         }
-        all.extend_from_slice(m.as_bytes());
+        acked
+            .lock()
+            .map_err(|_| "poisoned")?
+            .extend_from_slice(m.as_bytes());
     }
-    Ok(all)
+    Ok(())
 }
 
 /// Creates a byte stream.
@@ -406,14 +426,30 @@ async fn s3_upload_interrupted_by_kill_resumes() -> R {
     let data = dir.path().join("data");
     let s = serve(&data, &moto, "k", u64::MAX)?;
     create(&s, "big").await?;
-    let all = append(&s, "big", 0, 3000).await?;
+    // A writer goes on appending while the first uploads happen; the server is killed then.
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (addr, log) = (s.addr.clone(), acked.clone());
+    let writer = tokio::spawn(async move { append_to(&addr, "big", 0..20_000, &log).await });
     until("the first uploads", || async {
-        Ok(metric(&s, "brook_tier_uploads_total").await? >= 1.0)
+        Ok(metric(&s, "brook_tier_uploads_total").await? >= 2.0)
     })
     .await?;
+    assert!(!writer.is_finished(), "the writer is still appending");
     crash(s)?;
+    assert!(
+        writer.await?.is_err(),
+        "the writer's last append was cut off"
+    );
+    let acked = acked.lock().map_err(|_| "poisoned")?.clone();
+    let at_crash = moto.list("k/").await?.len();
     let s = serve(&data, &moto, "k", u64::MAX)?;
-    assert_eq!(read_all(&s, "big", None).await?, all);
+    // Nothing acknowledged is lost (the append in flight may or may not have landed).
+    let all = read_all(&s, "big", None).await?;
+    assert!(
+        all.starts_with(&acked),
+        "acknowledged appends survive the crash"
+    );
+    assert!(all.len() - acked.len() <= message(20_000).len());
     // Every local log but the open segment's must reach the bucket, each byte-equal.
     let mut logs: Vec<PathBuf> = segment_files(&data)?
         .into_iter()
@@ -434,6 +470,10 @@ async fn s3_upload_interrupted_by_kill_resumes() -> R {
     })
     .await?;
     let have = moto.list("k/").await?;
+    assert!(
+        at_crash < have.len(),
+        "the crash cut the uploads short ({at_crash} objects then)"
+    );
     for (i, p) in logs.iter().enumerate() {
         let key = &have
             .iter()
