@@ -307,14 +307,27 @@ impl Tier {
         }
         let mut left: Vec<PathBuf> = dirs.into_iter().collect();
         left.reverse();
+        // A stream that fails locally (a damaged manifest, a file that vanished) is retried
+        // later without holding up the others; the object store failing ends the pass.
+        let mut failed: Option<String> = None;
+        let mut retry = Vec::new();
         while let Some(dir) = left.pop() {
-            if let Err(e) = self.sync_stream(&dir, residents) {
-                left.push(dir);
-                return Some((e.to_string(), left, gone));
+            match self.sync_stream(&dir, residents) {
+                Ok(()) => {}
+                Err(e @ Error::TierUnavailable { .. }) => {
+                    retry.push(dir);
+                    retry.extend(left);
+                    return Some((e.to_string(), retry, gone));
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cold tier: stream left for a later pass");
+                    failed.get_or_insert_with(|| e.to_string());
+                    retry.push(dir);
+                }
             }
         }
         if gone && let Err(e) = self.delete_gone() {
-            return Some((e.to_string(), Vec::new(), true));
+            return Some((e.to_string(), retry, true));
         }
         // Before the engine is attached (the start's first pass, during recovery) nothing is
         // evicted; attaching asks for a pass that does it.
@@ -327,7 +340,7 @@ impl Tier {
                 tracing::warn!(error = %e, dir = %dir.display(), base, "eviction failed");
             }
         }
-        None
+        failed.map(|f| (f, retry, false))
     }
 
     /// Puts `bytes` at `object`, reads it back and compares length and crc32.

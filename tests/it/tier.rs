@@ -223,3 +223,49 @@ fn a_fork_reads_its_sources_cold_segments() -> R {
     assert_eq!(read_to_tail(&store, &fork, None)?.0, expect);
     Ok(())
 }
+
+#[test]
+fn a_damaged_manifest_holds_up_only_its_own_stream() -> R {
+    let (data, bucket) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let store = Store::open(data.path(), options(bucket.path(), u64::MAX))?;
+    let (a, b) = (name("tier/a"), name("tier/b"));
+    store.create(&a, typed("text/plain"))?;
+    store.create(&b, typed("text/plain"))?;
+    fill(&store, &a, 100)?;
+    fill(&store, &b, 100)?;
+    store.sync_tier()?;
+    // Damage a's manifest (its directory is the one whose sidecar names it).
+    let count = |objs: &[String], key: &str| objs.iter().filter(|o| o.starts_with(key)).count();
+    let before = objects(bucket.path());
+    let b_more = fill(&store, &b, 300)?;
+    let mut damaged = 0;
+    for p in crate::util::files_under(data.path())? {
+        if p.file_name().is_some_and(|f| f == "tier") {
+            let dir = p.parent().ok_or("no parent")?;
+            let key = dir
+                .file_name()
+                .and_then(|k| k.to_str())
+                .ok_or("key")?
+                .to_owned();
+            let mut sidecars = std::fs::read(dir.join("meta.0")).unwrap_or_default();
+            sidecars.extend(std::fs::read(dir.join("meta.1")).unwrap_or_default());
+            if sidecars.windows(6).any(|w| w == b"tier/a") {
+                std::fs::write(&p, b"not a manifest")?;
+                damaged += 1;
+                assert!(count(&before, &key) > 0);
+            }
+        }
+    }
+    assert_eq!(damaged, 1);
+    assert!(matches!(
+        store.sync_tier(),
+        Err(Error::TierUnavailable { .. })
+    ));
+    let after = objects(bucket.path());
+    assert!(
+        after.len() > before.len(),
+        "b's new segments were uploaded all the same"
+    );
+    assert!(read_to_tail(&store, &b, None)?.0.ends_with(&b_more));
+    Ok(())
+}
