@@ -191,16 +191,19 @@ impl Engine {
         std::fs::create_dir_all(root.join("trash"))?;
         restore_trash(&root)?;
         let names = Arc::new(Names::open(&root)?);
+        // Stopped again if the open fails from here on (see `TierGuard`).
         #[cfg(feature = "tier")]
-        let tier = match options.tier.clone() {
+        let tier = tier::TierGuard(match options.tier.clone() {
             Some(t) => {
                 std::fs::create_dir_all(root.join(crate::tier::GONE_DIR))?;
-                let tier = crate::tier::Tier::start(&root, t)?;
-                tier::restore_indexes(&root, &tier)?;
-                Some(tier)
+                Some(crate::tier::Tier::start(&root, t)?)
             }
             None => None,
-        };
+        });
+        #[cfg(feature = "tier")]
+        if let Some(t) = &tier.0 {
+            tier::restore_indexes(&root, t)?;
+        }
 
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
@@ -244,7 +247,7 @@ impl Engine {
             }
             // Make the replayed state a checkpoint right away, so the old journal can go.
             #[cfg(feature = "tier")]
-            if let Some(t) = &tier {
+            if let Some(t) = &tier.0 {
                 let _ = shard.tier.set(t.clone());
             }
             let job = shard.rotate(&mut shard.writer.lock(), 0)?;
@@ -295,7 +298,7 @@ impl Engine {
                 started.elapsed().as_secs_f64(),
             ),
             #[cfg(feature = "tier")]
-            tier,
+            tier: tier.keep(),
         });
         #[cfg(feature = "tier")]
         if let Some(t) = &engine.tier {

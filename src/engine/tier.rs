@@ -82,6 +82,25 @@ impl Engine {
     }
 }
 
+/// The tier of a store being opened: stopped (its thread joined) if the open fails before the
+/// engine takes it with [`TierGuard::keep`].
+pub(super) struct TierGuard(pub(super) Option<Arc<Tier>>);
+
+impl TierGuard {
+    /// The tier, for the open engine.
+    pub(super) fn keep(mut self) -> Option<Arc<Tier>> {
+        self.0.take()
+    }
+}
+
+impl Drop for TierGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.stop();
+        }
+    }
+}
+
 /// Fetches from the tier every index that a stream's manifest lists and the local disk lost
 /// (a segment past the stream's retained start), before recovery opens any stream: a stream
 /// whose local files of tiered segments are gone opens with them cold.
