@@ -269,3 +269,32 @@ fn a_damaged_manifest_holds_up_only_its_own_stream() -> R {
     assert!(read_to_tail(&store, &b, None)?.0.ends_with(&b_more));
     Ok(())
 }
+
+#[test]
+fn json_streams_read_whole_messages_across_tiers() -> R {
+    let (data, bucket) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let store = Store::open(data.path(), options(bucket.path(), 0))?;
+    let s = name("tier/json");
+    store.create(&s, CreateOptions::json())?;
+    let mut msgs = Vec::new();
+    for i in 0..400 {
+        let m = format!(r#"{{"n":{i},"pad":"{}"}}"#, "z".repeat(60 + i % 11));
+        store.append(&s, AppendRequest::new(format!("[{m}]")))?;
+        msgs.push(m);
+    }
+    store.sync_tier()?;
+    assert!(store.stats().tier_evictions > 0);
+    let (got, _) = read_to_tail(&store, &s, Some(1500))?;
+    assert_eq!(String::from_utf8(got)?, msgs.join(","));
+    // One read of everything: a JSON array of every message, across cold and local segments.
+    let tail = store.head(&s, &Guard::NONE)?.tail;
+    let all = store.read(
+        &s,
+        &ReadRequest::from(ReadFrom::Start).max_bytes(tail.bytes),
+    )?;
+    assert_eq!(
+        String::from_utf8(all.to_vec())?,
+        format!("[{}]", msgs.join(","))
+    );
+    Ok(())
+}
