@@ -163,6 +163,14 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    /// The cold tier (object storage) could not serve or take what was asked: a read of a
+    /// range that is only in the tier while the tier is unreachable, or a tier sync that
+    /// failed. Appends never wait on the tier and never fail with this.
+    #[error("the cold tier is unavailable: {reason}")]
+    TierUnavailable {
+        /// What failed, as the object store reported it.
+        reason: String,
+    },
     /// An earlier I/O failure on the durability path; nothing more is acknowledged until reopen.
     ///
     /// Every write refused by the same poisoned journal shard carries the same `source`: the
@@ -269,6 +277,7 @@ impl Error {
             Error::SnapshotDeleteRefused => "SNAPSHOT_DELETE_REFUSED",
             Error::Locked(_) => "STORE_LOCKED",
             Error::Corrupt { .. } => "CORRUPT",
+            Error::TierUnavailable { .. } => "TIER_UNAVAILABLE",
             Error::Poisoned { source } if source.kind() == std::io::ErrorKind::StorageFull => {
                 "INSUFFICIENT_STORAGE"
             }

@@ -27,7 +27,8 @@
 //!
 //! Features: none by default (the engine); `http` adds the server (`brook serve`) and the
 //! [`headers`] module; `client` adds a Rust client with the conditional-write recipes; `mirror`
-//! adds `brook mirror` (copying streams to another Durable Streams server).
+//! adds `brook mirror` (copying streams to another Durable Streams server); `tier` (on with
+//! `http`) adds the cold tier on object storage ([`TierOptions`], `Options::with_tier`).
 #![deny(unsafe_code)]
 
 #[cfg(feature = "client")]
@@ -57,6 +58,7 @@ mod state; // a stream's state (Stream-Seq, producers, closure) and the whole or
 mod stats; // the engine's running figures: atomic counters and histograms, `Stats`
 mod store; // Store, the public entry point
 pub mod subscription; // subscriptions: configurations, links, wakes (PROTOCOL.md sections 6-7)
+mod tier; // the cold tier: the per-stream tier manifest; with feature "tier", uploads, eviction and cold reads on object storage
 mod types; // requests and outcomes
 
 /// The README's examples, compiled and run as doctests.
@@ -73,6 +75,8 @@ pub use options::{Durability, Options};
 pub use stats::{Histogram, Stats};
 pub use store::{Pending, Store};
 pub use subscription::{SubscriptionConfig, SubscriptionInfo, Wake};
+#[cfg(feature = "tier")]
+pub use tier::TierOptions;
 pub use types::{
     AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Guard,
     Message, Producer, PublishSnapshot, Published, ReadChunk, ReadRequest, RetentionRequest,

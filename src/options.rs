@@ -34,6 +34,8 @@ pub struct Options {
     pub(crate) max_append_bytes: usize,
     pub(crate) max_read_bytes: u64,
     pub(crate) max_snapshot_bytes: u64,
+    #[cfg(feature = "tier")]
+    pub(crate) tier: Option<crate::tier::TierOptions>,
 }
 
 impl Default for Options {
@@ -47,6 +49,8 @@ impl Default for Options {
             max_append_bytes: 64 << 20,
             max_read_bytes: 8 << 20,
             max_snapshot_bytes: 128 << 20,
+            #[cfg(feature = "tier")]
+            tier: None,
         }
     }
 }
@@ -57,6 +61,22 @@ impl Options {
     pub fn with_durability(mut self, d: Durability) -> Self {
         self.durability = d;
         self
+    }
+
+    /// A cold tier on object storage (feature `tier`): sealed segments, their indexes and
+    /// snapshots are uploaded in the background and may then leave the local disk. Default
+    /// none. See [`TierOptions`](crate::TierOptions).
+    #[cfg(feature = "tier")]
+    #[must_use]
+    pub fn with_tier(mut self, tier: crate::tier::TierOptions) -> Self {
+        self.tier = Some(tier);
+        self
+    }
+
+    /// The cold tier's options, if one is set.
+    #[cfg(feature = "tier")]
+    pub fn tier(&self) -> Option<&crate::tier::TierOptions> {
+        self.tier.as_ref()
     }
 
     /// Number of journal shards, each with its own file and sync thread, so several syncs are in
@@ -160,6 +180,10 @@ impl Options {
     /// Checks every option against its bounds; the error names the option, its bounds and the
     /// value given (`checkpoint_bytes must be between 65536 and 17179869184 (got 10)`).
     pub(crate) fn validate(&self) -> Result<()> {
+        #[cfg(feature = "tier")]
+        if let Some(t) = &self.tier {
+            t.validate()?;
+        }
         check("journal_shards", self.journal_shards as u64, 1, Some(64))?;
         check("segment_bytes", self.segment_bytes, 4096, Some(1 << 30))?;
         check(

@@ -69,6 +69,30 @@ pub struct Stats {
     pub recovered_streams: u64,
     /// How long the last open took, in seconds.
     pub recovery_seconds: f64,
+    /// Cold tier (feature `tier`; all zero without one): objects uploaded and verified.
+    pub tier_uploads: u64,
+    /// Bytes of those objects.
+    pub tier_upload_bytes: u64,
+    /// Failed tier operations: passes that failed (each retried with backoff) and cold reads.
+    pub tier_failures: u64,
+    /// Local segment logs removed because the tier holds them (the local budget was exceeded).
+    pub tier_evictions: u64,
+    /// Bytes of those logs.
+    pub tier_evicted_bytes: u64,
+    /// Cold reads served from the block cache.
+    pub tier_cache_hits: u64,
+    /// Cold reads that fetched a block from the tier.
+    pub tier_cache_misses: u64,
+    /// Bytes fetched from the tier for cold reads.
+    pub tier_fetch_bytes: u64,
+    /// Objects deleted from the tier (retention, deleted streams and snapshots).
+    pub tier_deletes: u64,
+    /// Streams waiting for the tier's next pass.
+    pub tier_pending_streams: u64,
+    /// Bytes of uploaded segment logs still on the local disk (what the local budget bounds).
+    pub tier_local_bytes: u64,
+    /// Bytes in the cold block cache now.
+    pub tier_cache_bytes: u64,
 }
 
 /// A histogram of fixed buckets, recorded with relaxed atomic adds.

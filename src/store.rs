@@ -284,6 +284,16 @@ impl Store {
         self.inner.checkpoint()
     }
 
+    /// Makes the cold tier (feature `tier`) catch up now: checkpoints, then waits for the tier
+    /// thread's pass over every stream. On `Ok`, every sealed segment and snapshot up to the
+    /// checkpoint is in the tier, verified and in its stream's manifest, the local disk is
+    /// within the tier's budget, and deleted streams' objects are gone. A failure of the object
+    /// store is `Error::TierUnavailable` (the tier keeps retrying by itself; appends go on).
+    #[cfg(feature = "tier")]
+    pub fn sync_tier(&self) -> Result<()> {
+        self.inner.sync_tier()
+    }
+
     /// Shuts the store down cleanly: drains pending writes and checkpoints, so the next open
     /// replays nothing. Dropping the last clone does the same.
     pub fn shutdown(&self) -> Result<()> {

@@ -17,7 +17,7 @@ use brook::http::{
     AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve_starting, serve_with_admin,
     token_hash,
 };
-use brook::{Durability, Error, Options, Store};
+use brook::{Durability, Error, Options, Store, TierOptions};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[cfg(feature = "mirror")]
@@ -240,6 +240,33 @@ struct ServeArgs {
     /// Streams kept open (file handles and maps) at once.
     #[arg(long, default_value_t = 4096)]
     max_open_streams: usize,
+    /// Size at which a stream's segment is sealed and a new one started (4 KiB to 1 GiB): the
+    /// unit of retention and of the cold tier.
+    #[arg(long, default_value_t = 64 << 20)]
+    segment_bytes: u64,
+    /// A cold tier on object storage: `s3://bucket/prefix` (credentials, region and endpoint
+    /// from the standard AWS_* environment variables) or `file:///dir`. Sealed segments, their
+    /// indexes and snapshots are uploaded in the background and may then leave the local disk.
+    #[arg(long, value_name = "URL")]
+    tier_url: Option<String>,
+    /// The S3 endpoint of an S3-compatible server (`http://127.0.0.1:9000`; plain http allowed).
+    #[arg(long, value_name = "URL", requires = "tier_url")]
+    tier_endpoint: Option<String>,
+    /// Bytes of uploaded segment logs that may stay on the local disk (oldest leave first).
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 30, requires = "tier_url")]
+    tier_local_budget: u64,
+    /// Memory for the cache of cold blocks read back from the tier, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20, requires = "tier_url")]
+    tier_cache: u64,
+    /// The longest wait between retries of a failed tier pass (the object store down), in
+    /// milliseconds; retries start at 200 ms and double up to it.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 30_000,
+        requires = "tier_url"
+    )]
+    tier_retry_max_ms: u64,
     /// Mark cacheable reads `private` instead of `public` (for per-user data behind a CDN).
     #[arg(long)]
     private_cache: bool,
@@ -434,7 +461,24 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_max_snapshot_bytes(args.max_snapshot_bytes)
         .with_journal_shards(args.journal_shards)
         .with_checkpoint_bytes(args.checkpoint_bytes)
-        .with_max_open_streams(args.max_open_streams);
+        .with_max_open_streams(args.max_open_streams)
+        .with_segment_bytes(args.segment_bytes);
+    let options = match &args.tier_url {
+        Some(url) => {
+            let mut t = TierOptions::new(url.clone())
+                .with_local_budget(args.tier_local_budget)
+                .with_cache_bytes(args.tier_cache)
+                .with_retry(
+                    Duration::from_millis(200).min(Duration::from_millis(args.tier_retry_max_ms)),
+                    Duration::from_millis(args.tier_retry_max_ms),
+                );
+            if let Some(e) = &args.tier_endpoint {
+                t = t.with_endpoint(e.clone());
+            }
+            options.with_tier(t)
+        }
+        None => options,
+    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
             Tls::from_pem_files(cert, key)

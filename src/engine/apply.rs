@@ -43,10 +43,9 @@ pub(super) fn apply(
             fs::no_symlinks(&stream.dir)?;
             if stream.dir.exists() {
                 for e in std::fs::read_dir(&stream.dir)?.flatten() {
-                    let keep = e
-                        .file_name()
-                        .to_str()
-                        .is_some_and(|n| parse_snapshot_file(n).is_some());
+                    let keep = e.file_name().to_str().is_some_and(|n| {
+                        parse_snapshot_file(n).is_some() || n == crate::tier::manifest::FILE
+                    });
                     if keep {
                         continue;
                     }
@@ -148,6 +147,7 @@ pub(super) fn discard(p: &Path) {
         let _ = std::fs::remove_file(p);
         return;
     }
+    leave_tier_marker(p);
     let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
         return;
     };
@@ -159,6 +159,28 @@ pub(super) fn discard(p: &Path) {
         let _ = fs::sync_dir(parent);
     }
     let _ = std::fs::remove_dir_all(&gone);
+}
+
+/// Before a deleted stream's trash directory `{root}/trash/{key}-{incarnation}` goes: in a
+/// store with a cold tier (it has `{root}/tier-gone/`), leaves the marker
+/// `tier-gone/{key}-{incarnation}`, durably, so the tier deletes the incarnation's objects
+/// (all of them, by prefix), even after a crash.
+fn leave_tier_marker(trash: &Path) {
+    let (Some(name), Some(root)) = (
+        trash.file_name().and_then(|n| n.to_str()),
+        trash.parent().and_then(Path::parent),
+    ) else {
+        return;
+    };
+    let gone = root.join("tier-gone");
+    let in_trash = trash.parent().and_then(Path::file_name) == Some("trash".as_ref());
+    let discarding = Path::new(name).extension().is_some_and(|x| x == "gone");
+    if !in_trash || discarding || !gone.is_dir() {
+        return;
+    }
+    if std::fs::File::create(gone.join(name)).is_ok() {
+        let _ = fs::sync_dir(&gone);
+    }
 }
 
 /// [`discard`] for many paths at once: every directory is renamed to `*.gone` first, each parent
@@ -175,6 +197,7 @@ pub(super) fn discard_all(paths: &[PathBuf]) {
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
+        leave_tier_marker(p);
         let to = p.with_file_name(format!("{name}.gone"));
         if std::fs::rename(p, &to).is_ok() {
             if let Some(parent) = p.parent()

@@ -159,6 +159,11 @@ impl Shard {
             }
         }
         fs::sync_dir(&self.dir)?;
+        // The checkpointed state is durable: the cold tier may upload what it made sealed.
+        #[cfg(feature = "tier")]
+        if let Some(t) = self.tier.get() {
+            t.note(job.streams.iter().map(|(s, _, _)| s.dir.clone()));
+        }
         self.counters.checkpoint.observe_duration(started.elapsed());
         // Churn (creates and deletes) grows the name index's log: rewrite it once it doubled.
         self.names.compact_if_needed()?;

@@ -15,6 +15,7 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::name::Offset;
+use crate::segment::Piece;
 
 use super::Engine;
 use super::stream::Stream;
@@ -149,17 +150,35 @@ impl Engine {
             self.read_range(&src, from, to.min(base.bytes), out)?;
             return self.read_range(s, base.bytes, to, out);
         }
-        let mut d = s.data.lock();
-        let segs = d.segs.as_mut().ok_or(Error::NotFound)?;
-        match segs.read(from, to)? {
-            Some(v) => {
-                out.extend(v);
-                Ok(())
-            }
-            None => Err(Error::OffsetGone {
+        let pieces = {
+            let mut d = s.data.lock();
+            let segs = d.segs.as_mut().ok_or(Error::NotFound)?;
+            segs.read(from, to)?
+        };
+        let Some(pieces) = pieces else {
+            return Err(Error::OffsetGone {
                 earliest: s.visible().earliest,
-            }),
+            });
+        };
+        for p in pieces {
+            match p {
+                Piece::Local(b) => out.push(b),
+                // Fetched without the stream's lock: the shard thread never waits on the tier.
+                #[cfg(feature = "tier")]
+                Piece::Cold(c) => out.push(self.read_cold(s, &c)?),
+                #[cfg(not(feature = "tier"))]
+                Piece::Cold(c) => {
+                    return Err(Error::corrupt(
+                        &s.dir,
+                        format!(
+                            "bytes {}..{} are in a cold tier (build with the `tier` feature)",
+                            c.want.0, c.want.1
+                        ),
+                    ));
+                }
+            }
         }
+        Ok(())
     }
 
     /// Appends the byte range of every message in `from..to` to `out`, in order.

@@ -57,7 +57,9 @@
 //! * the checkpoint thread takes one stream's `data` at a time;
 //! * readers take `data` (to slice segments) and `visible` (a copy of the view), never with
 //!   `core`; waiters look at `visible` and `core` one after the other, never holding both;
-//! * eviction only *tries* `data` and `core` under the registry lock, so it never waits.
+//! * eviction only *tries* `data` and `core` under the registry lock, so it never waits;
+//! * the cold tier's eviction takes `data` under the registry lock; its cold reads fetch with no
+//!   lock held (`engine/tier.rs`).
 //!
 //! So writers, committers, readers and the checkpoint thread cannot deadlock.
 
@@ -78,6 +80,8 @@ mod snapshot;
 mod stream;
 pub(crate) mod subscription;
 mod ticket;
+#[cfg(feature = "tier")]
+mod tier;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -131,6 +135,9 @@ pub(crate) struct Engine {
     pub(crate) counters: Arc<Counters>,
     /// What the open's recovery did: journal bytes replayed, streams touched, seconds taken.
     recovered: (u64, u64, f64),
+    /// The cold tier, when configured (`Options::with_tier`).
+    #[cfg(feature = "tier")]
+    pub(crate) tier: Option<Arc<crate::tier::Tier>>,
 }
 
 impl Drop for Engine {
@@ -184,6 +191,19 @@ impl Engine {
         std::fs::create_dir_all(root.join("trash"))?;
         restore_trash(&root)?;
         let names = Arc::new(Names::open(&root)?);
+        // Stopped again if the open fails from here on (see `TierGuard`).
+        #[cfg(feature = "tier")]
+        let tier = tier::TierGuard(match options.tier.clone() {
+            Some(t) => {
+                std::fs::create_dir_all(root.join(crate::tier::GONE_DIR))?;
+                Some(crate::tier::Tier::start(&root, t)?)
+            }
+            None => None,
+        });
+        #[cfg(feature = "tier")]
+        if let Some(t) = &tier.0 {
+            tier::restore_indexes(&root, t)?;
+        }
 
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
@@ -226,6 +246,10 @@ impl Engine {
                 }
             }
             // Make the replayed state a checkpoint right away, so the old journal can go.
+            #[cfg(feature = "tier")]
+            if let Some(t) = &tier.0 {
+                let _ = shard.tier.set(t.clone());
+            }
             let job = shard.rotate(&mut shard.writer.lock(), 0)?;
             shard.checkpoint(&File::open(&jdir)?, &job)?;
             shards.push(shard);
@@ -273,7 +297,13 @@ impl Engine {
                 replayed.streams.len() as u64,
                 started.elapsed().as_secs_f64(),
             ),
+            #[cfg(feature = "tier")]
+            tier: tier.keep(),
         });
+        #[cfg(feature = "tier")]
+        if let Some(t) = &engine.tier {
+            t.attach(Arc::downgrade(&engine));
+        }
         let weak = Arc::downgrade(&engine);
         let stop = engine.reaper_stop.clone();
         let reaper = std::thread::Builder::new()
@@ -294,7 +324,11 @@ impl Engine {
     /// open's recovery did. Takes the registry lock once (to count the open streams).
     pub(crate) fn stats(&self) -> Stats {
         let (bytes, streams, seconds) = self.recovered;
-        Stats {
+        #[cfg_attr(
+            not(feature = "tier"),
+            expect(unused_mut, reason = "only the tier adds figures")
+        )]
+        let mut stats = Stats {
             open_streams: self.registry.lock().len() as u64,
             journal_shards: self.shards.len() as u64,
             poisoned_shards: self.poisoned_shards(),
@@ -302,7 +336,12 @@ impl Engine {
             recovered_streams: streams,
             recovery_seconds: seconds,
             ..self.counters.snapshot()
+        };
+        #[cfg(feature = "tier")]
+        if let Some(t) = &self.tier {
+            t.fill_stats(&mut stats);
         }
+        stats
     }
 
     /// How many journal shards are poisoned now (their writes fail until the store is
@@ -357,6 +396,10 @@ impl Engine {
             cv.notify_all();
         }
         self.subs.hook.stop();
+        #[cfg(feature = "tier")]
+        if let Some(t) = &self.tier {
+            t.stop();
+        }
         if let Some(t) = self.subs_thread.lock().take()
             && t.thread().id() != std::thread::current().id()
         {

@@ -126,6 +126,9 @@ pub(crate) struct Shard {
     pub(super) counters: Arc<Counters>,
     /// The store's name index: a Create adds its name, a completed delete removes it.
     pub(super) names: Arc<Names>,
+    /// The cold tier, told about each checkpoint's streams (set once, at open).
+    #[cfg(feature = "tier")]
+    pub(super) tier: OnceLock<Arc<crate::tier::Tier>>,
 }
 
 impl Shard {
@@ -179,6 +182,8 @@ impl Shard {
             checkpointed: AtomicU64::new(0),
             checkpoint_done: Event::new(),
             dirty: Mutex::new(HashMap::new()),
+            #[cfg(feature = "tier")]
+            tier: OnceLock::new(),
         }
     }
 
@@ -492,8 +497,15 @@ impl Shard {
             self.durable_lsn.store(last.lsn, Ordering::Release);
         }
         self.durable.notify(usize::MAX);
+        #[cfg(feature = "tier")]
+        let deleted_dirs = after.iter().any(|p| p.is_dir());
         for p in after {
             discard(&p);
+        }
+        // A deleted stream left a marker for the cold tier (see `discard`): its objects go next.
+        #[cfg(feature = "tier")]
+        if deleted_dirs && let Some(t) = self.tier.get() {
+            t.note_gone();
         }
         Ok(())
     }

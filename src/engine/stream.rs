@@ -183,7 +183,8 @@ impl Stream {
         if !accept(&sc)? {
             return Ok(None);
         }
-        let segs = SegmentSet::open(&dir, sc.state.base, sc.state.tail, segment_bytes)?;
+        let cold = crate::tier::manifest::cold_segments(&dir, &sc.state.config.incarnation)?;
+        let segs = SegmentSet::open(&dir, sc.state.base, sc.state.tail, segment_bytes, &cold)?;
         Ok(Some(Stream::new(
             sc.state,
             dir,

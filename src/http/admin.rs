@@ -457,6 +457,72 @@ fn histogram(name: &str, help: &str, h: &Histogram) -> MetricFamily {
     family(name, help, MetricType::HISTOGRAM, vec![m])
 }
 
+/// The cold tier's figures (all zero without a tier).
+fn tier_families(s: &Stats) -> Vec<MetricFamily> {
+    vec![
+        counter(
+            "brook_tier_uploads_total",
+            "Objects uploaded to the cold tier and verified",
+            s.tier_uploads,
+        ),
+        counter(
+            "brook_tier_upload_bytes_total",
+            "Bytes uploaded to the cold tier",
+            s.tier_upload_bytes,
+        ),
+        counter(
+            "brook_tier_failures_total",
+            "Failed cold tier passes (retried with backoff) and cold reads",
+            s.tier_failures,
+        ),
+        counter(
+            "brook_tier_evictions_total",
+            "Segment logs removed locally because the cold tier holds them",
+            s.tier_evictions,
+        ),
+        counter(
+            "brook_tier_evicted_bytes_total",
+            "Bytes of segment logs removed locally",
+            s.tier_evicted_bytes,
+        ),
+        counter(
+            "brook_tier_cache_hits_total",
+            "Cold reads served from the block cache",
+            s.tier_cache_hits,
+        ),
+        counter(
+            "brook_tier_cache_misses_total",
+            "Cold reads that fetched a block from the tier",
+            s.tier_cache_misses,
+        ),
+        counter(
+            "brook_tier_fetch_bytes_total",
+            "Bytes fetched from the tier by cold reads",
+            s.tier_fetch_bytes,
+        ),
+        counter(
+            "brook_tier_deletes_total",
+            "Objects deleted from the tier (retention, deletes)",
+            s.tier_deletes,
+        ),
+        gauge(
+            "brook_tier_pending_streams",
+            "Streams waiting for the tier's next pass",
+            s.tier_pending_streams as f64,
+        ),
+        gauge(
+            "brook_tier_local_bytes",
+            "Bytes of uploaded segment logs still on the local disk",
+            s.tier_local_bytes as f64,
+        ),
+        gauge(
+            "brook_tier_cache_bytes",
+            "Bytes in the cold block cache",
+            s.tier_cache_bytes as f64,
+        ),
+    ]
+}
+
 impl Scrape {
     /// Every figure as a metric family named `brook_*`.
     fn families(&self) -> Vec<MetricFamily> {
@@ -560,6 +626,7 @@ impl Scrape {
                 s.recovery_seconds,
             ),
         ];
+        out.extend(tier_families(s));
         let [conns, live, unauthorized, forbidden, handshakes, reloads] = self.edge;
         out.extend([
             counter(

@@ -165,6 +165,7 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         | Error::Poisoned { .. }
         | Error::OutcomeUnknown { .. }
         | Error::ShutDown
+        | Error::TierUnavailable { .. }
         | Error::TooManyOpenStreams { .. } => S::SERVICE_UNAVAILABLE,
         Error::Corrupt { .. } | Error::Io(_) => S::INTERNAL_SERVER_ERROR,
         Error::SubscriptionNotFound => S::NOT_FOUND,

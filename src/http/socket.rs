@@ -297,7 +297,9 @@ mod tests {
             (true, 70_000, 90_000),
             (false, 3, 390_000),
         ] {
-            let views = set.read(from as u64, to as u64)?.ok_or("range not held")?;
+            let views = set
+                .read_local(from as u64, to as u64)?
+                .ok_or("range not held")?;
             let mut pieces = vec![Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n")];
             for v in views {
                 // A view split so that a small mapped piece sits between large ones.
@@ -337,7 +339,8 @@ mod tests {
         let views = {
             let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20)?;
             set.append(Offset::ZERO, &message(&data))?;
-            set.read(123, data.len() as u64)?.ok_or("range not held")?
+            set.read_local(123, data.len() as u64)?
+                .ok_or("range not held")?
         };
         for entry in std::fs::read_dir(dir.path())? {
             std::fs::remove_file(entry?.path())?;

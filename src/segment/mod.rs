@@ -68,7 +68,9 @@ fn parse_log_name(name: &str) -> Option<u64> {
 struct Segment {
     base: Offset,
     /// Shared with the read maps, which keep it open for responses still sending their bytes.
-    log: Arc<File>,
+    /// `None` for a cold segment: a sealed one whose log is only in the cold tier (its index
+    /// stays here), read through [`Piece::Cold`].
+    log: Option<Arc<File>>,
     log_cap: u64,
     idx: File,
     idx_map: MmapMut,
@@ -107,6 +109,33 @@ const FLUSH_AT: usize = 16 << 10;
 /// copied into the segment's write buffer.
 const WRITE_THROUGH: usize = 64 << 10;
 
+/// The cold tier's unit of fetching and caching, in bytes of a segment: whole messages whose
+/// starts fall in one aligned `COLD_BLOCK` of the segment (so a block is at most this plus its
+/// last message).
+pub(crate) const COLD_BLOCK: u64 = 1 << 20;
+
+/// One part of a read, in order: bytes at hand, or a range of a cold block to fetch.
+pub(crate) enum Piece {
+    /// A view of a local segment's map.
+    Local(Bytes),
+    /// Bytes `want` (absolute positions) of the cold block `block` of the segment at
+    /// `seg_base` (a log of `seg_len` bytes in the tier).
+    Cold(ColdPiece),
+}
+
+/// A range of a cold block: see [`Piece::Cold`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ColdPiece {
+    /// The segment's base byte position (its name).
+    pub(crate) seg_base: u64,
+    /// The segment's log length.
+    pub(crate) seg_len: u64,
+    /// The block, absolute byte positions: whole messages.
+    pub(crate) block: (u64, u64),
+    /// The bytes of the read inside the block, absolute.
+    pub(crate) want: (u64, u64),
+}
+
 /// An owner for a slice of a map, so `Bytes` can point into it without copying.
 struct MapSlice {
     map: Arc<ReadMap>,
@@ -132,6 +161,7 @@ impl Segment {
                 .open(log_path(dir, base.bytes))?,
         );
         log.set_len(MIN_LOG_CAP)?;
+        let log = Some(log);
         let idx = OpenOptions::new()
             .create(true)
             .read(true)
@@ -159,7 +189,9 @@ impl Segment {
         })
     }
 
-    fn open(dir: &Path, base_bytes: u64) -> Result<Segment> {
+    /// Opens a segment's files; `cold_len` is the log's length in the cold tier when the local
+    /// log is missing and the tier holds it (the segment then opens cold).
+    fn open(dir: &Path, base_bytes: u64, cold_len: Option<u64>) -> Result<Segment> {
         let lp = log_path(dir, base_bytes);
         let ip = idx_path(dir, base_bytes);
         let open = |p: &Path| {
@@ -172,9 +204,15 @@ impl Segment {
                     _ => e.into(),
                 })
         };
-        let log = Arc::new(open(&lp)?);
+        let (log, log_cap) = match (open(&lp), cold_len) {
+            (Ok(f), _) => {
+                let cap = f.metadata()?.len();
+                (Some(Arc::new(f)), cap)
+            }
+            (Err(Error::Corrupt { .. }), Some(len)) => (None, len),
+            (Err(e), _) => return Err(e),
+        };
         let idx = open(&ip)?;
-        let log_cap = log.metadata()?.len();
         let idx_len = idx.metadata()?.len();
         if idx_len < IDX_HEADER || !(idx_len - IDX_HEADER).is_multiple_of(ENTRY) {
             return Err(Error::corrupt(
@@ -258,9 +296,21 @@ impl Segment {
         {
             return Ok(m.clone());
         }
-        let m = Arc::new(mmap::map_read(&self.log, self.log_cap as usize)?);
+        let log = self.local_log()?;
+        let m = Arc::new(mmap::map_read(log, self.log_cap as usize)?);
         self.read_map = Some(m.clone());
         Ok(m)
+    }
+
+    /// The local log file (a cold segment has none: `Corrupt`, as nothing reads or writes a
+    /// cold segment's log here).
+    fn local_log(&self) -> Result<&Arc<File>> {
+        self.log.as_ref().ok_or_else(|| {
+            Error::corrupt(
+                format!("{:020}.log", self.base.bytes),
+                "the segment's log is in the cold tier",
+            )
+        })
     }
 
     fn write(&mut self, body: &Body) -> Result<()> {
@@ -268,12 +318,12 @@ impl Segment {
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
             let cap = need.next_power_of_two().max(MIN_LOG_CAP);
-            self.log.set_len(cap)?;
+            self.local_log()?.set_len(cap)?;
             self.log_cap = cap;
         }
         if body.data.len() >= WRITE_THROUGH {
             self.flush()?;
-            self.log.write_all_at(&body.data, rel)?;
+            self.local_log()?.write_all_at(&body.data, rel)?;
         } else {
             self.unwritten.extend_from_slice(&body.data);
         }
@@ -313,9 +363,56 @@ impl Segment {
             return Ok(());
         }
         let rel = self.end - self.base.bytes - self.unwritten.len() as u64;
-        self.log.write_all_at(&self.unwritten, rel)?;
+        self.local_log()?.write_all_at(&self.unwritten, rel)?;
         self.unwritten.clear();
         Ok(())
+    }
+
+    /// The first message of this segment that starts at or after byte position `pos` (its
+    /// index; `count` past the last).
+    fn first_starting_at(&self, pos: u64) -> u64 {
+        let k = self.count_ending_by(pos);
+        if k < self.count && self.entry_start(k) < pos {
+            k + 1
+        } else {
+            k
+        }
+    }
+
+    /// Where cold block `g` of this segment starts: at its first message, the first that
+    /// starts at or after `base + g * COLD_BLOCK` (the segment's end past the last).
+    fn cold_block_start(&self, g: u64) -> u64 {
+        let i = self.first_starting_at(self.base.bytes.saturating_add(g * COLD_BLOCK));
+        if i < self.count {
+            self.entry_start(i)
+        } else {
+            self.end
+        }
+    }
+
+    /// Appends the cold blocks covering `[from, to)` of this (cold) segment to `out`. A message
+    /// belongs to the block its start falls in (`(start - base) / COLD_BLOCK`), so blocks hold
+    /// whole messages, can be checked against the index, and are the same for every read.
+    fn cold_pieces(&self, from: u64, to: u64, out: &mut Vec<Piece>) {
+        let mut pos = from;
+        while pos < to {
+            // The message containing `pos`, and the block its start falls in.
+            let i = self.count_ending_by(pos).min(self.count.saturating_sub(1));
+            let g = (self.entry_start(i) - self.base.bytes) / COLD_BLOCK;
+            let start = self.cold_block_start(g);
+            let mut end = self.cold_block_start(g + 1);
+            if end <= pos {
+                end = self.end;
+            }
+            let want = (pos, to.min(end));
+            out.push(Piece::Cold(ColdPiece {
+                seg_base: self.base.bytes,
+                seg_len: self.end - self.base.bytes,
+                block: (start, end),
+                want,
+            }));
+            pos = want.1;
+        }
     }
 
     /// Checks, against their index entries, the messages not yet verified that start before `to`.
@@ -362,7 +459,9 @@ impl SegmentSet {
         })
     }
 
-    /// Opens a stream's segments, valid from `base` (or the retained start) to `end`.
+    /// Opens a stream's segments, valid from `base` (or the retained start) to `end`. `cold`
+    /// lists the sealed segments the cold tier holds, as (base byte position, log length): one
+    /// whose local log is missing opens cold (its index must be here).
     ///
     /// Segment files that start at or after `end` (other than the first) hold nothing durable and
     /// are removed; the last message is checked against its index entry.
@@ -371,6 +470,7 @@ impl SegmentSet {
         base: Offset,
         end: Offset,
         segment_bytes: u64,
+        cold: &[(u64, u64)],
     ) -> Result<SegmentSet> {
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -379,11 +479,14 @@ impl SegmentSet {
                 bases.push(b);
             }
         }
+        bases.extend(cold.iter().map(|c| c.0).filter(|b| *b < end.bytes));
         bases.sort_unstable();
+        bases.dedup();
         let mut segs: Vec<Segment> = Vec::new();
         for b in bases {
             if segs.is_empty() || b < end.bytes {
-                segs.push(Segment::open(dir, b)?);
+                let cold_len = cold.iter().find(|c| c.0 == b).map(|c| c.1);
+                segs.push(Segment::open(dir, b, cold_len)?);
             } else {
                 std::fs::remove_file(log_path(dir, b))?;
                 let _ = std::fs::remove_file(idx_path(dir, b));
@@ -495,9 +598,10 @@ impl SegmentSet {
         }
     }
 
-    /// Views of the bytes in `[from, to)`, without copying. Fails with `None` when part of the
-    /// range is not held (reclaimed by retention).
-    pub(crate) fn read(&mut self, from: u64, to: u64) -> Result<Option<Vec<Bytes>>> {
+    /// Views of the bytes in `[from, to)`, without copying, and the cold tier's blocks for the
+    /// parts in cold segments (to fetch without this set's lock: see [`Piece::Cold`]). Fails
+    /// with `None` when part of the range is not held (reclaimed by retention).
+    pub(crate) fn read(&mut self, from: u64, to: u64) -> Result<Option<Vec<Piece>>> {
         let mut out = Vec::new();
         let mut pos = from;
         for s in &mut self.segs {
@@ -511,6 +615,11 @@ impl SegmentSet {
                 return Ok(None);
             }
             let end = to.min(s.end);
+            if s.log.is_none() {
+                s.cold_pieces(pos, end, &mut out);
+                pos = end;
+                continue;
+            }
             if end > s.end - s.unwritten.len() as u64 {
                 // Published bytes are always flushed; this keeps any other read exact too.
                 s.flush()?;
@@ -524,14 +633,27 @@ impl SegmentSet {
                     "log shorter than its index",
                 ));
             }
-            out.push(Bytes::from_owner(MapSlice {
+            out.push(Piece::Local(Bytes::from_owner(MapSlice {
                 map,
                 start: a,
                 end: b,
-            }));
+            })));
             pos = end;
         }
         Ok((pos >= to).then_some(out))
+    }
+
+    /// [`SegmentSet::read`] of a range with no cold segment in it, as plain views (tests).
+    #[cfg(test)]
+    pub(crate) fn read_local(&mut self, from: u64, to: u64) -> Result<Option<Vec<Bytes>>> {
+        Ok(self.read(from, to)?.map(|v| {
+            v.into_iter()
+                .map(|p| match p {
+                    Piece::Local(b) => b,
+                    Piece::Cold(c) => panic!("unexpected cold piece {c:?}"),
+                })
+                .collect()
+        }))
     }
 
     /// Whether reading `[from, to)` needs no message checked against its checksum first, so the
@@ -541,7 +663,54 @@ impl SegmentSet {
         self.segs
             .iter()
             .filter(|s| s.end > from && s.base.bytes < to)
-            .all(|s| s.verified >= s.count || s.entry_start(s.verified) >= to)
+            .all(|s| s.log.is_some() && (s.verified >= s.count || s.entry_start(s.verified) >= to))
+    }
+
+    #[cfg(feature = "tier")]
+    /// Turns the sealed segment at byte position `base` cold: its log is in the cold tier and
+    /// is about to leave the disk, so this set lets go of the file and its map (views already
+    /// handed out keep theirs). False if no such sealed segment is here.
+    pub(crate) fn make_cold(&mut self, base: u64) -> bool {
+        let n = self.segs.len();
+        match self
+            .segs
+            .iter_mut()
+            .take(n.saturating_sub(1))
+            .find(|s| s.base.bytes == base)
+        {
+            Some(s) => {
+                s.log = None;
+                s.read_map = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[cfg(feature = "tier")]
+    /// Checks the bytes of a cold block (`block` as [`Piece::Cold`] named it, fetched from the
+    /// tier) against the index entries of its messages: `Corrupt` if any differs or the block
+    /// is not the length the index says.
+    pub(crate) fn check_block(&self, seg_base: u64, block: (u64, u64), bytes: &[u8]) -> Result<()> {
+        let bad = |why: &str| Error::corrupt(log_path(&self.dir, seg_base), why.to_owned());
+        let s = self
+            .segs
+            .iter()
+            .find(|s| s.base.bytes == seg_base)
+            .ok_or_else(|| bad("the segment of a cold block is gone"))?;
+        if bytes.len() as u64 != block.1 - block.0 {
+            return Err(bad("a cold block has the wrong length"));
+        }
+        let mut i = s.count_ending_by(block.0);
+        while i < s.count && s.entry_end(i) <= block.1 {
+            let (a, b) = (s.entry_start(i) - block.0, s.entry_end(i) - block.0);
+            let got = bytes.get(a as usize..b as usize).map(crc32fast::hash);
+            if got != Some(s.entry_crc(i)) {
+                return Err(bad(&format!("cold message {i} fails its checksum")));
+            }
+            i += 1;
+        }
+        Ok(())
     }
 
     fn seg_for(&self, pos: u64) -> Option<&Segment> {
@@ -656,6 +825,53 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "tier")]
+    fn cold_segments_read_as_whole_message_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 3 << 20).unwrap();
+        let mut expect = Vec::new();
+        // 300-byte messages: a 1 MiB block boundary falls inside one.
+        for i in 0..12_000u32 {
+            let m = format!("{i:0300}");
+            set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+            expect.extend_from_slice(m.as_bytes());
+        }
+        set.flush().unwrap();
+        assert!(set.segs.len() > 1);
+        let first_len = set.segs[1].base.bytes;
+        assert!(set.make_cold(0));
+        assert!(
+            !set.make_cold(set.segs[1].base.bytes),
+            "the open segment never goes cold"
+        );
+        let pieces = set.read(10, first_len + 10).unwrap().unwrap();
+        let mut got = Vec::new();
+        let mut blocks = Vec::new();
+        for p in pieces {
+            match p {
+                Piece::Local(b) => got.extend_from_slice(&b),
+                Piece::Cold(c) => {
+                    assert_eq!(c.seg_base, 0);
+                    assert!(c.block.0 <= c.want.0 && c.want.1 <= c.block.1);
+                    assert!(set.is_boundary(c.block.0) && set.is_boundary(c.block.1));
+                    let block = &expect[c.block.0 as usize..c.block.1 as usize];
+                    set.check_block(0, c.block, block).unwrap();
+                    let mut bad = block.to_vec();
+                    bad[5] ^= 1;
+                    assert!(set.check_block(0, c.block, &bad).is_err());
+                    got.extend_from_slice(&expect[c.want.0 as usize..c.want.1 as usize]);
+                    blocks.push(c.block);
+                }
+            }
+        }
+        assert_eq!(got, &expect[10..(first_len + 10) as usize]);
+        assert!(blocks.len() >= 3, "{blocks:?}");
+        assert!(blocks.windows(2).all(|w| w[0].1 == w[1].0));
+        #[cfg(feature = "http")]
+        assert!(!set.verified(0, 10));
+    }
+
+    #[test]
     fn append_read_roll_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
@@ -668,7 +884,7 @@ mod tests {
         assert!(set.segs.len() > 1, "rolled");
         let end = set.end();
         assert_eq!(end, Offset::new(200, expect.len() as u64));
-        let got: Vec<u8> = set.read(0, end.bytes).unwrap().unwrap().concat();
+        let got: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
         assert_eq!(got, expect);
         let m = 42u64; // each message is "message-NNNNN-" three times
         assert!(set.is_boundary(m * 2));
@@ -686,13 +902,13 @@ mod tests {
         assert_eq!(set.offset_at(late + 1), Offset::new(150, late + 1));
         assert_eq!(set.next_boundary_after(late + 1), Some(late + m));
         drop(set);
-        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096).unwrap();
-        let got: Vec<u8> = set.read(100, end.bytes).unwrap().unwrap().concat();
+        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096, &[]).unwrap();
+        let got: Vec<u8> = set.read_local(100, end.bytes).unwrap().unwrap().concat();
         assert_eq!(got, &expect[100..]);
         // Reopening at an earlier end (a checkpoint before a crash) drops later segments.
         let early = Offset::new(10, 420);
         drop(set);
-        let set = SegmentSet::open(dir.path(), Offset::ZERO, early, 4096).unwrap();
+        let set = SegmentSet::open(dir.path(), Offset::ZERO, early, 4096, &[]).unwrap();
         assert_eq!(set.end(), early);
         assert_eq!(set.segs.len(), 1);
     }
@@ -709,7 +925,7 @@ mod tests {
         let f = OpenOptions::new().write(true).open(&log).unwrap();
         f.write_all_at(b"W", 5).unwrap();
         assert!(matches!(
-            SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20),
+            SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[]),
             Err(Error::Corrupt { .. })
         ));
     }

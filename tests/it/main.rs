@@ -62,4 +62,8 @@ mod regressions;
 mod subscriptions;
 #[cfg(feature = "http")]
 mod subscriptions_http;
+#[cfg(feature = "tier")]
+mod tier;
+#[cfg(feature = "http")]
+mod tier_s3;
 mod util;

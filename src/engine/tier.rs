@@ -1,0 +1,143 @@
+//! The engine's side of the cold tier (feature `tier`): reads of cold blocks, eviction of
+//! uploaded segments, and the indexes restored from the tier at open.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::segment::ColdPiece;
+use crate::tier::{Tier, manifest};
+
+use super::Engine;
+use super::stream::Stream;
+
+impl Engine {
+    /// The bytes of cold piece `c` of stream `s`, through the tier's cache; a block fetched is
+    /// checked against the stream's index (under its `data` lock, briefly) before it is cached.
+    /// Called without any lock held: the fetch may take as long as the object store does.
+    pub(super) fn read_cold(&self, s: &Arc<Stream>, c: &ColdPiece) -> Result<Bytes> {
+        let tier = self.tier.as_ref().ok_or_else(|| {
+            Error::corrupt(
+                &s.dir,
+                "part of the stream is in a cold tier, which is not configured",
+            )
+        })?;
+        tier.read_cold(&s.dir, s.incarnation.as_str(), c, |bytes| {
+            let d = s.data.lock();
+            let segs = d.segs.as_ref().ok_or(Error::NotFound)?;
+            segs.check_block(c.seg_base, c.block, bytes)
+        })
+    }
+
+    /// Turns the uploaded segment at `base` of stream `name` (incarnation `incarnation`, in
+    /// `dir`) cold and removes its local log. Under the registry lock, so a stream being
+    /// loaded finds either the log or the manifest entry that replaces it. False (and nothing
+    /// done) if the stream is not that incarnation any more or the segment is not sealed.
+    pub(crate) fn evict_segment(
+        &self,
+        dir: &Path,
+        name: &str,
+        incarnation: &str,
+        base: u64,
+    ) -> Result<bool> {
+        let reg = self.registry.lock();
+        let listed = manifest::load(dir)?.is_some_and(|m| {
+            m.incarnation == incarnation && m.segments.iter().any(|e| e.base.bytes == base)
+        });
+        if !listed {
+            return Ok(false);
+        }
+        if let Some(s) = reg.get(name) {
+            if s.incarnation.as_str() != incarnation {
+                return Ok(false);
+            }
+            let mut d = s.data.lock();
+            if d.deleted {
+                return Ok(false);
+            }
+            if let Some(segs) = d.segs.as_mut()
+                && !segs.make_cold(base)
+            {
+                return Ok(false);
+            }
+        }
+        match std::fs::remove_file(dir.join(format!("{base:020}.log"))) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Asks the tier for a pass over every stream after a checkpoint, and waits for it (see
+    /// `Store::sync_tier`).
+    pub(crate) fn sync_tier(&self) -> Result<()> {
+        let tier = self
+            .tier
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the store has no cold tier".into()))?;
+        self.checkpoint()?;
+        tier.sync()
+    }
+}
+
+/// The tier of a store being opened: stopped (its thread joined) if the open fails before the
+/// engine takes it with [`TierGuard::keep`].
+pub(super) struct TierGuard(pub(super) Option<Arc<Tier>>);
+
+impl TierGuard {
+    /// The tier, for the open engine.
+    pub(super) fn keep(mut self) -> Option<Arc<Tier>> {
+        self.0.take()
+    }
+}
+
+impl Drop for TierGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.stop();
+        }
+    }
+}
+
+/// Fetches from the tier every index that a stream's manifest lists and the local disk lost
+/// (a segment past the stream's retained start), before recovery opens any stream: a stream
+/// whose local files of tiered segments are gone opens with them cold.
+pub(super) fn restore_indexes(root: &Path, tier: &Tier) -> Result<()> {
+    let Ok(shards) = std::fs::read_dir(root.join("streams")) else {
+        return Ok(());
+    };
+    for shard in shards.flatten() {
+        let Ok(dirs) = std::fs::read_dir(shard.path()) else {
+            continue;
+        };
+        for dir in dirs.flatten().map(|e| e.path()) {
+            let Some(m) = manifest::load(&dir)? else {
+                continue;
+            };
+            let Some(sc) = crate::sidecar::load(&dir)? else {
+                continue;
+            };
+            if sc.state.config.incarnation != m.incarnation {
+                continue;
+            }
+            for e in &m.segments {
+                let file = format!("{:020}.idx", e.base.bytes);
+                let path = dir.join(&file);
+                let retained = sc.state.forks.is_empty() && e.end.bytes <= sc.state.earliest.bytes;
+                if path.exists() || retained {
+                    continue;
+                }
+                tier.restore_file(
+                    tier.object(&dir, &m.incarnation, &file),
+                    &path,
+                    e.idx_len,
+                    e.idx_crc,
+                )?;
+                tracing::info!(dir = %dir.display(), base = e.base.bytes, "index restored from the cold tier");
+            }
+        }
+    }
+    Ok(())
+}
