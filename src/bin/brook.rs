@@ -529,7 +529,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         let local: SocketAddr = listener
             .local_addr()
             .map_err(|e| format!("cannot read the bound address: {e}"))?;
-        if let Some(tls) = tls {
+        if let Some(tls) = tls.clone() {
             tokio::spawn(reload_on_hangup(tls));
         }
         let scheme = if args.tls_cert.is_some() {
@@ -551,7 +551,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         // While the store opens (recovery), the listener answers 503 STARTING (live: 200).
         let owned = dir.clone();
         let opening = tokio::task::spawn_blocking(move || open_store(&owned, options));
-        let store = serve_starting(&listener, admin.as_ref(), opening)
+        let store = serve_starting(&listener, admin.as_ref(), tls.as_ref(), opening)
             .await
             .map_err(|e| format!("opening the store failed: {e}"))??;
         // The line scripts wait for: from here on streams are served.

@@ -411,3 +411,71 @@ async fn sighup_reloads_the_certificate_of_brook_serve() -> R {
     let _ = child.wait();
     result
 }
+
+/// While the store opens, a TLS server's port already speaks TLS: a client that trusts the
+/// certificate gets 503 `STARTING` (over HTTP/2, as ALPN agreed), not a handshake error; once
+/// the store is open the same client is served.
+#[tokio::test]
+async fn a_starting_tls_server_answers_starting_over_tls() -> R {
+    let pki = pki()?;
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = write_pki(dir.path(), &pki)?;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
+        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env("BROOK_TEST_OPEN_DELAY_MS", "2500")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |needle: &str| -> R<String> {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .map_err(|_| format!("no log line with {needle:?}"))?;
+            if line.contains(needle) {
+                return Ok(line);
+            }
+        }
+    };
+    let result = async {
+        let line = wait_for("bound https://")?;
+        let at = line.split("https://").nth(1).ok_or("no address")?;
+        let addr: SocketAddr = at
+            .split([';', ',', ' '])
+            .next()
+            .ok_or("no address")?
+            .parse()?;
+        let base = format!("https://localhost:{}", addr.port());
+        let c = client(&pki.ca, addr, false)?;
+        let r = c.get(format!("{base}/__brook/ready")).send().await?;
+        assert_eq!((r.status().as_u16(), r.version()), (503, Version::HTTP_2));
+        assert!(r.text().await?.contains("\"code\":\"STARTING\""));
+        wait_for("listening on https://")?;
+        let c = client(&pki.ca, addr, true)?;
+        let r = c.get(format!("{base}/__brook/ready")).send().await?;
+        assert_eq!(r.status().as_u16(), 200);
+        R::Ok(())
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
