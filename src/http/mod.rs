@@ -509,7 +509,8 @@ fn tls_builders(tls: &Tls, http1: &hyper::server::conn::http1::Builder) -> TlsSe
 
 /// One TLS connection: the handshake (bounded by `header_read_timeout`), then HTTP/2 or
 /// HTTP/1.1 by ALPN until the connection ends or the server's graceful shutdown ends it.
-/// Large bodies are encrypted, so no `sendfile` here.
+/// Large bodies are encrypted, so no `sendfile` here; a peer that stops reading is cut off
+/// after the write stall limit, as on plain connections.
 async fn serve_tls(
     app: Arc<AppState>,
     tls: TlsServing,
@@ -518,7 +519,11 @@ async fn serve_tls(
     open: Open,
 ) {
     use hyper_util::rt::TokioIo;
-    let handshake = tokio::time::timeout(app.config.header_read_timeout, tls.acceptor.accept(tcp));
+    // TLS runs over the same socket type as plain connections, for its write-stall guard (a
+    // peer that stops reading is cut off); encrypted bodies cannot go by sendfile.
+    let socket = socket::Socket::new(tcp, false, app.config.write_stall_timeout);
+    let handshake =
+        tokio::time::timeout(app.config.header_read_timeout, tls.acceptor.accept(socket));
     let stream = match handshake.await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {

@@ -479,3 +479,78 @@ async fn a_starting_tls_server_answers_starting_over_tls() -> R {
     let _ = child.wait();
     result
 }
+
+/// Over TLS too, an SSE reader that reads nothing is cut off once the server's writes made no
+/// progress for the write stall limit (the guard is the same socket's as on plain HTTP).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_reader_that_stops_reading_is_disconnected() -> R {
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki = pki()?;
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = write_pki(dir.path(), &pki)?;
+    let data = tempfile::tempdir()?;
+    let store = Store::open(data.path(), Options::default())?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (_stop, stopped) = oneshot::channel::<()>();
+    let mut cfg = config();
+    cfg.tls = Some(Tls::from_pem_files(&cert, &key)?);
+    cfg.write_stall_timeout = Duration::from_millis(500);
+    cfg.sse_max_duration = Duration::from_mins(2);
+    tokio::spawn(serve(listener, store, cfg, async move {
+        let _ = stopped.await;
+    }));
+    let base = format!("https://localhost:{}", addr.port());
+    let c = client(&pki.ca, addr, true)?;
+    let r = c
+        .put(format!("{base}/slow/tls"))
+        .header("content-type", "application/octet-stream")
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 201);
+    for _ in 0..24 {
+        let r = c
+            .post(format!("{base}/slow/tls"))
+            .header("content-type", "application/octet-stream")
+            .body(vec![b'x'; 1 << 20])
+            .send()
+            .await?;
+        assert_eq!(r.status().as_u16(), 204);
+    }
+    // A TLS client that asks for the whole stream as SSE and then reads nothing.
+    let mut roots = rustls::RootCertStore::empty();
+    for der in rustls::pki_types::CertificateDer::pem_slice_iter(pki.ca.as_bytes()) {
+        roots.add(der?)?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut t = connector
+        .connect(rustls::pki_types::ServerName::try_from("localhost")?, tcp)
+        .await?;
+    t.write_all(b"GET /slow/tls?offset=-1&live=sse HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started = Instant::now();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), t.read(&mut buf)).await? {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the stalled TLS reader was never cut off"
+    );
+    let whole_base64 = 24 * (1 << 20) * 4 / 3;
+    assert!(got < whole_base64, "received {got} bytes: not cut off");
+    Ok(())
+}
