@@ -74,9 +74,28 @@ pub(crate) struct StreamState {
 pub(crate) struct Body {
     pub(crate) data: Bytes,
     pub(crate) ends: Vec<u32>,
+    /// The CRC-32 of `data` when the body is one message, once someone computed it: the
+    /// journal's encoder computes it for a large body (and folds it into the frame's CRC), and
+    /// the segment index, which keeps each message's CRC, takes it from here instead of hashing
+    /// the same bytes again.
+    pub(crate) crc: std::sync::OnceLock<u32>,
 }
 
 impl Body {
+    /// A body of `data` whose messages end at `ends`.
+    pub(crate) fn new(data: Bytes, ends: Vec<u32>) -> Body {
+        Body {
+            data,
+            ends,
+            crc: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The CRC-32 of a one-message body, computed at most once.
+    pub(crate) fn single_crc(&self) -> u32 {
+        *self.crc.get_or_init(|| crc32fast::hash(&self.data))
+    }
+
     /// The number of messages in the body.
     pub(crate) fn messages(&self) -> u64 {
         self.ends.len() as u64
@@ -94,10 +113,7 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
     }
     if !json {
         let len = u32::try_from(data.len()).map_err(|_| Error::TooLarge("append body".into()))?;
-        return Ok(Body {
-            data,
-            ends: vec![len],
-        });
+        return Ok(Body::new(data, vec![len]));
     }
     let text = std::str::from_utf8(&data).map_err(|e| Error::InvalidJson(e.to_string()))?;
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
@@ -120,10 +136,7 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
         out.extend_from_slice(b",");
         ends.push(u32::try_from(out.len()).map_err(|_| Error::TooLarge("append body".into()))?);
     }
-    Ok(Body {
-        data: out.freeze(),
-        ends,
-    })
+    Ok(Body::new(out.freeze(), ends))
 }
 
 /// Keeps a Stream-Seq value only if every byte is printable ASCII (the seed: other values are

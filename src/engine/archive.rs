@@ -210,7 +210,7 @@ impl Engine {
                     {
                         return Err(bad("a chunk's message ends do not match its data".into()));
                     }
-                    segs.append(start, &Body { data, ends })?;
+                    segs.append(start, &Body::new(data, ends))?;
                     segs.flush()?;
                 }
                 SNAPSHOT => {

@@ -273,10 +273,7 @@ mod tests {
 
     /// One message holding `data`.
     fn message(data: &[u8]) -> Body {
-        Body {
-            data: Bytes::copy_from_slice(data),
-            ends: vec![data.len() as u32],
-        }
+        Body::new(Bytes::copy_from_slice(data), vec![data.len() as u32])
     }
 
     /// Mapped views of a stream's segments (several, with a small `segment_bytes`), with heap

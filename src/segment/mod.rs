@@ -338,7 +338,11 @@ impl Segment {
         let mut prev = 0usize;
         for (i, &end) in body.ends.iter().enumerate() {
             let end = end as usize;
-            let crc = crc32fast::hash(body.data.get(prev..end).unwrap_or(&[]));
+            let crc = if n == 1 {
+                body.single_crc()
+            } else {
+                crc32fast::hash(body.data.get(prev..end).unwrap_or(&[]))
+            };
             let at = (IDX_HEADER + (self.count + i as u64) * ENTRY) as usize;
             let entry = &mut self.idx_map[at..at + ENTRY as usize];
             entry[0..8].copy_from_slice(&(self.end + end as u64).to_le_bytes());
@@ -818,10 +822,7 @@ mod tests {
             data.extend_from_slice(m);
             ends.push(data.len() as u32);
         }
-        Body {
-            data: data.into(),
-            ends,
-        }
+        Body::new(data.into(), ends)
     }
 
     #[test]
