@@ -51,13 +51,13 @@ pub(super) fn apply(
                         continue;
                     }
                     if e.path().is_dir() {
-                        std::fs::remove_dir_all(e.path())?;
+                        fs::remove_dir_all(&e.path())?;
                     } else {
-                        std::fs::remove_file(e.path())?;
+                        fs::remove_file(&e.path())?;
                     }
                 }
             }
-            std::fs::create_dir_all(&stream.dir)?;
+            fs::create_dir_all(&stream.dir)?;
             let mut segs = SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?;
             segs.append(initial.start, &initial.body)?;
             d.state = (**state).clone();
@@ -82,7 +82,7 @@ pub(super) fn apply(
                 root.join("trash")
                     .join(format!("{}-{}", dir_key(&stream.dir), stream.incarnation));
             if stream.dir.exists() {
-                std::fs::rename(&stream.dir, &trash)?;
+                fs::rename(&stream.dir, &trash)?;
             }
             after.push(trash);
         }
@@ -145,20 +145,20 @@ pub(super) fn parse_snapshot_file(name: &str) -> Option<Offset> {
 /// directory that recovery finishes removing, never a partial one that it would restore.
 pub(super) fn discard(p: &Path) {
     if !p.is_dir() {
-        let _ = std::fs::remove_file(p);
+        let _ = fs::remove_file(&p);
         return;
     }
     let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
         return;
     };
     let gone = p.with_file_name(format!("{name}.gone"));
-    if std::fs::rename(p, &gone).is_err() {
+    if fs::rename(&p, &gone).is_err() {
         return;
     }
     if let Some(parent) = gone.parent() {
         let _ = fs::sync_dir(parent);
     }
-    let _ = std::fs::remove_dir_all(&gone);
+    let _ = fs::remove_dir_all(&gone);
 }
 
 /// [`discard`] for many paths at once: every directory is renamed to `*.gone` first, each parent
@@ -169,14 +169,14 @@ pub(super) fn discard_all(paths: &[PathBuf]) {
     let mut parents: Vec<&Path> = Vec::new();
     for p in paths {
         if !p.is_dir() {
-            let _ = std::fs::remove_file(p);
+            let _ = fs::remove_file(&p);
             continue;
         }
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
         let to = p.with_file_name(format!("{name}.gone"));
-        if std::fs::rename(p, &to).is_ok() {
+        if fs::rename(&p, &to).is_ok() {
             if let Some(parent) = p.parent()
                 && !parents.contains(&parent)
             {
@@ -192,7 +192,7 @@ pub(super) fn discard_all(paths: &[PathBuf]) {
             .and_then(|p| parents.iter().position(|q| *q == p))
             .is_some_and(|i| synced[i]);
         if parent_synced {
-            let _ = std::fs::remove_dir_all(&g);
+            let _ = fs::remove_dir_all(&g);
         }
     }
 }

@@ -52,6 +52,7 @@ impl Shard {
         let lsn = w.end_lsn;
         if lsn > w.file_base {
             w.file = open_journal_file(&self.dir, self.id, lsn)?;
+            w.path = journal::file_path(&self.dir, lsn);
             w.file_base = lsn;
             w.written = 0;
             w.fresh = true;
@@ -137,7 +138,7 @@ impl Shard {
         let started = Instant::now();
         // 6b [sync]. Everything applied before the rotation (segments, indexes, directories)
         // becomes durable (and whatever was applied since: sidecars never claim more than that).
-        fs::sync_fs(syncer)?;
+        fs::sync_fs(syncer, &self.dir)?;
         // 6c. Sidecars record each stream's state at the rotation.
         for (s, lsn, state) in &job.streams {
             let mut d = s.data.lock();
@@ -149,13 +150,13 @@ impl Shard {
             d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
         }
         // 6d [sync]. The sidecars become durable; only then may the journal they replace go.
-        fs::sync_fs(syncer)?;
+        fs::sync_fs(syncer, &self.dir)?;
         // 6e. Drop the replaced journal files, durably.
         let mut dropped = 0u64;
         for (base, path) in journal::list_files(&self.dir)? {
             if base < job.lsn {
                 dropped += std::fs::metadata(&path).map_or(0, |m| m.len());
-                std::fs::remove_file(path)?;
+                fs::remove_file(&path)?;
             }
         }
         fs::sync_dir(&self.dir)?;

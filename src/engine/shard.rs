@@ -73,6 +73,8 @@ pub(super) struct Queue {
 /// The journal file and what is written to it; held while a batch is written and applied.
 pub(super) struct Writer {
     pub(super) file: File,
+    /// The current file's path (what the file-system seam is told).
+    pub(super) path: PathBuf,
     /// The LSN of the current file's first record byte (its name).
     pub(super) file_base: u64,
     /// LSN just past the last byte written. Records still queued have higher LSNs, so a rotation
@@ -140,6 +142,7 @@ impl Shard {
         hook: Arc<super::subscription::Hook>,
         (counters, names): (Arc<Counters>, Arc<Names>),
     ) -> Shard {
+        let path = journal::file_path(&dir, end);
         Shard {
             id,
             counters,
@@ -163,6 +166,7 @@ impl Shard {
             wake: Condvar::new(),
             writer: Mutex::new(Writer {
                 file,
+                path,
                 file_base: end,
                 end_lsn: end,
                 written: 0,
@@ -419,11 +423,9 @@ impl Shard {
     ) -> std::result::Result<(), (Error, bool)> {
         // Step 3: one write for the batch, then the records' effects on the streams' files.
         self.counters.batch_records.observe(items.len() as f64);
-        if let Err(e) = w.file.write_all(buf) {
+        if let Err(e) = fs::check_write(&w.path).and_then(|()| w.file.write_all(buf)) {
             let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
-            let cut = w
-                .file
-                .set_len(start)
+            let cut = fs::set_len(&w.file, &w.path, start)
                 .and_then(|()| w.file.seek(std::io::SeekFrom::Start(start)).map(drop));
             return Err((e.into(), cut.is_err()));
         }
@@ -462,7 +464,7 @@ impl Shard {
         // Step 4 [sync].
         if self.options.durability == Durability::Sync {
             let started = Instant::now();
-            w.file.sync_data()?;
+            fs::sync_data(&w.file, &w.path)?;
             let took = started.elapsed();
             self.counters.journal_sync.observe_duration(took);
             if took > SLOW_SYNC {
@@ -503,11 +505,10 @@ impl Shard {
 /// `Writer::fresh`). An existing file of that name is truncated.
 pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let path = journal::file_path(dir, base_lsn);
-    let mut f = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(&path)?;
+    let mut f = fs::open_create(
+        OpenOptions::new().create(true).write(true).truncate(true),
+        &path,
+    )?;
     f.write_all(&journal::file_header(shard as u32, base_lsn))?;
     Ok(f)
 }
@@ -516,7 +517,7 @@ pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Resu
 /// open, before anything is written to it).
 pub(super) fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let f = open_journal_file(dir, shard, base_lsn)?;
-    f.sync_all()?;
+    fs::sync_all(&f, &journal::file_path(dir, base_lsn))?;
     fs::sync_dir(dir)?;
     Ok(f)
 }

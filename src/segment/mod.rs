@@ -29,6 +29,7 @@ use bytes::Bytes;
 use memmap2::MmapMut;
 
 use crate::error::{Error, Result};
+use crate::fs;
 use crate::name::Offset;
 use crate::state::Body;
 use mmap::ReadMap;
@@ -123,21 +124,23 @@ impl AsRef<[u8]> for MapSlice {
 
 impl Segment {
     fn create(dir: &Path, base: Offset) -> Result<Segment> {
-        let log = Arc::new(
+        let log = Arc::new(fs::open_create(
             OpenOptions::new()
                 .create(true)
                 .read(true)
                 .write(true)
-                .truncate(true)
-                .open(log_path(dir, base.bytes))?,
-        );
+                .truncate(true),
+            &log_path(dir, base.bytes),
+        )?);
         log.set_len(MIN_LOG_CAP)?;
-        let idx = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(true)
-            .open(idx_path(dir, base.bytes))?;
+        let idx = fs::open_create(
+            OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(true),
+            &idx_path(dir, base.bytes),
+        )?;
         let idx_len = IDX_HEADER + MIN_IDX_ENTRIES * ENTRY;
         idx.set_len(idx_len)?;
         let mut idx_map = mmap::map_write(&idx, idx_len as usize)?;
@@ -385,8 +388,8 @@ impl SegmentSet {
             if segs.is_empty() || b < end.bytes {
                 segs.push(Segment::open(dir, b)?);
             } else {
-                std::fs::remove_file(log_path(dir, b))?;
-                let _ = std::fs::remove_file(idx_path(dir, b));
+                fs::remove_file(&log_path(dir, b))?;
+                let _ = fs::remove_file(&idx_path(dir, b));
             }
         }
         if segs.is_empty() {
