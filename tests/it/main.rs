@@ -56,6 +56,7 @@ mod ops_listing;
 mod ops_logs;
 #[cfg(feature = "http")]
 mod ops_support;
+mod power_loss;
 mod regressions;
 mod subscriptions;
 #[cfg(feature = "http")]
