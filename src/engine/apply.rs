@@ -18,7 +18,7 @@ use super::stream::Stream;
 ///
 /// Idempotent: a record at or below the stream's applied LSN is skipped (replay after a
 /// checkpoint), except a Create for a stream with no segments yet. Deletes move the directory
-/// to the trash now; it is emptied only once the delete is durable (see [`discard`]).
+/// to the trash now; it is emptied only once the delete is durable (see [`discard_all`]).
 pub(super) fn apply(
     root: &Path,
     options: &Options,
@@ -140,36 +140,35 @@ pub(super) fn parse_snapshot_file(name: &str) -> Option<Offset> {
         .ok()
 }
 
-/// Removes a file or trash directory that a durable record made obsolete. A directory is first
-/// renamed to `*.gone` and the rename synced, so a crash while it is being emptied leaves a
-/// directory that recovery finishes removing, never a partial one that it would restore.
-pub(super) fn discard(p: &Path) {
-    if !p.is_dir() {
-        let _ = fs::remove_file(&p);
-        return;
-    }
-    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
-        return;
-    };
-    let gone = p.with_file_name(format!("{name}.gone"));
-    if fs::rename(&p, &gone).is_err() {
-        return;
-    }
-    if let Some(parent) = gone.parent() {
-        let _ = fs::sync_dir(parent);
-    }
-    let _ = fs::remove_dir_all(&gone);
-}
-
-/// [`discard`] for many paths at once: every directory is renamed to `*.gone` first, each parent
+/// Removes the files and trash directories that durable records made obsolete. Every directory
+/// is renamed to `*.gone` first, each parent
 /// synced once, and only then are they emptied, so a crash part-way leaves only `*.gone`
 /// directories (which recovery removes), never a partly emptied one it would restore.
+///
+/// Segment logs go first, and their removal is made durable before any other file goes: a
+/// segment whose index is gone but whose log came back (unsynced unlinks are reordered by a
+/// power loss) would be a damaged segment, while an index without its log is ignored.
 pub(super) fn discard_all(paths: &[PathBuf]) {
     let mut gone = Vec::new();
     let mut parents: Vec<&Path> = Vec::new();
+    let mut log_dirs: Vec<&Path> = Vec::new();
+    for p in paths.iter().filter(|p| crate::segment::is_log(p)) {
+        if fs::remove_file(p).is_ok()
+            && let Some(d) = p.parent()
+            && !log_dirs.contains(&d)
+        {
+            log_dirs.push(d);
+        }
+    }
+    if log_dirs.iter().any(|d| fs::sync_dir(d).is_err()) {
+        return;
+    }
     for p in paths {
+        if crate::segment::is_log(p) {
+            continue;
+        }
         if !p.is_dir() {
-            let _ = fs::remove_file(&p);
+            let _ = fs::remove_file(p);
             continue;
         }
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {

@@ -160,6 +160,16 @@ impl Shard {
             }
         }
         fs::sync_dir(&self.dir)?;
+        // 6f. The files the recorded state no longer needs go (see `Shard::reclaim`).
+        let ready: Vec<std::path::PathBuf> = {
+            let mut r = self.reclaim.lock();
+            let (ready, keep) = r.drain(..).partition(|(lsn, _)| *lsn <= job.lsn);
+            *r = keep;
+            ready.into_iter().map(|(_, p)| p).collect()
+        };
+        if !ready.is_empty() {
+            super::apply::discard_all(&ready);
+        }
         self.counters.checkpoint.observe_duration(started.elapsed());
         // Churn (creates and deletes) grows the name index's log: rewrite it once it doubled.
         self.names.compact_if_needed()?;

@@ -83,7 +83,7 @@ pub(super) fn restore_trash(root: &Path) -> Result<()> {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
         if Path::new(name).extension().is_some_and(|x| x == "gone") {
-            // Its delete was durable and it was being emptied (see `discard`): finish.
+            // Its delete was durable and it was being emptied (see `discard_all`): finish.
             fs::remove_dir_all(&e.path())?;
             continue;
         }
@@ -115,6 +115,9 @@ pub(super) struct Replayed {
     pub(super) records: u64,
     /// The streams a replayed record was applied to.
     pub(super) streams: HashSet<String>,
+    /// Files replayed records made obsolete (segments and snapshots behind retention): removed
+    /// once the recovery checkpoint's sidecars no longer refer to them.
+    pub(super) reclaim: Vec<PathBuf>,
 }
 
 /// Replays one shard's journal (directory `dir`) into `registry`; returns the LSN after its
@@ -243,7 +246,10 @@ pub(super) fn replay_shard(
     for (name, kept) in &damaged {
         keep_records(root, id, name, kept)?;
     }
-    discard_all(&obsolete);
+    let (files, dirs): (Vec<PathBuf>, Vec<PathBuf>) =
+        obsolete.into_iter().partition(|p| !p.is_dir());
+    discard_all(&dirs);
+    replayed.reclaim.extend(files);
     Ok(end)
 }
 

@@ -23,7 +23,7 @@ use crate::journal::{self, Record};
 use crate::options::{Durability, Options};
 use crate::stats::Counters;
 
-use super::apply::{apply, discard};
+use super::apply::{apply, discard_all};
 use super::checkpoint::Checkpoints;
 use super::names::Names;
 use super::stream::Stream;
@@ -122,6 +122,10 @@ pub(crate) struct Shard {
     pub(super) checkpointed: AtomicU64,
     /// Notified when a checkpoint finishes or the shard is poisoned.
     pub(super) checkpoint_done: Event,
+    /// Files durable records made obsolete (segments and snapshots behind retention), each with
+    /// the LSN of its batch: a sidecar may still refer to them until a checkpoint past that LSN
+    /// is durable, which then removes them.
+    pub(super) reclaim: Mutex<Vec<(u64, PathBuf)>>,
     /// Streams whose applied state is newer than their sidecar (changed under `writer`).
     pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
     /// The store's counters (batch sizes, sync and checkpoint durations).
@@ -183,6 +187,7 @@ impl Shard {
             checkpointed: AtomicU64::new(0),
             checkpoint_done: Event::new(),
             dirty: Mutex::new(HashMap::new()),
+            reclaim: Mutex::new(Vec::new()),
         }
     }
 
@@ -494,8 +499,15 @@ impl Shard {
             self.durable_lsn.store(last.lsn, Ordering::Release);
         }
         self.durable.notify(usize::MAX);
-        for p in after {
-            discard(&p);
+        if !after.is_empty() {
+            // A deleted stream's trash goes now; files behind retention wait for a checkpoint.
+            let lsn = items.last().map_or(0, |it| it.lsn);
+            let (files, dirs): (Vec<PathBuf>, Vec<PathBuf>) =
+                after.into_iter().partition(|p| !p.is_dir());
+            discard_all(&dirs);
+            self.reclaim
+                .lock()
+                .extend(files.into_iter().map(|p| (lsn, p)));
         }
         Ok(())
     }

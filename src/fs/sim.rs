@@ -77,6 +77,7 @@ fn kind(op: &Op<'_>) -> Kind {
 struct Saved {
     ino: u64,
     durable: Option<Vec<u8>>,
+    lengths: Vec<u64>,
     current: Vec<u8>,
 }
 
@@ -124,6 +125,9 @@ struct Fault {
 struct Inner {
     /// Each file's durable bytes, by inode (a rename keeps them, a removal takes them along).
     durable: HashMap<u64, Vec<u8>>,
+    /// Lengths each file had since it was last synced (set by `set_len`, or before a journal
+    /// write): with the durable and the current length, the lengths a power cut may leave.
+    lengths: HashMap<u64, Vec<u64>>,
     /// Directory changes not yet durable, oldest first, each with the directories it changes
     /// that have not been synced since.
     pending: Vec<(Change, Vec<PathBuf>)>,
@@ -228,7 +232,13 @@ impl Disk {
         let mut rng = Rng(seed ^ 0x9E37_79B9_7F4A_7C15);
         let mut out = PowerLoss::default();
         for (path, ino, current) in files(&self.root)? {
-            let torn = mix(g.durable.get(&ino).map(Vec::as_slice), &current, &mut rng);
+            let lengths = g.lengths.get(&ino).map_or(&[][..], Vec::as_slice);
+            let torn = mix(
+                g.durable.get(&ino).map(Vec::as_slice),
+                lengths,
+                &current,
+                &mut rng,
+            );
             if torn != current {
                 std::fs::write(&path, &torn)?;
                 out.torn.push(path);
@@ -315,6 +325,7 @@ impl Disk {
         Some(Saved {
             ino: m.ino(),
             durable: g.durable.get(&m.ino()).cloned(),
+            lengths: g.lengths.get(&m.ino()).cloned().unwrap_or_default(),
             current,
         })
     }
@@ -352,6 +363,7 @@ impl Hook for Disk {
                     && let Ok(bytes) = std::fs::read(p)
                 {
                     g.durable.insert(m.ino(), bytes);
+                    g.lengths.remove(&m.ino());
                 }
             }
             Op::SyncDir(d) => g.pending.retain_mut(|(_, dirs)| {
@@ -362,6 +374,7 @@ impl Hook for Disk {
                 for (_, ino, bytes) in files(&self.root)? {
                     g.durable.insert(ino, bytes);
                 }
+                g.lengths.clear();
                 g.pending.clear();
             }
             Op::Create(p) => {
@@ -398,7 +411,12 @@ impl Hook for Disk {
                 tree.sort_by(|a, b| a.0.cmp(&b.0));
                 g.staged.insert(p.to_path_buf(), Staged::Tree(tree));
             }
-            Op::Mkdir(_) | Op::SetLen(_) | Op::Write(_) => {}
+            Op::Write(p) => {
+                if let Ok(m) = std::fs::metadata(p) {
+                    g.lengths.entry(m.ino()).or_default().push(m.len());
+                }
+            }
+            Op::Mkdir(_) | Op::SetLen(_) => {}
         }
         Ok(())
     }
@@ -481,7 +499,12 @@ impl Hook for Disk {
                     g.pending.push((change, parent(p)));
                 }
             }
-            Op::SyncFile(_) | Op::SyncDir(_) | Op::SyncFs(_) | Op::SetLen(_) | Op::Write(_) => {}
+            Op::SetLen(p) => {
+                if let Ok(m) = std::fs::metadata(p) {
+                    g.lengths.entry(m.ino()).or_default().push(m.len());
+                }
+            }
+            Op::SyncFile(_) | Op::SyncDir(_) | Op::SyncFs(_) | Op::Write(_) => {}
         }
     }
 }
@@ -509,7 +532,7 @@ fn put_back(
     rng: &mut Rng,
     restored: &mut HashMap<PathBuf, u64>,
 ) -> io::Result<()> {
-    let bytes = mix(s.durable.as_deref(), &s.current, rng);
+    let bytes = mix(s.durable.as_deref(), &s.lengths, &s.current, rng);
     std::fs::write(path, bytes)?;
     restored.insert(path.to_path_buf(), s.ino);
     Ok(())
@@ -534,21 +557,17 @@ fn files(root: &Path) -> io::Result<Vec<(PathBuf, u64, Vec<u8>)>> {
     Ok(out)
 }
 
-/// A file as a power cut may leave it: `durable` (empty if never synced) with each sector
-/// changed since independently new or old, then a random prefix of the bytes appended since,
-/// whose last sector may be zeros.
-fn mix(durable: Option<&[u8]>, current: &[u8], rng: &mut Rng) -> Vec<u8> {
+/// A file as a power cut may leave it: one of the lengths it had since its last sync (`durable`,
+/// empty if never synced; each of `lengths`; its current length), its durable bytes with each
+/// sector changed since independently new or old, then the bytes appended since up to that
+/// length, whose last sector may be zeros (a torn tail).
+fn mix(durable: Option<&[u8]>, lengths: &[u64], current: &[u8], rng: &mut Rng) -> Vec<u8> {
     let d = durable.unwrap_or(&[]);
-    let len = if current.len() >= d.len() {
-        match rng.below(3) {
-            0 => d.len(),
-            1 => current.len(),
-            _ => d.len() + rng.below((current.len() - d.len() + 1) as u64) as usize,
-        }
-    } else if rng.below(2) == 0 {
-        current.len()
-    } else {
-        d.len()
+    let pick = rng.below(lengths.len() as u64 + 2) as usize;
+    let len = match pick {
+        0 => d.len(),
+        1 => current.len(),
+        i => lengths[i - 2] as usize,
     };
     let sector = |b: &[u8], at: usize, end: usize| -> Vec<u8> {
         let mut v = b.get(at..end.min(b.len())).unwrap_or(&[]).to_vec();
@@ -606,8 +625,12 @@ mod tests {
         let mut current = durable.clone();
         current.extend(std::iter::repeat_n(2u8, 3000));
         for seed in 0..200 {
-            let out = mix(Some(&durable), &current, &mut Rng(seed));
-            assert!(out.len() >= 1000 && out.len() <= 4000, "len {}", out.len());
+            let out = mix(Some(&durable), &[2500, 3000], &current, &mut Rng(seed));
+            assert!(
+                [1000, 2500, 3000, 4000].contains(&out.len()),
+                "len {}",
+                out.len()
+            );
             assert_eq!(&out[..1000], &durable[..], "seed {seed}");
             // The sector holding the durable end is old (zeros past it) or new, whole.
             let edge = &out[1000..out.len().min(1024)];

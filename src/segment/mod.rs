@@ -62,6 +62,15 @@ fn idx_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{base:020}.idx"))
 }
 
+/// Whether `path` names a segment log (whose removal must be durable before its index's: see
+/// `discard_all` in the engine).
+pub(crate) fn is_log(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_log_name)
+        .is_some()
+}
+
 fn parse_log_name(name: &str) -> Option<u64> {
     name.strip_suffix(".log")?.parse().ok()
 }
@@ -132,7 +141,7 @@ impl Segment {
                 .truncate(true),
             &log_path(dir, base.bytes),
         )?);
-        log.set_len(MIN_LOG_CAP)?;
+        fs::set_len(&log, &log_path(dir, base.bytes), MIN_LOG_CAP)?;
         let idx = fs::open_create(
             OpenOptions::new()
                 .create(true)
@@ -142,7 +151,7 @@ impl Segment {
             &idx_path(dir, base.bytes),
         )?;
         let idx_len = IDX_HEADER + MIN_IDX_ENTRIES * ENTRY;
-        idx.set_len(idx_len)?;
+        fs::set_len(&idx, &idx_path(dir, base.bytes), idx_len)?;
         let mut idx_map = mmap::map_write(&idx, idx_len as usize)?;
         idx_map[0..4].copy_from_slice(IDX_MAGIC);
         idx_map[4..8].copy_from_slice(&IDX_VERSION.to_le_bytes());
@@ -266,12 +275,14 @@ impl Segment {
         Ok(m)
     }
 
-    fn write(&mut self, body: &Body) -> Result<()> {
+    /// Appends `body` (its bytes buffered or written through, its entries into the index) to
+    /// this segment of the stream in `dir`, growing the files as needed.
+    fn write(&mut self, dir: &Path, body: &Body) -> Result<()> {
         let rel = self.end - self.base.bytes;
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
             let cap = need.next_power_of_two().max(MIN_LOG_CAP);
-            self.log.set_len(cap)?;
+            fs::set_len(&self.log, &log_path(dir, self.base.bytes), cap)?;
             self.log_cap = cap;
         }
         if body.data.len() >= WRITE_THROUGH {
@@ -285,7 +296,7 @@ impl Segment {
         if need_idx > self.idx_map.len() as u64 {
             let len =
                 IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
-            self.idx.set_len(len)?;
+            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
             self.idx_map = mmap::map_write(&self.idx, len as usize)?;
         }
         let mut prev = 0usize;
@@ -479,7 +490,7 @@ impl SegmentSet {
             self.segs.push(seg);
         }
         match self.segs.last_mut() {
-            Some(s) => s.write(body),
+            Some(s) => s.write(&self.dir, body),
             None => Err(Error::corrupt(&self.dir, "stream has no segment")),
         }
     }
