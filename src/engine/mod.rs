@@ -228,7 +228,7 @@ impl Engine {
             // Make the replayed state a checkpoint right away, so the old journal can go.
             let job = shard.rotate(&mut shard.writer.lock(), 0)?;
             shard.checkpoint(&File::open(&jdir)?, &job)?;
-            apply::discard_all(&std::mem::take(&mut replayed.reclaim));
+            recovery::reclaim(std::mem::take(&mut replayed.reclaim));
             shards.push(shard);
         }
         registry.retain(|_, s| !s.data.lock().deleted);

@@ -115,9 +115,10 @@ pub(super) struct Replayed {
     pub(super) records: u64,
     /// The streams a replayed record was applied to.
     pub(super) streams: HashSet<String>,
-    /// Files replayed records made obsolete (segments and snapshots behind retention): removed
-    /// once the recovery checkpoint's sidecars no longer refer to them.
-    pub(super) reclaim: Vec<PathBuf>,
+    /// Files replayed records made obsolete (segments and snapshots behind retention), with
+    /// their stream: removed once the recovery checkpoint's sidecars no longer refer to them
+    /// (see [`reclaim`]).
+    pub(super) reclaim: Vec<(Arc<Stream>, PathBuf)>,
 }
 
 /// Replays one shard's journal (directory `dir`) into `registry`; returns the LSN after its
@@ -217,6 +218,7 @@ pub(super) fn replay_shard(
             continue;
         }
         let at = Position { i, lsn };
+        let before = obsolete.len();
         match replay_one(
             root,
             options,
@@ -230,6 +232,17 @@ pub(super) fn replay_shard(
         ) {
             Ok(()) => {
                 replayed.streams.insert(name.to_owned());
+                // Files behind retention wait for the recovery checkpoint, with their stream.
+                let mut i = before;
+                while i < obsolete.len() {
+                    if obsolete[i].is_dir() {
+                        i += 1;
+                    } else if let Some(s) = registry.get(name) {
+                        replayed.reclaim.push((s.clone(), obsolete.swap_remove(i)));
+                    } else {
+                        i += 1;
+                    }
+                }
             }
             Err(e) if is_damage(&e) => {
                 tracing::error!(
@@ -246,11 +259,22 @@ pub(super) fn replay_shard(
     for (name, kept) in &damaged {
         keep_records(root, id, name, kept)?;
     }
-    let (files, dirs): (Vec<PathBuf>, Vec<PathBuf>) =
-        obsolete.into_iter().partition(|p| !p.is_dir());
-    discard_all(&dirs);
-    replayed.reclaim.extend(files);
+    discard_all(&obsolete);
     Ok(end)
+}
+
+/// Removes files behind retention whose removal waited for a checkpoint, except those of a
+/// stream deleted since (its directory, now in the trash, goes with it: the path may already
+/// name a file of a new incarnation).
+pub(super) fn reclaim(files: Vec<(Arc<Stream>, PathBuf)>) {
+    let live: Vec<PathBuf> = files
+        .into_iter()
+        .filter(|(s, _)| !s.data.lock().deleted)
+        .map(|(_, p)| p)
+        .collect();
+    if !live.is_empty() {
+        discard_all(&live);
+    }
 }
 
 /// Whether a replay failure means the stream's own files are damaged (isolate the stream), not
