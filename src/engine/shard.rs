@@ -232,7 +232,8 @@ impl Shard {
         let mut q = self.queue.lock();
         if self.failed() {
             drop(q);
-            self.note_failed(stream, &record);
+            // Refused before the queue: its only effect is on the stream's staged state.
+            self.note_failed(stream, None);
             return Err(self.poisoned_error());
         }
         if q.shutdown {
@@ -329,12 +330,14 @@ impl Shard {
     }
 
     /// Notes a stream whose record failed while the shard refused writes: healing rolls its
-    /// staged state back (or, for a record other than an append, cannot: see `Refused`).
-    fn note_failed(&self, stream: &Arc<Stream>, record: &Record) {
+    /// staged state back. A record that failed in the queue (`queued`) and is not an append
+    /// had effects beyond the staged state (a registered create, a delete), which healing
+    /// cannot roll back: see `Refused::blocked`.
+    fn note_failed(&self, stream: &Arc<Stream>, queued: Option<&Record>) {
         let mut r = self.refused.lock();
         if r.cause.is_some() {
             r.streams.push(stream.clone());
-            r.blocked |= !matches!(record, Record::Append { .. });
+            r.blocked |= queued.is_some_and(|rec| !matches!(rec, Record::Append { .. }));
             drop(r);
             self.wake.notify_one();
         }
@@ -438,7 +441,7 @@ impl Shard {
         };
         if self.failed() {
             for it in &items {
-                self.note_failed(&it.stream, &it.record);
+                self.note_failed(&it.stream, Some(&it.record));
             }
             batch.finish(false);
         } else if let Err((e, written)) = self.commit(w, &buf, &items) {
@@ -450,7 +453,7 @@ impl Shard {
                 // Cut back off the journal: nothing of the batch stays, so the shard may heal.
                 self.refuse(e);
                 for it in &items {
-                    self.note_failed(&it.stream, &it.record);
+                    self.note_failed(&it.stream, Some(&it.record));
                 }
                 batch.finish(false);
             }

@@ -13,6 +13,7 @@ mod crash;
 mod descriptors;
 mod disk_full;
 mod engine;
+mod faults;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
