@@ -183,7 +183,13 @@ impl Stream {
         if !accept(&sc)? {
             return Ok(None);
         }
-        let segs = SegmentSet::open(&dir, sc.state.base, sc.state.tail, segment_bytes)?;
+        // Retention reclaims segments only while the stream has no forks (they read them).
+        let start = if sc.state.forks.is_empty() {
+            sc.state.earliest
+        } else {
+            sc.state.base
+        };
+        let segs = SegmentSet::open(&dir, start, sc.state.tail, segment_bytes)?;
         Ok(Some(Stream::new(
             sc.state,
             dir,

@@ -376,13 +376,16 @@ impl SegmentSet {
         })
     }
 
-    /// Opens a stream's segments, valid from `base` (or the retained start) to `end`.
+    /// Opens a stream's segments, valid from `start` (its base, or the retained start when
+    /// retention may have reclaimed segments) to `end`.
     ///
     /// Segment files that start at or after `end` (other than the first) hold nothing durable and
-    /// are removed; the last message is checked against its index entry.
+    /// are removed; so are those wholly before the segment holding `start`, which retention
+    /// reclaimed (a power loss may keep some of those removals and undo others). The last
+    /// message is checked against its index entry.
     pub(crate) fn open(
         dir: &Path,
-        base: Offset,
+        start: Offset,
         end: Offset,
         segment_bytes: u64,
     ) -> Result<SegmentSet> {
@@ -394,8 +397,13 @@ impl SegmentSet {
             }
         }
         bases.sort_unstable();
+        let first = bases.iter().rposition(|&b| b <= start.bytes).unwrap_or(0);
+        for &b in &bases[..first] {
+            let _ = fs::remove_file(&log_path(dir, b));
+            let _ = fs::remove_file(&idx_path(dir, b));
+        }
         let mut segs: Vec<Segment> = Vec::new();
-        for b in bases {
+        for &b in &bases[first..] {
             if segs.is_empty() || b < end.bytes {
                 segs.push(Segment::open(dir, b)?);
             } else {
@@ -435,7 +443,6 @@ impl SegmentSet {
             segment_bytes,
         };
         set.verify_last()?;
-        let _ = base;
         Ok(set)
     }
 
