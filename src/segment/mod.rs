@@ -397,7 +397,11 @@ impl SegmentSet {
             }
         }
         bases.sort_unstable();
-        let first = bases.iter().rposition(|&b| b <= start.bytes).unwrap_or(0);
+        // The segment holding `start` among those the state knows of (starting before `end`).
+        let first = bases
+            .iter()
+            .rposition(|&b| b <= start.bytes && b < end.bytes)
+            .unwrap_or(0);
         for &b in &bases[..first] {
             let _ = fs::remove_file(&log_path(dir, b));
             let _ = fs::remove_file(&idx_path(dir, b));
