@@ -175,7 +175,7 @@ pub(super) fn discard_all(paths: &[PathBuf]) {
             continue;
         };
         let to = p.with_file_name(format!("{name}.gone"));
-        if fs::rename(&p, &to).is_ok() {
+        if fs::rename(p, &to).is_ok() {
             if let Some(parent) = p.parent()
                 && !parents.contains(&parent)
             {

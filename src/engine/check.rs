@@ -144,7 +144,7 @@ impl Engine {
             .and_then(|k| k.to_str())
             .unwrap_or("unknown");
         let to = qdir.join(format!("{key}-{}", now_ms()));
-        fs::rename(&dir, &to)?;
+        fs::rename(dir, &to)?;
         if let Some(parent) = dir.parent() {
             fs::sync_dir(parent)?;
         }

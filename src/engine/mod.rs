@@ -175,7 +175,7 @@ impl Engine {
         let started = Instant::now();
         options.validate()?;
         let options = fit_descriptors(options);
-        fs::create_dir_all(&dir)?;
+        fs::create_dir_all(dir)?;
         let root = dir.canonicalize()?;
         let lock = fs::lock(&root)?;
         let mut options = options;

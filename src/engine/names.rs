@@ -224,7 +224,7 @@ fn write_compact(path: &Path, set: &BTreeSet<String>) -> Result<()> {
     let mut f = fs::create(&tmp)?;
     f.write_all(&buf)?;
     fs::sync_all(&f, &tmp)?;
-    fs::rename(&tmp, &path)?;
+    fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
         fs::sync_dir(dir)?;
     }

@@ -161,7 +161,7 @@ pub(super) fn replay_shard(
             // journal file that is no longer the newest.
             if std::fs::metadata(path)?.len() < journal::HEADER_LEN {
                 // Its header never became durable: it holds nothing.
-                fs::remove_file(&path)?;
+                fs::remove_file(path)?;
                 fs::sync_dir(dir)?;
             } else {
                 let f = OpenOptions::new().write(true).open(path)?;

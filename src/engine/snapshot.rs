@@ -279,7 +279,7 @@ impl TempFile {
 
     /// Renames the file to `to` (not synced: the caller syncs the directory) and keeps it.
     fn persist(mut self, to: &Path) -> Result<()> {
-        fs::rename(&self.path, &to)?;
+        fs::rename(&self.path, to)?;
         self.kept = true;
         Ok(())
     }

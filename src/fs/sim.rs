@@ -1,6 +1,6 @@
-//! A simulated disk for tests, watching a data directory through the seam ([`super::seam`]): it
-//! keeps, per file, the bytes that are durable and, per directory change, whether it is durable
-//! yet; it can fail chosen calls (`EIO`, `ENOSPC`) and cut the power.
+//! A simulated disk for tests, watching a data directory through the file-system seam
+//! (`fs/seam.rs`): it keeps, per file, the bytes that are durable and, per directory change,
+//! whether it is durable yet; it can fail chosen calls (`EIO`, `ENOSPC`) and cut the power.
 //!
 //! The model (DESIGN.md section 10 states it as a guarantee list):
 //!

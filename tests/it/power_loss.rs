@@ -57,7 +57,7 @@ struct Life {
     /// Buffered mode: tokens a successful checkpoint made durable, and whether the create (and
     /// the close) were.
     durable_tokens: usize,
-    durable_life: bool,
+    durable_create: bool,
     durable_close: bool,
 }
 
@@ -122,13 +122,12 @@ fn seeds() -> Vec<u64> {
 }
 
 #[test]
-fn power_loss_loses_nothing_acknowledged_and_keeps_nothing_unsent() -> R {
+fn power_loss_loses_nothing_acknowledged_and_keeps_nothing_unsent() {
     for seed in seeds() {
         if let Err(e) = run(seed) {
             panic!("power-loss simulation failed; replay with BROOK_SIM_SEED={seed}: {e}");
         }
     }
-    Ok(())
 }
 
 fn run(seed: u64) -> Res<()> {
@@ -376,7 +375,7 @@ impl Sim {
                             trimmed: life.trimmed,
                             closed: false,
                             durable_tokens: 0,
-                            durable_life: false,
+                            durable_create: false,
                             durable_close: false,
                         });
                         self.log.push(format!("{fname} fork of {n}"));
@@ -426,7 +425,7 @@ impl Sim {
                     for s in &mut self.slots {
                         if let Some(l) = &mut s.life {
                             l.durable_tokens = l.tokens.len();
-                            l.durable_life = true;
+                            l.durable_create = true;
                             l.durable_close = l.closed;
                         }
                     }
@@ -462,7 +461,7 @@ impl Sim {
                     trimmed: 0,
                     closed: false,
                     durable_tokens: 0,
-                    durable_life: false,
+                    durable_create: false,
                     durable_close: false,
                 });
                 self.log.push(format!("{n} create {id}"));
@@ -513,7 +512,7 @@ impl Sim {
             self.slots[slot].life = life.map(|mut l| {
                 // Recovery checkpoints: everything recovered is durable now.
                 l.durable_tokens = l.tokens.len();
-                l.durable_life = true;
+                l.durable_create = true;
                 l.durable_close = l.closed;
                 l
             });
@@ -537,7 +536,7 @@ impl Sim {
             trimmed: 0,
             closed: false,
             durable_tokens: 0,
-            durable_life: false,
+            durable_create: false,
             durable_close: false,
         };
         match (doubt, base) {
@@ -629,7 +628,7 @@ impl Sim {
         let n = &self.slots[slot].name;
         let life = self.slots[slot].life.clone();
         let Some((info, read)) = got else {
-            if life.as_ref().is_some_and(|l| l.durable_life) {
+            if life.as_ref().is_some_and(|l| l.durable_create) {
                 return Err(format!("{n}: a checkpointed stream is missing").into());
             }
             return Ok(None);
