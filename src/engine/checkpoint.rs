@@ -16,6 +16,7 @@ use event_listener::Listener;
 use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal;
+use crate::options::Durability;
 use crate::sidecar;
 use crate::state::StreamState;
 
@@ -51,6 +52,12 @@ impl Shard {
     pub(super) fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
         let lsn = w.end_lsn;
         if lsn > w.file_base {
+            // Only the newest journal file may end torn (recovery refuses a torn older one):
+            // in Buffered mode its batches were never synced, so sync them before it stops
+            // being the newest (found by the power-loss simulation).
+            if self.options.durability == Durability::Buffered {
+                fs::sync_data(&w.file, &w.path).map_err(|e| self.sync_failed(e))?;
+            }
             w.file = open_journal_file(&self.dir, self.id, lsn)?;
             w.path = journal::file_path(&self.dir, lsn);
             w.file_base = lsn;
