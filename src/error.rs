@@ -171,12 +171,17 @@ pub enum Error {
         /// What failed, as the object store reported it.
         reason: String,
     },
-    /// An earlier I/O failure on the durability path; nothing more is acknowledged until reopen.
+    /// An I/O failure on the durability path; this write was not stored.
     ///
-    /// Every write refused by the same poisoned journal shard carries the same `source`: the
-    /// first failure on that shard (a failure that was not an I/O error, such as corruption found
-    /// while applying a record, is wrapped as an [`std::io::Error`] of kind `Other`).
-    #[error("the store is poisoned by an earlier I/O failure on the durability path; reopen it")]
+    /// After a failure whose outcome is unknown (a failed sync) the shard is poisoned: nothing
+    /// more is acknowledged on it until the store is reopened. After one that stored nothing (a
+    /// full disk, `source` of kind `StorageFull`) the shard heals by itself once the cause is
+    /// gone, and a retry may succeed. Every write refused for the same failure carries the same
+    /// `source` (a failure that was not an I/O error, such as corruption found while applying a
+    /// record, is wrapped as an [`std::io::Error`] of kind `Other`).
+    #[error(
+        "the store refuses writes after an I/O failure on the durability path (it heals once a full disk has space again; after a failed sync, reopen it)"
+    )]
     Poisoned {
         /// The failure that poisoned the shard.
         source: Arc<std::io::Error>,

@@ -1,5 +1,6 @@
-//! File-system helpers: the store lock, directory syncs, whole-file-system syncs, and (for the
-//! server) `sendfile(2)` from a file to a socket.
+//! File-system helpers: the store lock, the seam every sync and namespace change goes through
+//! (directory syncs, whole-file-system syncs, creates, renames, removals), and (for the server)
+//! `sendfile(2)` from a file to a socket.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -7,15 +8,19 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-/// Makes a directory's entries (creations, renames, removals) durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
-}
+pub(crate) mod seam; // every durability point and namespace change, observable by a test
+#[doc(hidden)]
+pub mod sim; // the simulated disk behind the seam: power cuts and injected faults, for tests
+
+pub(crate) use seam::{
+    check_write, create, create_dir_all, open_create, remove_dir_all, remove_file, rename, set_len,
+    sync_all, sync_data, sync_dir, sync_fs,
+};
 
 /// Makes everything written to the file system that holds `file` durable (`syncfs(2)`), and
-/// reports any write-back error since the file was opened.
-pub(crate) fn sync_fs(file: &File) -> Result<()> {
+/// reports any write-back error since the file was opened. The engine calls it through the seam
+/// ([`sync_fs`]).
+fn syncfs(file: &File) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     #[expect(
         unsafe_code,
@@ -24,7 +29,7 @@ pub(crate) fn sync_fs(file: &File) -> Result<()> {
     // SAFETY: `file` is an open descriptor for the duration of the call; syncfs only reads it.
     let rc = unsafe { libc::syncfs(file.as_raw_fd()) };
     if rc != 0 {
-        return Err(std::io::Error::last_os_error().into());
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

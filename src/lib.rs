@@ -67,6 +67,8 @@ mod types; // requests and outcomes
 pub struct ReadmeDoctests;
 
 pub use error::{Error, Result};
+#[doc(hidden)]
+pub use fs::sim; // the simulated disk (power cuts, injected faults) for the fault tests
 pub use listing::{CheckReport, ListPage, StreamListing};
 pub use name::{
     Incarnation, MAX_FORK_DEPTH, Offset, ReadFrom, StreamName, is_json, normalize_content_type,

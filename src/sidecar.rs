@@ -114,11 +114,10 @@ pub(crate) fn write(
     state: &StreamState,
 ) -> Result<()> {
     let buf = encode(generation, applied_lsn, state);
-    let mut f: File = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(slot_path(dir, generation % 2))?;
+    let mut f: File = crate::fs::open_create(
+        OpenOptions::new().create(true).write(true).truncate(false),
+        &slot_path(dir, generation % 2),
+    )?;
     f.write_all_at(&buf, 0)?;
     f.set_len(buf.len() as u64)?;
     f.flush()?;

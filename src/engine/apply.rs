@@ -18,7 +18,7 @@ use super::stream::Stream;
 ///
 /// Idempotent: a record at or below the stream's applied LSN is skipped (replay after a
 /// checkpoint), except a Create for a stream with no segments yet. Deletes move the directory
-/// to the trash now; it is emptied only once the delete is durable (see [`discard`]).
+/// to the trash now; it is emptied only once the delete is durable (see [`discard_all`]).
 pub(super) fn apply(
     root: &Path,
     options: &Options,
@@ -50,13 +50,13 @@ pub(super) fn apply(
                         continue;
                     }
                     if e.path().is_dir() {
-                        std::fs::remove_dir_all(e.path())?;
+                        fs::remove_dir_all(&e.path())?;
                     } else {
-                        std::fs::remove_file(e.path())?;
+                        fs::remove_file(&e.path())?;
                     }
                 }
             }
-            std::fs::create_dir_all(&stream.dir)?;
+            fs::create_dir_all(&stream.dir)?;
             let mut segs = SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?;
             segs.append(initial.start, &initial.body)?;
             d.state = (**state).clone();
@@ -81,7 +81,7 @@ pub(super) fn apply(
                 root.join("trash")
                     .join(format!("{}-{}", dir_key(&stream.dir), stream.incarnation));
             if stream.dir.exists() {
-                std::fs::rename(&stream.dir, &trash)?;
+                fs::rename(&stream.dir, &trash)?;
             }
             after.push(trash);
         }
@@ -139,28 +139,6 @@ pub(super) fn parse_snapshot_file(name: &str) -> Option<Offset> {
         .ok()
 }
 
-/// Removes a file or trash directory that a durable record made obsolete. A directory is first
-/// renamed to `*.gone` and the rename synced, so a crash while it is being emptied leaves a
-/// directory that recovery finishes removing, never a partial one that it would restore.
-pub(super) fn discard(p: &Path) {
-    if !p.is_dir() {
-        let _ = std::fs::remove_file(p);
-        return;
-    }
-    leave_tier_marker(p);
-    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
-        return;
-    };
-    let gone = p.with_file_name(format!("{name}.gone"));
-    if std::fs::rename(p, &gone).is_err() {
-        return;
-    }
-    if let Some(parent) = gone.parent() {
-        let _ = fs::sync_dir(parent);
-    }
-    let _ = std::fs::remove_dir_all(&gone);
-}
-
 /// Before a deleted stream's trash directory `{root}/trash/{key}-{incarnation}` goes: in a
 /// store with a cold tier (it has `{root}/tier-gone/`), leaves the marker
 /// `tier-gone/{key}-{incarnation}`, durably, so the tier deletes the incarnation's objects
@@ -183,15 +161,35 @@ fn leave_tier_marker(trash: &Path) {
     }
 }
 
-/// [`discard`] for many paths at once: every directory is renamed to `*.gone` first, each parent
+/// Removes the files and trash directories that durable records made obsolete. Every directory
+/// is renamed to `*.gone` first, each parent
 /// synced once, and only then are they emptied, so a crash part-way leaves only `*.gone`
 /// directories (which recovery removes), never a partly emptied one it would restore.
+///
+/// Segment logs go first, and their removal is made durable before any other file goes: a
+/// segment whose index is gone but whose log came back (unsynced unlinks are reordered by a
+/// power loss) would be a damaged segment, while an index without its log is ignored.
 pub(super) fn discard_all(paths: &[PathBuf]) {
     let mut gone = Vec::new();
     let mut parents: Vec<&Path> = Vec::new();
+    let mut log_dirs: Vec<&Path> = Vec::new();
+    for p in paths.iter().filter(|p| crate::segment::is_log(p)) {
+        if fs::remove_file(p).is_ok()
+            && let Some(d) = p.parent()
+            && !log_dirs.contains(&d)
+        {
+            log_dirs.push(d);
+        }
+    }
+    if log_dirs.iter().any(|d| fs::sync_dir(d).is_err()) {
+        return;
+    }
     for p in paths {
+        if crate::segment::is_log(p) {
+            continue;
+        }
         if !p.is_dir() {
-            let _ = std::fs::remove_file(p);
+            let _ = fs::remove_file(p);
             continue;
         }
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
@@ -199,7 +197,7 @@ pub(super) fn discard_all(paths: &[PathBuf]) {
         };
         leave_tier_marker(p);
         let to = p.with_file_name(format!("{name}.gone"));
-        if std::fs::rename(p, &to).is_ok() {
+        if fs::rename(p, &to).is_ok() {
             if let Some(parent) = p.parent()
                 && !parents.contains(&parent)
             {
@@ -215,7 +213,7 @@ pub(super) fn discard_all(paths: &[PathBuf]) {
             .and_then(|p| parents.iter().position(|q| *q == p))
             .is_some_and(|i| synced[i]);
         if parent_synced {
-            let _ = std::fs::remove_dir_all(&g);
+            let _ = fs::remove_dir_all(&g);
         }
     }
 }

@@ -190,7 +190,7 @@ impl Engine {
                             "the stream {name:?} already exists in this store"
                         )));
                     }
-                    std::fs::create_dir_all(&dir)?;
+                    fs::create_dir_all(&dir)?;
                     let segs = SegmentSet::create(&dir, state.base, self.options.segment_bytes)?;
                     open = Some((state, dir, segs));
                 }
@@ -218,7 +218,7 @@ impl Engine {
                         .as_ref()
                         .ok_or_else(|| bad("a snapshot outside a stream".into()))?;
                     let at = d.offset().ok_or_else(|| bad("a bad snapshot".into()))?;
-                    let mut f = File::create(dir.join(snapshot_file(at)))?;
+                    let mut f = fs::create(&dir.join(snapshot_file(at)))?;
                     f.write_all(d.buf)?;
                 }
                 END_STREAM => {
@@ -246,7 +246,7 @@ impl Engine {
                     }
                     // Everything written above (segments, indexes, blobs, sidecars, directories
                     // and the name index's frames) becomes durable at once.
-                    fs::sync_fs(&File::open(&self.root)?)?;
+                    fs::sync_fs(&File::open(&self.root)?, &self.root)?;
                     return Ok(count);
                 }
                 k => return Err(bad(format!("an unknown record kind {k}"))),

@@ -138,13 +138,13 @@ impl Engine {
             self.names.remove(n)?;
         }
         let qdir = self.root.join("quarantine");
-        std::fs::create_dir_all(&qdir)?;
+        fs::create_dir_all(&qdir)?;
         let key = dir
             .file_name()
             .and_then(|k| k.to_str())
             .unwrap_or("unknown");
         let to = qdir.join(format!("{key}-{}", now_ms()));
-        std::fs::rename(dir, &to)?;
+        fs::rename(dir, &to)?;
         if let Some(parent) = dir.parent() {
             fs::sync_dir(parent)?;
         }

@@ -16,6 +16,7 @@ use event_listener::Listener;
 use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal;
+use crate::options::Durability;
 use crate::sidecar;
 use crate::state::StreamState;
 
@@ -51,20 +52,34 @@ impl Shard {
     pub(super) fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
         let lsn = w.end_lsn;
         if lsn > w.file_base {
+            // Only the newest journal file may end torn (recovery refuses a torn older one):
+            // in Buffered mode its batches were never synced, so sync them before it stops
+            // being the newest (found by the power-loss simulation).
+            if self.options.durability == Durability::Buffered {
+                fs::sync_data(&w.file, &w.path).map_err(|e| self.sync_failed(e))?;
+            }
             w.file = open_journal_file(&self.dir, self.id, lsn)?;
+            w.path = journal::file_path(&self.dir, lsn);
             w.file_base = lsn;
             w.written = 0;
             w.fresh = true;
         }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
         let mut streams = Vec::with_capacity(dirty.len());
-        for s in dirty {
+        for (i, s) in dirty.iter().enumerate() {
             let mut d = s.data.lock();
             // The segments' buffered appends reach their logs before 6b syncs them: the sidecar
             // will say they are in the stream's files, and the journal holding them will go.
-            if let Some(segs) = d.segs.as_mut() {
-                segs.flush()?;
+            if let Some(segs) = d.segs.as_mut()
+                && let Err(e) = segs.flush()
+            {
+                // The failed flush keeps its bytes for the next try; the streams stay dirty.
+                drop(d);
+                let back = dirty[i..].iter().chain(streams.iter().map(|(s, _, _)| s));
+                self.redirty(back);
+                return Err(e);
             }
+            let s = s.clone();
             if !d.deleted {
                 let (lsn, state) = (d.applied_lsn, d.state.clone());
                 drop(d);
@@ -76,6 +91,24 @@ impl Shard {
             requests,
             streams,
         })
+    }
+
+    /// Puts streams taken by a rotation or checkpoint that failed back in the dirty set, so the
+    /// next checkpoint records them (deleted ones excepted).
+    fn redirty<'a>(&self, streams: impl Iterator<Item = &'a Arc<Stream>>) {
+        let mut dirty = self.dirty.lock();
+        for s in streams {
+            if !s.data.lock().deleted && !dirty.contains_key(s.name.as_str()) {
+                dirty.insert(s.name.as_str().to_owned(), s.clone());
+            }
+        }
+    }
+
+    /// A failed sync of a checkpoint: its outcome is unknown (the kernel may have dropped the
+    /// pages it could not write), so the shard is poisoned until the store is reopened.
+    fn sync_failed(&self, e: std::io::Error) -> Error {
+        self.poison(e.into());
+        self.poisoned_error()
     }
 
     /// Hands a rotated job to the checkpoint thread (which must be idle: see `busy`).
@@ -95,7 +128,8 @@ impl Shard {
     }
 
     /// The checkpoint thread: runs the jobs the writer posts, one at a time, until shutdown. A
-    /// failed checkpoint poisons the shard; a job on a poisoned shard only answers its requests.
+    /// failed sync poisons the shard, any other failed step makes it refuse writes until it
+    /// heals; a job on a poisoned or refusing shard only answers its requests.
     pub(super) fn checkpointer(self: Arc<Self>) {
         let syncer = match File::open(&self.dir) {
             Ok(f) => f,
@@ -119,8 +153,13 @@ impl Shard {
             };
             if self.poisoned().is_none()
                 && let Err(e) = self.checkpoint(&syncer, &job)
+                && self.poisoned().is_none()
             {
-                self.poison(e);
+                // Not a sync (that poisoned the shard): the journal still holds everything the
+                // checkpoint would have recorded, so the shard refuses writes until it heals,
+                // and the next checkpoint records these streams.
+                self.redirty(job.streams.iter().map(|(s, _, _)| s));
+                self.refuse(e);
             }
             self.checkpointed.fetch_max(job.requests, Ordering::AcqRel);
             drop(job);
@@ -137,28 +176,39 @@ impl Shard {
         let started = Instant::now();
         // 6b [sync]. Everything applied before the rotation (segments, indexes, directories)
         // becomes durable (and whatever was applied since: sidecars never claim more than that).
-        fs::sync_fs(syncer)?;
+        fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;
         // 6c. Sidecars record each stream's state at the rotation.
         for (s, lsn, state) in &job.streams {
             let mut d = s.data.lock();
             if d.deleted {
                 continue;
             }
-            d.generation += 1;
-            sidecar::write(&s.dir, d.generation, *lsn, state)?;
+            // A failed write leaves the generation, so the next one goes to the same slot and the
+            // other slot keeps the newest good sidecar.
+            let generation = d.generation + 1;
+            sidecar::write(&s.dir, generation, *lsn, state)?;
+            d.generation = generation;
             d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
         }
         // 6d [sync]. The sidecars become durable; only then may the journal they replace go.
-        fs::sync_fs(syncer)?;
+        fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;
         // 6e. Drop the replaced journal files, durably.
         let mut dropped = 0u64;
         for (base, path) in journal::list_files(&self.dir)? {
             if base < job.lsn {
                 dropped += std::fs::metadata(&path).map_or(0, |m| m.len());
-                std::fs::remove_file(path)?;
+                fs::remove_file(&path)?;
             }
         }
-        fs::sync_dir(&self.dir)?;
+        fs::sync_dir(&self.dir).map_err(|e| self.sync_failed(e))?;
+        // 6f. The files the recorded state no longer needs go (see `Shard::reclaim`).
+        let ready: Vec<(Arc<Stream>, std::path::PathBuf)> = {
+            let mut r = self.reclaim.lock();
+            let (ready, keep) = r.drain(..).partition(|(lsn, _, _)| *lsn <= job.lsn);
+            *r = keep;
+            ready.into_iter().map(|(_, s, p)| (s, p)).collect()
+        };
+        super::recovery::reclaim(ready);
         // The checkpointed state is durable: the cold tier may upload what it made sealed.
         #[cfg(feature = "tier")]
         if let Some(t) = self.tier.get() {

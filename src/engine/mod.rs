@@ -182,13 +182,13 @@ impl Engine {
         let started = Instant::now();
         options.validate()?;
         let options = fit_descriptors(options);
-        std::fs::create_dir_all(dir)?;
+        fs::create_dir_all(dir)?;
         let root = dir.canonicalize()?;
         let lock = fs::lock(&root)?;
         let mut options = options;
         options.journal_shards = store_manifest(&root, options.journal_shards)?;
-        std::fs::create_dir_all(root.join("streams"))?;
-        std::fs::create_dir_all(root.join("trash"))?;
+        fs::create_dir_all(&root.join("streams"))?;
+        fs::create_dir_all(&root.join("trash"))?;
         restore_trash(&root)?;
         let names = Arc::new(Names::open(&root)?);
         // Stopped again if the open fails from here on (see `TierGuard`).
@@ -212,7 +212,7 @@ impl Engine {
         let counters = Arc::new(Counters::default());
         for id in 0..options.journal_shards {
             let jdir = root.join("journal").join(format!("{id:02}"));
-            std::fs::create_dir_all(&jdir)?;
+            fs::create_dir_all(&jdir)?;
             let end = replay_shard(
                 &root,
                 &options,
@@ -252,6 +252,7 @@ impl Engine {
             }
             let job = shard.rotate(&mut shard.writer.lock(), 0)?;
             shard.checkpoint(&File::open(&jdir)?, &job)?;
+            recovery::reclaim(std::mem::take(&mut replayed.reclaim));
             shards.push(shard);
         }
         registry.retain(|_, s| !s.data.lock().deleted);

@@ -69,7 +69,7 @@ impl Names {
         let (set, frames) = if let Some((set, frames, valid)) = loaded {
             let f = OpenOptions::new().write(true).open(&path)?;
             if f.metadata()?.len() != valid as u64 {
-                f.set_len(valid as u64)?;
+                fs::set_len(&f, &path, valid as u64)?;
             }
             (set, frames)
         } else {
@@ -221,10 +221,10 @@ fn write_compact(path: &Path, set: &BTreeSet<String>) -> Result<()> {
         buf.extend_from_slice(&frame(ADD, name));
     }
     let tmp = path.with_extension("tmp");
-    let mut f = File::create(&tmp)?;
+    let mut f = fs::create(&tmp)?;
     f.write_all(&buf)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    fs::sync_all(&f, &tmp)?;
+    fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
         fs::sync_dir(dir)?;
     }
@@ -238,7 +238,7 @@ mod tests {
     #[test]
     fn adds_and_removes_survive_a_reload_and_a_torn_tail_is_cut() -> Result<()> {
         let dir = tempfile::tempdir()?;
-        std::fs::create_dir_all(dir.path().join("streams"))?;
+        fs::create_dir_all(&dir.path().join("streams"))?;
         let names = Names::open(dir.path())?;
         for n in ["a/1", "a/2", "b/1", "a/3"] {
             names.add(n)?;
@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn a_damaged_header_is_rebuilt_from_the_sidecars() -> Result<()> {
         let dir = tempfile::tempdir()?;
-        std::fs::create_dir_all(dir.path().join("streams"))?;
+        fs::create_dir_all(&dir.path().join("streams"))?;
         std::fs::write(dir.path().join("NAMES"), b"garbage garbage!")?;
         let names = Names::open(dir.path())?;
         assert!(names.page("", None, 10).is_empty());

@@ -4,7 +4,7 @@
 //! state durable in sidecars, so each journal is replayed at most once.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,18 +58,18 @@ pub(super) fn store_manifest(root: &Path, shards: usize) -> Result<usize> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // Journal directories first: the manifest's rename makes the store's layout durable.
-            std::fs::create_dir_all(root.join("journal"))?;
+            fs::create_dir_all(&root.join("journal"))?;
             for id in 0..shards {
-                std::fs::create_dir_all(root.join("journal").join(format!("{id:02}")))?;
+                fs::create_dir_all(&root.join("journal").join(format!("{id:02}")))?;
             }
             fs::sync_dir(&root.join("journal"))?;
             let mut b = STORE_MAGIC.to_vec();
             b.extend_from_slice(&(shards as u32).to_le_bytes());
             let tmp = root.join("STORE.tmp");
-            let mut f = File::create(&tmp)?;
+            let mut f = fs::create(&tmp)?;
             f.write_all(&b)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
+            fs::sync_all(&f, &tmp)?;
+            fs::rename(&tmp, &path)?;
             fs::sync_dir(root)?;
             Ok(shards)
         }
@@ -83,24 +83,24 @@ pub(super) fn restore_trash(root: &Path) -> Result<()> {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
         if Path::new(name).extension().is_some_and(|x| x == "gone") {
-            // Its delete was durable and it was being emptied (see `discard`): finish.
-            std::fs::remove_dir_all(e.path())?;
+            // Its delete was durable and it was being emptied (see `discard_all`): finish.
+            fs::remove_dir_all(&e.path())?;
             continue;
         }
         let Some((key, _inc)) = name.split_once('-') else {
-            std::fs::remove_dir_all(e.path())?;
+            fs::remove_dir_all(&e.path())?;
             continue;
         };
         if key.len() < 2 {
-            std::fs::remove_dir_all(e.path())?;
+            fs::remove_dir_all(&e.path())?;
             continue;
         }
         let dest = root.join("streams").join(&key[..2]).join(key);
         if dest.exists() {
-            std::fs::remove_dir_all(e.path())?;
+            fs::remove_dir_all(&e.path())?;
         } else {
-            std::fs::create_dir_all(root.join("streams").join(&key[..2]))?;
-            std::fs::rename(e.path(), &dest)?;
+            fs::create_dir_all(&root.join("streams").join(&key[..2]))?;
+            fs::rename(&e.path(), &dest)?;
         }
     }
     Ok(())
@@ -115,6 +115,10 @@ pub(super) struct Replayed {
     pub(super) records: u64,
     /// The streams a replayed record was applied to.
     pub(super) streams: HashSet<String>,
+    /// Files replayed records made obsolete (segments and snapshots behind retention), with
+    /// their stream: removed once the recovery checkpoint's sidecars no longer refer to them
+    /// (see [`reclaim`]).
+    pub(super) reclaim: Vec<(Arc<Stream>, PathBuf)>,
 }
 
 /// Replays one shard's journal (directory `dir`) into `registry`; returns the LSN after its
@@ -157,12 +161,16 @@ pub(super) fn replay_shard(
             // journal file that is no longer the newest.
             if std::fs::metadata(path)?.len() < journal::HEADER_LEN {
                 // Its header never became durable: it holds nothing.
-                std::fs::remove_file(path)?;
+                fs::remove_file(path)?;
                 fs::sync_dir(dir)?;
             } else {
                 let f = OpenOptions::new().write(true).open(path)?;
-                f.set_len(journal::HEADER_LEN + (scanned.end_lsn - scanned.base_lsn))?;
-                f.sync_all()?;
+                fs::set_len(
+                    &f,
+                    path,
+                    journal::HEADER_LEN + (scanned.end_lsn - scanned.base_lsn),
+                )?;
+                fs::sync_all(&f, path)?;
             }
         }
         if i == 0 || scanned.base_lsn >= end {
@@ -210,6 +218,7 @@ pub(super) fn replay_shard(
             continue;
         }
         let at = Position { i, lsn };
+        let before = obsolete.len();
         match replay_one(
             root,
             options,
@@ -223,6 +232,17 @@ pub(super) fn replay_shard(
         ) {
             Ok(()) => {
                 replayed.streams.insert(name.to_owned());
+                // Files behind retention wait for the recovery checkpoint, with their stream.
+                let mut i = before;
+                while i < obsolete.len() {
+                    if obsolete[i].is_dir() {
+                        i += 1;
+                    } else if let Some(s) = registry.get(name) {
+                        replayed.reclaim.push((s.clone(), obsolete.swap_remove(i)));
+                    } else {
+                        i += 1;
+                    }
+                }
             }
             Err(e) if is_damage(&e) => {
                 tracing::error!(
@@ -241,6 +261,20 @@ pub(super) fn replay_shard(
     }
     discard_all(&obsolete);
     Ok(end)
+}
+
+/// Removes files behind retention whose removal waited for a checkpoint, except those of a
+/// stream deleted since (its directory, now in the trash, goes with it: the path may already
+/// name a file of a new incarnation).
+pub(super) fn reclaim(files: Vec<(Arc<Stream>, PathBuf)>) {
+    let live: Vec<PathBuf> = files
+        .into_iter()
+        .filter(|(s, _)| !s.data.lock().deleted)
+        .map(|(_, p)| p)
+        .collect();
+    if !live.is_empty() {
+        discard_all(&live);
+    }
 }
 
 /// Whether a replay failure means the stream's own files are damaged (isolate the stream), not
@@ -344,16 +378,16 @@ fn keep_records(root: &Path, id: usize, name: &str, kept: &[(u64, &Record)]) -> 
         return Ok(());
     };
     let qdir = root.join("quarantine");
-    std::fs::create_dir_all(&qdir)?;
+    fs::create_dir_all(&qdir)?;
     let key = dir_key(&fs::stream_dir(root, name));
     let path = qdir.join(format!("{id:02}-{key}-{first:020}.wal"));
     let mut buf = journal::file_header(id as u32, first);
     for (_, r) in kept {
         r.encode_frame(&mut buf);
     }
-    let mut f = File::create(&path)?;
+    let mut f = fs::create(&path)?;
     f.write_all(&buf)?;
-    f.sync_all()?;
+    fs::sync_all(&f, &path)?;
     fs::sync_dir(&qdir)?;
     fs::sync_dir(root)?;
     tracing::error!(
@@ -405,7 +439,7 @@ fn replay_doomed_delete(
             let trash =
                 root.join("trash")
                     .join(format!("{}-{}", dir_key(&sdir), record.incarnation()));
-            std::fs::rename(&sdir, &trash)?;
+            fs::rename(&sdir, &trash)?;
             obsolete.push(trash);
         }
         None => {}

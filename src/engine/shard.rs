@@ -1,16 +1,24 @@
 //! A journal shard: the queue records wait in, the writer that commits them as one batch (group
-//! commit, write-path steps 3 to 5), the shard thread, and poisoning.
+//! commit, write-path steps 3 to 5), the shard thread, poisoning and healing.
 //!
 //! A shard's records are committed in queue order, which is the order their checks ran in (each
 //! record is enqueued under its stream's `core` lock). One `fdatasync` covers a whole batch, on
-//! any number of streams. The first failure on the durability path poisons the shard: it is kept
-//! as the cause of every later refusal (`Error::Poisoned`) until the store is reopened.
+//! any number of streams.
+//!
+//! A failure on the durability path makes the shard refuse every write (`Error::Poisoned`, with
+//! the failure as its source). When the failure's outcome is unknown (a sync failed, or a batch
+//! in the journal could not be applied) the shard is poisoned until the store is reopened:
+//! after a failed `fsync` the kernel may have dropped the dirty pages, so only recovery knows
+//! what is on disk. When it is known (a journal write that was cut back off the file, a
+//! checkpoint step other than a sync), the shard heals in place: the shard thread makes the
+//! journal's end durable again, rolls the streams whose records failed back to their applied
+//! state, and takes writes again (see [`Shard::heal`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -23,7 +31,7 @@ use crate::journal::{self, Record};
 use crate::options::{Durability, Options};
 use crate::stats::Counters;
 
-use super::apply::{apply, discard};
+use super::apply::{apply, discard_all};
 use super::checkpoint::Checkpoints;
 use super::names::Names;
 use super::stream::Stream;
@@ -37,6 +45,10 @@ const LINGER: Duration = Duration::from_millis(20);
 /// Buffered mode: after this many looks in a row at an empty queue (a second with no writes)
 /// the shard thread sleeps until the next push wakes it, so an idle store costs no wakeups.
 const QUIET_LOOKS: u32 = 50;
+
+/// While a shard refuses writes after a failure it may heal from, how often the shard thread
+/// tries to heal (a refused write also wakes it).
+const HEAL_RETRY: Duration = Duration::from_millis(200);
 
 /// A journal sync slower than this is logged (at warn): the disk is struggling.
 const SLOW_SYNC: Duration = Duration::from_millis(100);
@@ -73,6 +85,8 @@ pub(super) struct Queue {
 /// The journal file and what is written to it; held while a batch is written and applied.
 pub(super) struct Writer {
     pub(super) file: File,
+    /// The current file's path (what the file-system seam is told).
+    pub(super) path: PathBuf,
     /// The LSN of the current file's first record byte (its name).
     pub(super) file_base: u64,
     /// LSN just past the last byte written. Records still queued have higher LSNs, so a rotation
@@ -87,6 +101,18 @@ pub(super) struct Writer {
     spare_items: Vec<Queued>,
     /// The streams of the batch being committed, each once.
     touched: Vec<Arc<Stream>>,
+}
+
+/// A failure the shard may heal from, and what healing must roll back.
+#[derive(Default)]
+struct Refused {
+    /// The first such failure since the last heal; `None` while the shard takes writes.
+    cause: Option<Arc<std::io::Error>>,
+    /// Streams whose staged state ran ahead of what was committed: their records failed.
+    streams: Vec<Arc<Stream>>,
+    /// A failed record was not an append: its staged effects (registry, forks, names) cannot
+    /// be rolled back in place, so healing poisons the shard instead.
+    blocked: bool,
 }
 
 /// One journal shard: its queue, its writer, its durable LSN and its checkpoint hand-off.
@@ -112,14 +138,24 @@ pub(crate) struct Shard {
     pub(super) durable_lsn: AtomicU64,
     /// Notified when `durable_lsn` advances or the shard is poisoned.
     pub(super) durable: Event,
-    /// The first failure on the durability path; once set, nothing more is committed.
+    /// The first failure whose outcome is unknown; once set, nothing more is committed until
+    /// the store is reopened.
     poison: OnceLock<Arc<std::io::Error>>,
+    /// A failure whose outcome is known: writes are refused until [`Shard::heal`] clears it.
+    refused: Mutex<Refused>,
+    /// `refused.cause` is set (the fast path's one load).
+    refusing: AtomicBool,
     pub(super) checkpoints: Mutex<Checkpoints>,
     pub(super) checkpoints_cv: Condvar,
     /// The checkpoint requests answered so far.
     pub(super) checkpointed: AtomicU64,
     /// Notified when a checkpoint finishes or the shard is poisoned.
     pub(super) checkpoint_done: Event,
+    /// Files durable records made obsolete (segments and snapshots behind retention), each with
+    /// the LSN of its record and its stream: a sidecar may still refer to them until a
+    /// checkpoint past that LSN is durable, which then removes them (unless the stream was
+    /// deleted meanwhile: see `recovery::reclaim`).
+    pub(super) reclaim: Mutex<Vec<(u64, Arc<Stream>, PathBuf)>>,
     /// Streams whose applied state is newer than their sidecar (changed under `writer`).
     pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
     /// The store's counters (batch sizes, sync and checkpoint durations).
@@ -143,6 +179,7 @@ impl Shard {
         hook: Arc<super::subscription::Hook>,
         (counters, names): (Arc<Counters>, Arc<Names>),
     ) -> Shard {
+        let path = journal::file_path(&dir, end);
         Shard {
             id,
             counters,
@@ -166,6 +203,7 @@ impl Shard {
             wake: Condvar::new(),
             writer: Mutex::new(Writer {
                 file,
+                path,
                 file_base: end,
                 end_lsn: end,
                 written: 0,
@@ -177,6 +215,8 @@ impl Shard {
             durable_lsn: AtomicU64::new(end),
             durable: Event::new(),
             poison: OnceLock::new(),
+            refused: Mutex::new(Refused::default()),
+            refusing: AtomicBool::new(false),
             checkpoints: Mutex::new(Checkpoints::default()),
             checkpoints_cv: Condvar::new(),
             checkpointed: AtomicU64::new(0),
@@ -184,16 +224,23 @@ impl Shard {
             dirty: Mutex::new(HashMap::new()),
             #[cfg(feature = "tier")]
             tier: OnceLock::new(),
+            reclaim: Mutex::new(Vec::new()),
         }
     }
 
     /// Encodes and enqueues a record (step 2's end); returns its ticket. Called with the
     /// stream's `core` held, so the record's place in the journal is its place in check order.
+    ///
+    /// A refused record's staged change stays in its stream's staged state: the stream is noted
+    /// for [`Shard::heal`] to roll back.
     pub(super) fn push(self: &Arc<Self>, stream: &Arc<Stream>, record: Record) -> Result<Ticket> {
-        if let Some(e) = self.poisoned() {
-            return Err(e);
-        }
         let mut q = self.queue.lock();
+        if self.failed() {
+            drop(q);
+            // Refused before the queue: its only effect is on the stream's staged state.
+            self.note_failed(stream, None);
+            return Err(self.poisoned_error());
+        }
         if q.shutdown {
             return Err(Error::ShutDown);
         }
@@ -220,12 +267,20 @@ impl Shard {
         Ticket::for_lsn(self.clone(), lsn)
     }
 
-    /// The error every write on a poisoned shard gets (carrying the first failure), or `None`
-    /// while the shard is healthy.
+    /// The error every write on a poisoned or refusing shard gets (carrying the failure), or
+    /// `None` while the shard takes writes.
     pub(super) fn poisoned(&self) -> Option<Error> {
-        self.poison.get().map(|cause| Error::Poisoned {
-            source: cause.clone(),
-        })
+        let source = match self.poison.get() {
+            Some(cause) => cause.clone(),
+            None if self.refusing.load(Ordering::Acquire) => self.refused.lock().cause.clone()?,
+            None => return None,
+        };
+        Some(Error::Poisoned { source })
+    }
+
+    /// Whether the shard is poisoned or refusing writes.
+    pub(super) fn failed(&self) -> bool {
+        self.poison.get().is_some() || self.refusing.load(Ordering::Acquire)
     }
 
     /// The error of a write that failed because the shard is poisoned. The cause is recorded
@@ -253,6 +308,102 @@ impl Shard {
         }
         self.durable.notify(usize::MAX);
         self.checkpoint_done.notify(usize::MAX);
+    }
+
+    /// Makes the shard refuse writes after a failure whose outcome is known (nothing of the
+    /// failed work is acknowledged or left in the journal), until [`Shard::heal`] succeeds.
+    /// Only the first cause is kept (and logged) until then.
+    pub(super) fn refuse(&self, cause: Error) {
+        let mut r = self.refused.lock();
+        let first = r.cause.is_none();
+        if first {
+            r.cause = Some(Arc::new(cause.into_io()));
+            self.refusing.store(true, Ordering::Release);
+        }
+        let kept = r.cause.clone();
+        drop(r);
+        if first && let Some(kept) = kept {
+            tracing::error!(
+                shard = self.id,
+                error = %kept,
+                "journal shard refusing writes: the failed write changed nothing; writes resume once the cause is gone"
+            );
+        }
+        self.durable.notify(usize::MAX);
+        self.checkpoint_done.notify(usize::MAX);
+        self.wake.notify_one();
+    }
+
+    /// Notes a stream whose record failed while the shard refused writes: healing rolls its
+    /// staged state back. A record that failed in the queue (`queued`) and is not an append
+    /// had effects beyond the staged state (a registered create, a delete), which healing
+    /// cannot roll back: see `Refused::blocked`.
+    fn note_failed(&self, stream: &Arc<Stream>, queued: Option<&Record>) {
+        let mut r = self.refused.lock();
+        if r.cause.is_some() {
+            r.streams.push(stream.clone());
+            r.blocked |= queued.is_some_and(|rec| !matches!(rec, Record::Append { .. }));
+            drop(r);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Takes writes again after a failure whose outcome is known, when its cause is gone: under
+    /// `writer`, fails what is still queued, cuts the journal back to its last committed byte
+    /// and syncs it (a failure here poisons the shard: the sync's outcome is unknown); then
+    /// rolls each noted stream's staged state back to its applied state (under its `core`,
+    /// `writer` released) and clears the failure. The shard thread calls it while refusing.
+    pub(super) fn heal(&self) {
+        if !self.refusing.load(Ordering::Acquire) || self.poison.get().is_some() {
+            return;
+        }
+        {
+            let mut w = self.writer.lock();
+            loop {
+                self.drain(&mut w);
+                let mut q = self.queue.lock();
+                if q.items.is_empty() {
+                    // Pushes are refused now: LSNs continue from the journal's real end.
+                    q.next_lsn = w.end_lsn;
+                    break;
+                }
+            }
+            let end = journal::HEADER_LEN + (w.end_lsn - w.file_base);
+            let cut = fs::set_len(&w.file, &w.path, end)
+                .and_then(|()| w.file.seek(std::io::SeekFrom::Start(end)).map(drop))
+                .and_then(|()| fs::sync_data(&w.file, &w.path));
+            if let Err(e) = cut {
+                drop(w);
+                self.poison(e.into());
+                return;
+            }
+        }
+        loop {
+            let (streams, blocked) = {
+                let mut r = self.refused.lock();
+                (std::mem::take(&mut r.streams), r.blocked)
+            };
+            if blocked {
+                let cause = self.refused.lock().cause.clone();
+                if let Some(cause) = cause {
+                    self.poison(Error::Poisoned { source: cause });
+                }
+                return;
+            }
+            for s in &streams {
+                let mut core = s.core.lock();
+                let d = s.data.lock();
+                core.state = d.state.clone();
+                core.last_lsn = d.applied_lsn;
+            }
+            let mut r = self.refused.lock();
+            if r.streams.is_empty() && !r.blocked {
+                r.cause = None;
+                self.refusing.store(false, Ordering::Release);
+                break;
+            }
+        }
+        tracing::info!(shard = self.id, "journal shard healed: taking writes again");
     }
 
     /// Buffered mode: commits the queue on the caller's thread unless another thread is
@@ -293,14 +444,22 @@ impl Shard {
             let batch = std::mem::replace(&mut q.batch, Batch::new());
             (buf, items, batch)
         };
-        if self.poison.get().is_some() {
+        if self.failed() {
+            for it in &items {
+                self.note_failed(&it.stream, Some(&it.record));
+            }
             batch.finish(false);
         } else if let Err((e, written)) = self.commit(w, &buf, &items) {
             // The cause is recorded before the batch fails, so its writers see it.
-            self.poison(e);
             if written {
+                self.poison(e);
                 batch.finish_unknown();
             } else {
+                // Cut back off the journal: nothing of the batch stays, so the shard may heal.
+                self.refuse(e);
+                for it in &items {
+                    self.note_failed(&it.stream, Some(&it.record));
+                }
                 batch.finish(false);
             }
         } else {
@@ -330,10 +489,11 @@ impl Shard {
         let mut answered = 0;
         loop {
             let (requests, due, shutdown) = self.next_work(answered);
+            self.heal();
             let mut w = self.writer.lock();
             self.drain(&mut w);
             let forced = requests > answered || shutdown;
-            if !(forced || due || self.checkpoint_due(&w)) || self.poison.get().is_some() {
+            if !(forced || due || self.checkpoint_due(&w)) || self.failed() {
                 if shutdown {
                     break;
                 }
@@ -350,7 +510,8 @@ impl Shard {
             }
             match self.rotate(&mut w, requests) {
                 Ok(job) => self.post_checkpoint(job),
-                Err(e) => self.poison(e),
+                // A rotation changes nothing durable, and gives back what it took on failure.
+                Err(e) => self.refuse(e),
             }
             answered = requests;
             if shutdown {
@@ -372,6 +533,11 @@ impl Shard {
         let mut q = self.queue.lock();
         loop {
             if q.shutdown || q.checkpoint_requests > answered || q.checkpoint_due {
+                break;
+            }
+            if self.refusing.load(Ordering::Acquire) {
+                // Time to try healing (a refused write wakes the thread sooner).
+                self.wake.wait_for(&mut q, HEAL_RETRY);
                 break;
             }
             if !self.inline {
@@ -424,11 +590,9 @@ impl Shard {
     ) -> std::result::Result<(), (Error, bool)> {
         // Step 3: one write for the batch, then the records' effects on the streams' files.
         self.counters.batch_records.observe(items.len() as f64);
-        if let Err(e) = w.file.write_all(buf) {
+        if let Err(e) = fs::check_write(&w.path).and_then(|()| w.file.write_all(buf)) {
             let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
-            let cut = w
-                .file
-                .set_len(start)
+            let cut = fs::set_len(&w.file, &w.path, start)
                 .and_then(|()| w.file.seek(std::io::SeekFrom::Start(start)).map(drop));
             return Err((e.into(), cut.is_err()));
         }
@@ -439,7 +603,9 @@ impl Shard {
     fn apply_and_sync(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> Result<()> {
         let mut after: Vec<PathBuf> = Vec::new();
         w.touched.clear();
+        let mut reclaim = Vec::new();
         for it in items {
+            let before = after.len();
             apply(
                 &self.root,
                 &self.options,
@@ -448,6 +614,16 @@ impl Shard {
                 &it.record,
                 &mut after,
             )?;
+            // A deleted stream's trash goes once durable; files behind retention wait for a
+            // checkpoint.
+            let mut i = before;
+            while i < after.len() {
+                if after[i].is_dir() {
+                    i += 1;
+                } else {
+                    reclaim.push((it.lsn, it.stream.clone(), after.swap_remove(i)));
+                }
+            }
             let deleted = it.stream.data.lock().deleted;
             match &it.record {
                 Record::Create { .. } => self.names.add(it.stream.name.as_str())?,
@@ -467,7 +643,7 @@ impl Shard {
         // Step 4 [sync].
         if self.options.durability == Durability::Sync {
             let started = Instant::now();
-            w.file.sync_data()?;
+            fs::sync_data(&w.file, &w.path)?;
             let took = started.elapsed();
             self.counters.journal_sync.observe_duration(took);
             if took > SLOW_SYNC {
@@ -499,8 +675,11 @@ impl Shard {
         self.durable.notify(usize::MAX);
         #[cfg(feature = "tier")]
         let deleted_dirs = after.iter().any(|p| p.is_dir());
-        for p in after {
-            discard(&p);
+        if !after.is_empty() {
+            discard_all(&after);
+        }
+        if !reclaim.is_empty() {
+            self.reclaim.lock().extend(reclaim);
         }
         // A deleted stream left a marker for the cold tier (see `discard`): its objects go next.
         #[cfg(feature = "tier")]
@@ -515,11 +694,10 @@ impl Shard {
 /// `Writer::fresh`). An existing file of that name is truncated.
 pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let path = journal::file_path(dir, base_lsn);
-    let mut f = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(&path)?;
+    let mut f = fs::open_create(
+        OpenOptions::new().create(true).write(true).truncate(true),
+        &path,
+    )?;
     f.write_all(&journal::file_header(shard as u32, base_lsn))?;
     Ok(f)
 }
@@ -528,7 +706,7 @@ pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Resu
 /// open, before anything is written to it).
 pub(super) fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let f = open_journal_file(dir, shard, base_lsn)?;
-    f.sync_all()?;
+    fs::sync_all(&f, &journal::file_path(dir, base_lsn))?;
     fs::sync_dir(dir)?;
     Ok(f)
 }

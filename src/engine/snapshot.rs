@@ -6,7 +6,6 @@
 //! blob). Snapshots are immutable per offset; their digest is `sha256:` and the hex SHA-256 of
 //! the content type, a NUL and the blob.
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -116,7 +115,7 @@ impl Engine {
             "snap-tmp-{}",
             self.counter.fetch_add(1, Ordering::Relaxed)
         )));
-        let mut f = File::create(&tmp.path)?;
+        let mut f = fs::create(&tmp.path)?;
         let mut hasher = digest_hasher(ct);
         let mut buf = vec![0u8; 256 << 10];
         let mut len = 0u64;
@@ -135,7 +134,7 @@ impl Engine {
             hasher.update(&buf[..n]);
             f.write_all(&buf[..n])?;
         }
-        f.sync_all()?;
+        fs::sync_all(&f, &tmp.path)?;
         Ok((tmp, digest_string(hasher), len))
     }
 
@@ -280,7 +279,7 @@ impl TempFile {
 
     /// Renames the file to `to` (not synced: the caller syncs the directory) and keeps it.
     fn persist(mut self, to: &Path) -> Result<()> {
-        std::fs::rename(&self.path, to)?;
+        fs::rename(&self.path, to)?;
         self.kept = true;
         Ok(())
     }
@@ -290,7 +289,7 @@ impl Drop for TempFile {
     /// Removes the file unless it was persisted (a failed or refused publication).
     fn drop(&mut self) {
         if !self.kept {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = fs::remove_file(&self.path);
         }
     }
 }

@@ -183,8 +183,14 @@ impl Stream {
         if !accept(&sc)? {
             return Ok(None);
         }
+        // Retention reclaims segments only while the stream has no forks (they read them).
+        let start = if sc.state.forks.is_empty() {
+            sc.state.earliest
+        } else {
+            sc.state.base
+        };
         let cold = crate::tier::manifest::cold_segments(&dir, &sc.state.config.incarnation)?;
-        let segs = SegmentSet::open(&dir, sc.state.base, sc.state.tail, segment_bytes, &cold)?;
+        let segs = SegmentSet::open(&dir, start, sc.state.tail, segment_bytes, &cold)?;
         Ok(Some(Stream::new(
             sc.state,
             dir,

@@ -29,6 +29,7 @@ use bytes::Bytes;
 use memmap2::MmapMut;
 
 use crate::error::{Error, Result};
+use crate::fs;
 use crate::name::Offset;
 use crate::state::Body;
 use mmap::ReadMap;
@@ -59,6 +60,15 @@ fn log_path(dir: &Path, base: u64) -> PathBuf {
 
 fn idx_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{base:020}.idx"))
+}
+
+/// Whether `path` names a segment log (whose removal must be durable before its index's: see
+/// `discard_all` in the engine).
+pub(crate) fn is_log(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_log_name)
+        .is_some()
 }
 
 fn parse_log_name(name: &str) -> Option<u64> {
@@ -152,24 +162,26 @@ impl AsRef<[u8]> for MapSlice {
 
 impl Segment {
     fn create(dir: &Path, base: Offset) -> Result<Segment> {
-        let log = Arc::new(
+        let log = Arc::new(fs::open_create(
             OpenOptions::new()
                 .create(true)
                 .read(true)
                 .write(true)
-                .truncate(true)
-                .open(log_path(dir, base.bytes))?,
-        );
-        log.set_len(MIN_LOG_CAP)?;
+                .truncate(true),
+            &log_path(dir, base.bytes),
+        )?);
+        fs::set_len(&log, &log_path(dir, base.bytes), MIN_LOG_CAP)?;
         let log = Some(log);
-        let idx = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(true)
-            .open(idx_path(dir, base.bytes))?;
+        let idx = fs::open_create(
+            OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(true),
+            &idx_path(dir, base.bytes),
+        )?;
         let idx_len = IDX_HEADER + MIN_IDX_ENTRIES * ENTRY;
-        idx.set_len(idx_len)?;
+        fs::set_len(&idx, &idx_path(dir, base.bytes), idx_len)?;
         let mut idx_map = mmap::map_write(&idx, idx_len as usize)?;
         idx_map[0..4].copy_from_slice(IDX_MAGIC);
         idx_map[4..8].copy_from_slice(&IDX_VERSION.to_le_bytes());
@@ -313,12 +325,14 @@ impl Segment {
         })
     }
 
-    fn write(&mut self, body: &Body) -> Result<()> {
+    /// Appends `body` (its bytes buffered or written through, its entries into the index) to
+    /// this segment of the stream in `dir`, growing the files as needed.
+    fn write(&mut self, dir: &Path, body: &Body) -> Result<()> {
         let rel = self.end - self.base.bytes;
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
             let cap = need.next_power_of_two().max(MIN_LOG_CAP);
-            self.local_log()?.set_len(cap)?;
+            fs::set_len(self.local_log()?, &log_path(dir, self.base.bytes), cap)?;
             self.log_cap = cap;
         }
         if body.data.len() >= WRITE_THROUGH {
@@ -332,7 +346,7 @@ impl Segment {
         if need_idx > self.idx_map.len() as u64 {
             let len =
                 IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
-            self.idx.set_len(len)?;
+            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
             self.idx_map = mmap::map_write(&self.idx, len as usize)?;
         }
         let mut prev = 0usize;
@@ -463,15 +477,18 @@ impl SegmentSet {
         })
     }
 
-    /// Opens a stream's segments, valid from `base` (or the retained start) to `end`. `cold`
-    /// lists the sealed segments the cold tier holds, as (base byte position, log length): one
-    /// whose local log is missing opens cold (its index must be here).
+    /// Opens a stream's segments, valid from `start` (its base, or the retained start when
+    /// retention may have reclaimed segments) to `end`. `cold` lists the sealed segments the
+    /// cold tier holds, as (base byte position, log length): one whose local log is missing
+    /// opens cold (its index must be here).
     ///
     /// Segment files that start at or after `end` (other than the first) hold nothing durable and
-    /// are removed; the last message is checked against its index entry.
+    /// are removed; so are those wholly before the segment holding `start`, which retention
+    /// reclaimed (a power loss may keep some of those removals and undo others). The last
+    /// message is checked against its index entry.
     pub(crate) fn open(
         dir: &Path,
-        base: Offset,
+        start: Offset,
         end: Offset,
         segment_bytes: u64,
         cold: &[(u64, u64)],
@@ -486,14 +503,23 @@ impl SegmentSet {
         bases.extend(cold.iter().map(|c| c.0).filter(|b| *b < end.bytes));
         bases.sort_unstable();
         bases.dedup();
+        // The segment holding `start` among those the state knows of (starting before `end`).
+        let first = bases
+            .iter()
+            .rposition(|&b| b <= start.bytes && b < end.bytes)
+            .unwrap_or(0);
+        for &b in &bases[..first] {
+            let _ = fs::remove_file(&log_path(dir, b));
+            let _ = fs::remove_file(&idx_path(dir, b));
+        }
         let mut segs: Vec<Segment> = Vec::new();
-        for b in bases {
+        for &b in &bases[first..] {
             if segs.is_empty() || b < end.bytes {
                 let cold_len = cold.iter().find(|c| c.0 == b).map(|c| c.1);
                 segs.push(Segment::open(dir, b, cold_len)?);
             } else {
-                std::fs::remove_file(log_path(dir, b))?;
-                let _ = std::fs::remove_file(idx_path(dir, b));
+                fs::remove_file(&log_path(dir, b))?;
+                let _ = fs::remove_file(&idx_path(dir, b));
             }
         }
         if segs.is_empty() {
@@ -528,7 +554,6 @@ impl SegmentSet {
             segment_bytes,
         };
         set.verify_last()?;
-        let _ = base;
         Ok(set)
     }
 
@@ -583,7 +608,7 @@ impl SegmentSet {
             self.segs.push(seg);
         }
         match self.segs.last_mut() {
-            Some(s) => s.write(body),
+            Some(s) => s.write(&self.dir, body),
             None => Err(Error::corrupt(&self.dir, "stream has no segment")),
         }
     }

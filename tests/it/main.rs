@@ -13,6 +13,7 @@ mod crash;
 mod descriptors;
 mod disk_full;
 mod engine;
+mod faults;
 #[cfg(feature = "fuzzing")]
 mod fuzz_logic;
 #[cfg(feature = "http")]
@@ -58,6 +59,7 @@ mod ops_listing;
 mod ops_logs;
 #[cfg(feature = "http")]
 mod ops_support;
+mod power_loss;
 mod regressions;
 mod subscriptions;
 #[cfg(feature = "http")]

@@ -1,0 +1,187 @@
+//! Injected faults on the file-system seam (issue 13), through `brook::sim::Disk`: a failed
+//! `fsync` poisons its shard until the store is reopened (the kernel may have dropped what it
+//! could not write); a full disk on a journal write or a checkpoint refuses writes cleanly, and
+//! the store takes writes again once the fault is gone, without a restart.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use brook::sim::{Disk, Kind};
+use brook::*;
+
+use crate::util::{R, name, read_to_tail, typed};
+
+const EIO: i32 = 5;
+const ENOSPC: i32 = 28;
+
+/// A fresh data directory (canonical, as the seam matches paths) in `tmp`.
+fn store_dir(tmp: &tempfile::TempDir) -> std::io::Result<PathBuf> {
+    let root = tmp.path().canonicalize()?.join("store");
+    std::fs::create_dir_all(&root)?;
+    Ok(root)
+}
+
+fn open(root: &Path) -> brook::Result<Store> {
+    Store::open(root, Options::default().with_journal_shards(1))
+}
+
+/// The errno an error carries as its source.
+fn errno(e: &Error) -> Option<i32> {
+    let source = std::error::Error::source(e)?;
+    let io = source
+        .downcast_ref::<std::sync::Arc<std::io::Error>>()
+        .map(AsRef::as_ref)
+        .or_else(|| source.downcast_ref::<std::io::Error>())?;
+    io.raw_os_error()
+}
+
+/// Retries `f` until it succeeds, for at most five seconds; returns its failures.
+fn until_ok<T>(mut f: impl FnMut() -> brook::Result<T>) -> Result<(T, Vec<Error>), String> {
+    let since = Instant::now();
+    let mut failures = Vec::new();
+    loop {
+        match f() {
+            Ok(v) => return Ok((v, failures)),
+            Err(e) if since.elapsed() < Duration::from_secs(5) => {
+                failures.push(e);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(format!("still failing after 5 s: {e}")),
+        }
+    }
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_shard_until_the_store_is_reopened() -> R {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let s = name("faults/eio");
+    let disk = Disk::install(&root)?;
+    {
+        let store = open(&root)?;
+        store.create(&s, typed("text/plain"))?;
+        store.append(&s, AppendRequest::new("one;"))?;
+        disk.fail(Kind::SyncFile, ".wal", EIO, 1);
+        let e = store
+            .append(&s, AppendRequest::new("two;"))
+            .expect_err("the journal sync failed");
+        assert!(matches!(e, Error::OutcomeUnknown { .. }), "{e}");
+        assert_eq!(errno(&e), Some(EIO), "the cause is surfaced: {e:?}");
+        assert_eq!(disk.fired().len(), 1);
+        // Well past the heal interval: still refused, with the same cause.
+        std::thread::sleep(Duration::from_millis(600));
+        let e = store
+            .append(&s, AppendRequest::new("three;"))
+            .expect_err("poisoned");
+        assert_eq!(e.code(), "POISONED");
+        assert_eq!(errno(&e), Some(EIO));
+        let e = store.checkpoint().expect_err("poisoned");
+        assert_eq!(e.code(), "POISONED");
+    }
+    disk.uninstall();
+    let store = open(&root)?;
+    let (data, _) = read_to_tail(&store, &s, None)?;
+    assert!(data == b"one;" || data == b"one;two;", "{data:?}");
+    store.append(&s, AppendRequest::new("four;"))?;
+    Ok(())
+}
+
+#[test]
+fn a_failed_checkpoint_sync_poisons_the_shard() -> R {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let s = name("faults/syncfs");
+    let disk = Disk::install(&root)?;
+    let store = open(&root)?;
+    store.create(&s, typed("text/plain"))?;
+    store.append(&s, AppendRequest::new("one;"))?;
+    disk.fail(Kind::SyncFs, "", EIO, 1);
+    let e = store
+        .checkpoint()
+        .expect_err("the checkpoint's syncfs failed");
+    assert_eq!(e.code(), "POISONED");
+    assert_eq!(errno(&e), Some(EIO));
+    std::thread::sleep(Duration::from_millis(600));
+    let e = store
+        .append(&s, AppendRequest::new("two;"))
+        .expect_err("poisoned for good");
+    assert_eq!(errno(&e), Some(EIO));
+    drop(store);
+    disk.uninstall();
+    let store = open(&root)?;
+    assert_eq!(read_to_tail(&store, &s, None)?.0, b"one;");
+    Ok(())
+}
+
+#[test]
+fn a_full_disk_refuses_cleanly_and_writes_resume_once_space_exists() -> R {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let s = name("faults/enospc");
+    let disk = Disk::install(&root)?;
+    let send = |store: &Store, seq: u64| {
+        let req = AppendRequest::new(format!("p{seq};"))
+            .producer(Producer::new("p", 0, seq))
+            .stream_seq(format!("{seq:04}"));
+        store.append(&s, req)
+    };
+    {
+        let store = open(&root)?;
+        store.create(&s, typed("text/plain"))?;
+        send(&store, 0)?;
+        // The next three journal writes find the disk full.
+        disk.fail(Kind::Write, ".wal", ENOSPC, 3);
+        let (o, refused) = until_ok(|| send(&store, 1))?;
+        assert_eq!(disk.fired().len(), 3, "{:?}", disk.fired());
+        assert!(refused.len() >= 3, "{refused:?}");
+        for e in &refused {
+            assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
+            assert_eq!(errno(e), Some(ENOSPC));
+        }
+        // The refused tries changed nothing: the same producer sequence and Stream-Seq are
+        // taken as new, once, without a restart.
+        assert_eq!(o.status, AppendStatus::Appended);
+        assert_eq!(
+            send(&store, 1)?.status,
+            AppendStatus::Duplicate {
+                original_tail: Some(o.tail)
+            }
+        );
+        send(&store, 2)?;
+        store.checkpoint()?;
+        let info = store.head(&s, &Guard::NONE)?;
+        assert_eq!(info.stream_seq.as_deref(), Some("0002"));
+    }
+    disk.uninstall();
+    let store = open(&root)?;
+    assert_eq!(read_to_tail(&store, &s, None)?.0, b"p0;p1;p2;");
+    Ok(())
+}
+
+#[test]
+fn a_full_disk_at_a_checkpoint_refuses_until_it_heals() -> R {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let s = name("faults/rotation");
+    let disk = Disk::install(&root)?;
+    {
+        let store = open(&root)?;
+        store.create(&s, typed("text/plain"))?;
+        store.append(&s, AppendRequest::new("one;"))?;
+        // The checkpoint's new journal file cannot be made, then a sidecar cannot be.
+        disk.fail(Kind::Create, ".wal", ENOSPC, 1);
+        let e = store.checkpoint().expect_err("the rotation failed");
+        assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
+        until_ok(|| store.append(&s, AppendRequest::new("two;")))?;
+        disk.fail(Kind::Create, "meta.", ENOSPC, 1);
+        let e = store.checkpoint().expect_err("the sidecar write failed");
+        assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
+        until_ok(|| store.checkpoint())?;
+        store.append(&s, AppendRequest::new("three;"))?;
+        assert_eq!(disk.fired().len(), 2);
+    }
+    disk.uninstall();
+    let store = open(&root)?;
+    assert_eq!(read_to_tail(&store, &s, None)?.0, b"one;two;three;");
+    Ok(())
+}
