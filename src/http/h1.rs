@@ -14,9 +14,15 @@
 //!   [`read_body`](super::body::read_body) finds it in one frame); a body that delivers
 //!   nothing for [`ServerConfig::body_read_timeout`](super::ServerConfig::body_read_timeout)
 //!   is answered 408 `REQUEST_TIMEOUT` and the connection closed, as on hyper's path.
+//! * **Refused here:** a head that is not well-formed HTTP/1.1 (400 `MALFORMED_REQUEST`, which
+//!   includes two `Content-Length`s that disagree), more than [`MAX_HEADERS`] lines or
+//!   [`MAX_HEAD`] bytes (431 `REQUEST_HEADER_FIELDS_TOO_LARGE`): problem+json bodies, then the
+//!   connection closes (nothing after a bad head can be framed).
 //! * **Handed to hyper:** the first request that is anything else (HTTP/1.0, a chunked or larger
-//!   upload, a malformed or oversized head, an upgrade), together with every byte read after it:
-//!   hyper serves the rest of that connection (see [`Rewind`]), with its own refusals.
+//!   upload, an upgrade, an `Expect` other than `100-continue`), together with every byte read
+//!   after it: hyper serves the rest of that connection (see [`Rewind`]).
+//!
+//! The loop serves plain connections and HTTP/1.1 over TLS alike (HTTP/2 is hyper's).
 //!
 //! The handler's request is the `http::Request` hyper would have built, less the request headers
 //! no handler reads (`User-Agent`, `Accept`, `Accept-Encoding`, `Accept-Language`, `Cookie`,
@@ -54,17 +60,15 @@ use tokio::time::Instant;
 
 use super::admin::RouteKind;
 use super::error::ApiError;
-use super::socket::Socket;
 use super::{AppState, Open, reply};
 
-/// The largest request head (request line and headers) this loop parses; a longer one goes to
-/// hyper, which refuses it (brook's own `431` covers heads up to
-/// [`request::MAX_HEADER_BYTES`](super::request) on either path).
+/// The largest request head (request line and headers) this loop reads; a longer one is
+/// answered `431` problem+json (as are heads over the handler's 64 KiB of header bytes).
 pub(crate) const MAX_HEAD: usize = 80 << 10;
 
-/// The most header lines this loop parses; a request with more goes to hyper (which takes up
-/// to 100, then answers a bare `431`).
-pub(crate) const MAX_HEADERS: usize = 64;
+/// The most header lines a request may have (hyper's limit too); one with more is answered
+/// `431` problem+json.
+pub(crate) const MAX_HEADERS: usize = 100;
 
 /// The largest request body read whole before its handler runs; a larger one goes to hyper,
 /// which streams it to the handler (snapshot uploads, large appends).
@@ -102,14 +106,23 @@ struct Head {
 enum NotHere {
     /// Hand the connection to hyper from this request on.
     Handoff,
+    /// Refuse it (a malformed or oversized head): answered with this status, problem `code`
+    /// and detail, and the connection closed, since what follows it cannot be framed.
+    Refuse(StatusCode, &'static str, String),
 }
+
+/// The IO this loop serves: a plain [`Socket`](super::socket::Socket) (which sends large mapped
+/// pieces by `sendfile`) or a TLS stream over one.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
 /// Serves `socket` until the peer closes it, a timeout ends it, the server shuts down, or a
 /// request hands it to hyper. `open` counts the connection until this returns; `alive` tells
 /// shutdown that it has not returned yet.
-pub(crate) async fn serve(
+pub(crate) async fn serve<S: Io>(
     app: Arc<AppState>,
-    mut socket: Socket,
+    mut socket: S,
     fallback: Fallback,
     open: Open,
     alive: watch::Receiver<()>,
@@ -141,6 +154,24 @@ pub(crate) async fn serve(
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(NotHere::Handoff) => return handoff(app, socket, buf, fallback, open, alive).await,
+            Err(NotHere::Refuse(status, code, detail)) => {
+                app.metrics.error(code);
+                app.metrics
+                    .request(RouteKind::Other, status, std::time::Duration::ZERO);
+                let res = ApiError::Http {
+                    status,
+                    code,
+                    detail,
+                }
+                .into_response();
+                if respond(&mut socket, &mut out, res, false, false, true)
+                    .await
+                    .is_ok()
+                {
+                    close_gently(&mut socket).await;
+                }
+                return;
+            }
         };
         if head.body_len > buf.len() - head.len {
             let idle = app.config.body_read_timeout;
@@ -181,8 +212,8 @@ pub(crate) async fn serve(
 /// Reads until `buf` holds a whole request head and parses it. `Ok(None)`: the peer closed the
 /// connection, the head took longer than `limit`, or the server is shutting down while this
 /// connection waits for a request.
-async fn read_head(
-    socket: &mut Socket,
+async fn read_head<S: Io>(
+    socket: &mut S,
     buf: &mut BytesMut,
     lines: &mut Lines,
     limit: Duration,
@@ -196,7 +227,11 @@ async fn read_head(
                 return Ok(Some(head));
             }
             if buf.len() >= MAX_HEAD {
-                return Err(NotHere::Handoff);
+                return Err(NotHere::Refuse(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "REQUEST_HEADER_FIELDS_TOO_LARGE",
+                    format!("a request head may be at most {MAX_HEAD} bytes"),
+                ));
             }
         }
         if buf.capacity() - buf.len() < 1024 {
@@ -223,8 +258,8 @@ async fn read_head(
 
 /// Reads the rest of `head`'s body into `buf` (after a `100 Continue` if the client waits for
 /// one). `Ok(false)`: the peer closed the connection; `Err`: nothing arrived for `idle`.
-async fn read_body(
-    socket: &mut Socket,
+async fn read_body<S: Io>(
+    socket: &mut S,
     buf: &mut BytesMut,
     head: &Head,
     idle: Duration,
@@ -261,13 +296,25 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
     let len = match req.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(NotHere::Handoff),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(NotHere::Refuse(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "REQUEST_HEADER_FIELDS_TOO_LARGE",
+                format!("requests may carry at most {MAX_HEADERS} header lines"),
+            ));
+        }
+        Err(e) => {
+            return Err(malformed(&format!(
+                "the request head is not HTTP/1.1 ({e})"
+            )));
+        }
     };
+    // HTTP/1.0 (other keep-alive rules, no chunked responses) is hyper's.
     if req.version != Some(1) {
         return Err(NotHere::Handoff);
     }
     let (Some(method), Some(path)) = (req.method, req.path) else {
-        return Err(NotHere::Handoff);
+        return Err(malformed("the request line is incomplete"));
     };
     let method = match method {
         "GET" => Method::GET,
@@ -276,7 +323,9 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
         "HEAD" => Method::HEAD,
         "DELETE" => Method::DELETE,
         "OPTIONS" => Method::OPTIONS,
-        _ => return Err(NotHere::Handoff),
+        // Any other token: the handler answers 405 with the methods the route allows.
+        other => Method::from_bytes(other.as_bytes())
+            .map_err(|_| malformed("the method is not a token"))?,
     };
     let at = |s: &[u8]| (s.as_ptr() as usize - buf.as_ptr() as usize, s.len());
     let mut head = Head {
@@ -296,8 +345,13 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
             14 if is(b"content-length") => {
-                let n = parse_length(h.value).ok_or(NotHere::Handoff)?;
-                if length.is_some_and(|m| m != n) || n > INLINE_BODY_MAX {
+                let n = parse_length(h.value)
+                    .ok_or_else(|| malformed("the Content-Length is not a decimal number"))?;
+                // Two lengths that disagree: no framing can be trusted (request smuggling).
+                if length.is_some_and(|m| m != n) {
+                    return Err(malformed("the Content-Length is given twice, differently"));
+                }
+                if n > INLINE_BODY_MAX {
                     return Err(NotHere::Handoff);
                 }
                 length = Some(n);
@@ -368,6 +422,32 @@ fn unread(name: &[u8]) -> bool {
         25 => is(b"upgrade-insecure-requests"),
         _ => name.len() > 9 && name[..9].eq_ignore_ascii_case(b"sec-ch-ua"),
     }
+}
+
+/// Ends a connection whose peer may still be sending (a refused head): the write side is shut
+/// (the response is followed by FIN), then what the peer still sends is read and dropped for up
+/// to a second (at most 1 MiB), so that closing with unread bytes does not send a reset that
+/// could destroy the response before the peer read it.
+async fn close_gently<S: Io>(socket: &mut S) {
+    let _ = socket.shutdown().await;
+    let mut sink = vec![0u8; 16 << 10];
+    let mut left = 1usize << 20;
+    let until = Instant::now() + Duration::from_secs(1);
+    while left > 0 {
+        match tokio::time::timeout_at(until, socket.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            _ => break,
+        }
+    }
+}
+
+/// The refusal of a head that is not well-formed HTTP/1.1: 400 `MALFORMED_REQUEST`.
+fn malformed(detail: &str) -> NotHere {
+    NotHere::Refuse(
+        StatusCode::BAD_REQUEST,
+        "MALFORMED_REQUEST",
+        detail.to_owned(),
+    )
 }
 
 /// A `Content-Length` value: decimal digits only (as hyper takes it, without a sign or spaces).
@@ -446,8 +526,8 @@ fn header_name(name: &[u8]) -> Option<HeaderName> {
 /// Writes `res` (no body for a `HEAD` request) with the headers every response carries (and the
 /// CORS ones when `cors`: see [`reply::common_headers`]), and `Connection: close` when `close`.
 /// Returns whether the connection is to be closed after it (asked, or the response said so).
-async fn respond(
-    socket: &mut Socket,
+async fn respond<S: Io>(
+    socket: &mut S,
     out: &mut Vec<u8>,
     res: Response,
     is_head: bool,
@@ -543,8 +623,8 @@ enum Piece {
 /// Sends the head in `out` and then `body`: every frame that is ready goes in the same write;
 /// when the body has to wait for its next frame (SSE), what is ready leaves first. Chunked
 /// framing when `chunked`.
-async fn send_body(
-    socket: &mut Socket,
+async fn send_body<S: Io>(
+    socket: &mut S,
     out: &mut Vec<u8>,
     body: &mut Body,
     chunked: bool,
@@ -609,7 +689,7 @@ fn extend_hex(out: &mut Vec<u8>, n: usize) {
 }
 
 /// Writes every piece, in order, with as few `writev` (or `sendfile`) calls as the socket takes.
-async fn write_pieces(socket: &mut Socket, out: &[u8], pieces: &[Piece]) -> io::Result<()> {
+async fn write_pieces<S: Io>(socket: &mut S, out: &[u8], pieces: &[Piece]) -> io::Result<()> {
     const BATCH: usize = 32;
     for group in pieces.chunks(BATCH) {
         let mut slices: [IoSlice<'_>; BATCH] = [IoSlice::new(&[]); BATCH];
@@ -633,9 +713,9 @@ async fn write_pieces(socket: &mut Socket, out: &[u8], pieces: &[Piece]) -> io::
 
 /// Hands the connection to hyper: `read` (bytes read but not served: the request that is not
 /// served here and whatever followed it) is read again before the socket.
-async fn handoff(
+async fn handoff<S: Io>(
     app: Arc<AppState>,
-    socket: Socket,
+    socket: S,
     read: BytesMut,
     fallback: Fallback,
     open: Open,
@@ -654,14 +734,14 @@ async fn handoff(
 }
 
 /// A socket with bytes already read from it put back in front.
-struct Rewind {
+struct Rewind<S> {
     /// Bytes to be read before the socket's.
     read: Bytes,
     /// The connection.
-    socket: Socket,
+    socket: S,
 }
 
-impl AsyncRead for Rewind {
+impl<S: Io> AsyncRead for Rewind<S> {
     /// The bytes put back first, then the socket's.
     fn poll_read(
         self: Pin<&mut Self>,
@@ -679,7 +759,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<S: Io> AsyncWrite for Rewind<S> {
     /// The socket's write.
     fn poll_write(
         self: Pin<&mut Self>,
@@ -698,9 +778,10 @@ impl AsyncWrite for Rewind {
         Pin::new(&mut self.get_mut().socket).poll_write_vectored(cx, bufs)
     }
 
-    /// True, as for the socket.
+    /// As the socket's (true for a plain socket, which then gets hyper's body pieces as they
+    /// are, for `sendfile`).
     fn is_write_vectored(&self) -> bool {
-        true
+        self.socket.is_write_vectored()
     }
 
     /// The socket's flush.

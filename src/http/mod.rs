@@ -395,6 +395,7 @@ pub async fn serve_with_admin(
                 stream,
                 graceful.watcher(),
                 open,
+                alive.clone(),
             ));
             continue;
         }
@@ -486,8 +487,9 @@ fn http1_service(
 struct TlsServing {
     /// The TLS handshake.
     acceptor: tokio_rustls::TlsAcceptor,
-    /// HTTP/1.1 after `http/1.1` (or no) ALPN.
-    http1: hyper::server::conn::http1::Builder,
+    /// HTTP/1.1 after `http/1.1` (or no) ALPN, for what brook's own loop hands over (or
+    /// everything, with `hyper_http1`).
+    http1: Arc<hyper::server::conn::http1::Builder>,
     /// HTTP/2 after `h2` ALPN.
     http2: hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
 }
@@ -502,7 +504,7 @@ fn tls_builders(tls: &Tls, http1: &hyper::server::conn::http1::Builder) -> TlsSe
         .max_concurrent_streams(256);
     TlsServing {
         acceptor: tls.acceptor(),
-        http1: http1.clone(),
+        http1: Arc::new(http1.clone()),
         http2,
     }
 }
@@ -517,6 +519,7 @@ async fn serve_tls(
     tcp: tokio::net::TcpStream,
     watcher: hyper_util::server::graceful::Watcher,
     open: Open,
+    alive: watch::Receiver<()>,
 ) {
     use hyper_util::rt::TokioIo;
     // TLS runs over the same socket type as plain connections, for its write-stall guard (a
@@ -553,11 +556,18 @@ async fn serve_tls(
                 }
             });
         let _ = watcher.watch(tls.http2.serve_connection(io, service)).await;
-    } else {
+    } else if app.config.hyper_http1 {
         let service = http1_service(app, false);
         let _ = watcher.watch(tls.http1.serve_connection(io, service)).await;
+    } else {
+        let fallback = h1::Fallback {
+            builder: tls.http1.clone(),
+            watcher,
+        };
+        h1::serve(app, io.into_inner(), fallback, open, alive).await;
+        return;
     }
-    drop(open);
+    drop((open, alive));
 }
 
 /// Answers every request of a connection over `max_connections` with 503

@@ -484,7 +484,6 @@ async fn a_starting_tls_server_answers_starting_over_tls() -> R {
 /// progress for the write stall limit (the guard is the same socket's as on plain HTTP).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_reader_that_stops_reading_is_disconnected() -> R {
-    use rustls::pki_types::pem::PemObject;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let pki = pki()?;
     let dir = tempfile::tempdir()?;
@@ -519,21 +518,7 @@ async fn a_tls_reader_that_stops_reading_is_disconnected() -> R {
         assert_eq!(r.status().as_u16(), 204);
     }
     // A TLS client that asks for the whole stream as SSE and then reads nothing.
-    let mut roots = rustls::RootCertStore::empty();
-    for der in rustls::pki_types::CertificateDer::pem_slice_iter(pki.ca.as_bytes()) {
-        roots.add(der?)?;
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let mut t = connector
-        .connect(rustls::pki_types::ServerName::try_from("localhost")?, tcp)
-        .await?;
+    let mut t = raw_tls(&pki, addr).await?;
     t.write_all(b"GET /slow/tls?offset=-1&live=sse HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -552,5 +537,62 @@ async fn a_tls_reader_that_stops_reading_is_disconnected() -> R {
     );
     let whole_base64 = 24 * (1 << 20) * 4 / 3;
     assert!(got < whole_base64, "received {got} bytes: not cut off");
+    Ok(())
+}
+
+/// A raw TLS connection to `addr` (HTTP/1.1: no ALPN) trusting `pki`'s CA.
+async fn raw_tls(
+    pki: &TestPki,
+    addr: SocketAddr,
+) -> R<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for der in rustls::pki_types::CertificateDer::pem_slice_iter(pki.ca.as_bytes()) {
+        roots.add(der?)?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    Ok(connector
+        .connect(rustls::pki_types::ServerName::try_from("localhost")?, tcp)
+        .await?)
+}
+
+/// HTTP/1.1 over TLS is served by brook's loop too: a pipelined pair of requests is answered in
+/// order, and a malformed head gets a problem+json 400 naming `MALFORMED_REQUEST`.
+#[tokio::test]
+async fn http1_over_tls_is_framed_and_refused_like_plain() -> R {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki = pki()?;
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = write_pki(dir.path(), &pki)?;
+    let server = start(Tls::from_pem_files(cert, key)?).await?;
+    let mut t = raw_tls(&pki, server.addr).await?;
+    t.write_all(
+        b"PUT /tls/h1 HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhiHEAD /tls/h1 HTTP/1.1\r\nHost: localhost\r\n\r\nGET /a b HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .await?;
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), t.read_to_end(&mut got)).await??;
+    let text = String::from_utf8_lossy(&got);
+    let statuses: Vec<&str> = text
+        .split("\r\n")
+        .filter(|l| l.starts_with("HTTP/1.1 "))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "HTTP/1.1 201 Created",
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 400 Bad Request"
+        ],
+        "{text}"
+    );
+    assert!(text.contains("\"code\":\"MALFORMED_REQUEST\""), "{text}");
     Ok(())
 }
