@@ -340,3 +340,21 @@ impl Drop for ChildServer {
         let _ = self.child.wait();
     }
 }
+
+/// Reads `conn` until the server ends it (end of stream or an error), for at most 20 s; returns
+/// the bytes read and how long it took. For tests of readers the server cuts off.
+pub async fn read_until_cut_off<S: tokio::io::AsyncRead + Unpin>(
+    conn: &mut S,
+) -> R<(usize, Duration)> {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), conn.read(&mut buf)).await? {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    Ok((got, started.elapsed()))
+}

@@ -348,45 +348,11 @@ async fn sighup_reloads_the_certificate_of_brook_serve() -> R {
     let (first, second) = (pki()?, pki()?);
     let dir = tempfile::tempdir()?;
     let (cert, key) = write_pki(dir.path(), &first)?;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
-        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let pid = child.id();
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_for = |needle: &str| -> R<String> {
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let line = rx
-                .recv_timeout(left)
-                .map_err(|_| format!("no log line with {needle:?}"))?;
-            if line.contains(needle) {
-                return Ok(line);
-            }
-        }
-    };
+    let server = TlsChild::spawn(dir.path(), &cert, &key, &[])?;
+    let pid = server.child.id();
+    let wait_for = |needle: &str| server.wait_for(needle);
     let result = async {
-        let line = wait_for("listening on https://")?;
-        let at = line.split("https://").nth(1).ok_or("no address")?;
-        let addr: SocketAddr = at.split([',', ' ']).next().ok_or("no address")?.parse()?;
+        let addr = TlsChild::address(&wait_for("listening on https://")?)?;
         let base = format!("https://localhost:{}", addr.port());
         let c = client(&first.ca, addr, false)?;
         let r = c.get(format!("{base}/missing")).send().await?;
@@ -407,8 +373,7 @@ async fn sighup_reloads_the_certificate_of_brook_serve() -> R {
         R::Ok(())
     }
     .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     result
 }
 
@@ -420,63 +385,27 @@ async fn a_starting_tls_server_answers_starting_over_tls() -> R {
     let pki = pki()?;
     let dir = tempfile::tempdir()?;
     let (cert, key) = write_pki(dir.path(), &pki)?;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_brook"))
-        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .env("BROOK_TEST_OPEN_DELAY_MS", "2500")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_for = |needle: &str| -> R<String> {
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let line = rx
-                .recv_timeout(left)
-                .map_err(|_| format!("no log line with {needle:?}"))?;
-            if line.contains(needle) {
-                return Ok(line);
-            }
-        }
-    };
+    let server = TlsChild::spawn(
+        dir.path(),
+        &cert,
+        &key,
+        &[("BROOK_TEST_OPEN_DELAY_MS", "2500")],
+    )?;
     let result = async {
-        let line = wait_for("bound https://")?;
-        let at = line.split("https://").nth(1).ok_or("no address")?;
-        let addr: SocketAddr = at
-            .split([';', ',', ' '])
-            .next()
-            .ok_or("no address")?
-            .parse()?;
+        let addr = TlsChild::address(&server.wait_for("bound https://")?)?;
         let base = format!("https://localhost:{}", addr.port());
         let c = client(&pki.ca, addr, false)?;
         let r = c.get(format!("{base}/__brook/ready")).send().await?;
         assert_eq!((r.status().as_u16(), r.version()), (503, Version::HTTP_2));
         assert!(r.text().await?.contains("\"code\":\"STARTING\""));
-        wait_for("listening on https://")?;
+        server.wait_for("listening on https://")?;
         let c = client(&pki.ca, addr, true)?;
         let r = c.get(format!("{base}/__brook/ready")).send().await?;
         assert_eq!(r.status().as_u16(), 200);
         R::Ok(())
     }
     .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     result
 }
 
@@ -484,7 +413,7 @@ async fn a_starting_tls_server_answers_starting_over_tls() -> R {
 /// progress for the write stall limit (the guard is the same socket's as on plain HTTP).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_reader_that_stops_reading_is_disconnected() -> R {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let pki = pki()?;
     let dir = tempfile::tempdir()?;
     let (cert, key) = write_pki(dir.path(), &pki)?;
@@ -522,17 +451,9 @@ async fn a_tls_reader_that_stops_reading_is_disconnected() -> R {
     t.write_all(b"GET /slow/tls?offset=-1&live=sse HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let started = Instant::now();
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        match tokio::time::timeout(Duration::from_secs(20), t.read(&mut buf)).await? {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
-    }
+    let (got, took) = crate::http_support::read_until_cut_off(&mut t).await?;
     assert!(
-        started.elapsed() < Duration::from_secs(20),
+        took < Duration::from_secs(20),
         "the stalled TLS reader was never cut off"
     );
     let whole_base64 = 24 * (1 << 20) * 4 / 3;
@@ -595,4 +516,75 @@ async fn http1_over_tls_is_framed_and_refused_like_plain() -> R {
     );
     assert!(text.contains("\"code\":\"MALFORMED_REQUEST\""), "{text}");
     Ok(())
+}
+
+/// `brook serve --tls-cert --tls-key` on an ephemeral port of 127.0.0.1 over `dir/data`, with
+/// extra environment `env`; its log lines arrive on a channel. Killed when dropped.
+struct TlsChild {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl TlsChild {
+    fn spawn(dir: &Path, cert: &Path, key: &Path, env: &[(&str, &str)]) -> R<TlsChild> {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_brook"));
+        cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
+            .arg(dir.join("data"))
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(TlsChild { child, lines })
+    }
+
+    /// The next log line containing `needle` (within 20 s).
+    fn wait_for(&self, needle: &str) -> R<String> {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .map_err(|_| format!("no log line with {needle:?}"))?;
+            if line.contains(needle) {
+                return Ok(line);
+            }
+        }
+    }
+
+    /// The address in a log line `... {scheme}://ADDR ...`.
+    fn address(line: &str) -> R<SocketAddr> {
+        let at = line.split("https://").nth(1).ok_or("no address")?;
+        Ok(at
+            .split([';', ',', ' '])
+            .next()
+            .ok_or("no address")?
+            .parse()?)
+    }
+}
+
+impl Drop for TlsChild {
+    /// Kills the server.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
