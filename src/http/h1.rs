@@ -155,22 +155,12 @@ pub(crate) async fn serve<S: Io>(
             Ok(None) => return,
             Err(NotHere::Handoff) => return handoff(app, socket, buf, fallback, open, alive).await,
             Err(NotHere::Refuse(status, code, detail)) => {
-                app.metrics.error(code);
-                app.metrics
-                    .request(RouteKind::Other, status, std::time::Duration::ZERO);
-                let res = ApiError::Http {
+                let e = ApiError::Http {
                     status,
                     code,
                     detail,
-                }
-                .into_response();
-                if respond(&mut socket, &mut out, res, false, false, true)
-                    .await
-                    .is_ok()
-                {
-                    close_gently(&mut socket).await;
-                }
-                return;
+                };
+                return refuse(&app, &mut socket, &mut out, e).await;
             }
         };
         if head.body_len > buf.len() - head.len {
@@ -179,12 +169,8 @@ pub(crate) async fn serve<S: Io>(
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(()) => {
-                    let res = ApiError::body_timeout(idle).into_response();
-                    app.metrics.error("REQUEST_TIMEOUT");
-                    app.metrics
-                        .request(RouteKind::Other, res.status(), std::time::Duration::ZERO);
-                    let _ = respond(&mut socket, &mut out, res, false, false, true).await;
-                    return;
+                    let e = ApiError::body_timeout(app.config.body_read_timeout);
+                    return refuse(&app, &mut socket, &mut out, e).await;
                 }
             }
         }
@@ -192,12 +178,13 @@ pub(crate) async fn serve<S: Io>(
         let is_head = head.method == Method::HEAD;
         let mut close = head.close;
         let Some(req) = request(&message, &head, &lines) else {
-            // A target or header that `http` does not accept, though httparse did: hyper
-            // answers it with its own 400 (nothing was consumed but this request's bytes).
-            let mut rest = BytesMut::with_capacity(message.len() + buf.len());
-            rest.extend_from_slice(&message);
-            rest.extend_from_slice(&buf);
-            return handoff(app, socket, rest, fallback, open, alive).await;
+            // A target or header value that `http` does not accept, though httparse did.
+            let e = ApiError::Http {
+                status: StatusCode::BAD_REQUEST,
+                code: "MALFORMED_REQUEST",
+                detail: "the request target or a header value is not valid".to_owned(),
+            };
+            return refuse(&app, &mut socket, &mut out, e).await;
         };
         drop(message);
         let (res, cors) = super::respond(&app, req, false).await;
@@ -424,6 +411,18 @@ fn unread(name: &[u8]) -> bool {
     }
 }
 
+/// Answers a request the loop refuses itself (a bad head, a stalled body) with `e`'s
+/// problem+json, counted in the metrics like a handler's refusal, then closes the connection.
+async fn refuse<S: Io>(app: &AppState, socket: &mut S, out: &mut Vec<u8>, e: ApiError) {
+    app.metrics.error(e.code());
+    let res = e.into_response();
+    app.metrics
+        .request(RouteKind::Other, res.status(), std::time::Duration::ZERO);
+    if respond(socket, out, res, false, false, true).await.is_ok() {
+        close_gently(socket).await;
+    }
+}
+
 /// Ends a connection whose peer may still be sending (a refused head): the write side is shut
 /// (the response is followed by FIN), then what the peer still sends is read and dropped for up
 /// to a second (at most 1 MiB), so that closing with unread bytes does not send a reset that
@@ -548,7 +547,7 @@ async fn respond<S: Io>(
     let mut dated = false;
     for (name, value) in &parts.headers {
         if *name == header::CONTENT_LENGTH {
-            if declared || !may_have_length(status) {
+            if declared || bodiless(status) {
                 continue;
             }
             declared = true;
@@ -575,7 +574,7 @@ async fn respond<S: Io>(
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     } else if !declared
-        && may_have_length(status)
+        && !bodiless(status)
         && let Some(n) = exact
         && (n > 0 || !is_head)
     {
@@ -605,11 +604,6 @@ fn bodiless(status: StatusCode) -> bool {
     status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
-}
-
-/// Whether a response with `status` may carry `Content-Length`.
-fn may_have_length(status: StatusCode) -> bool {
-    !bodiless(status)
 }
 
 /// One piece of what a write sends: bytes of the head buffer, a chunk's framing, or a frame.
