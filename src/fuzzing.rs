@@ -25,7 +25,7 @@ pub fn journal_frame(payload: &[u8]) -> Vec<u8> {
 
 /// The header of a journal file of shard `shard` starting at `base_lsn`.
 pub fn journal_header(shard: u32, base_lsn: u64) -> Vec<u8> {
-    crate::journal::file_header(shard, base_lsn)
+    crate::journal::file_header(shard, base_lsn, 0)
 }
 
 /// Scans a journal file as recovery does: (records, LSN after the last valid one, torn tail).

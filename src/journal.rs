@@ -9,7 +9,7 @@
 //! header  0..4   magic "BRKJ"
 //!         4..8   format version (u32 LE) = 1
 //!         8..12  shard (u32 LE)
-//!        12..16  reserved, 0
+//!        12..16  flags (u32 LE): bit 0 = FLAG_PREV_UNSYNCED, other bits 0
 //!        16..24  base LSN (u64 LE): the LSN of the first record byte
 //! frames  [len u32 LE][crc32 u32 LE of payload][payload: len bytes] ...
 //! ```
@@ -29,6 +29,12 @@ pub(crate) const MAGIC: &[u8; 4] = b"BRKJ";
 pub(crate) const VERSION: u32 = 1;
 pub(crate) const HEADER_LEN: u64 = 24;
 const FRAME_HEADER: usize = 8;
+
+/// Header flag: the file before this one was not synced when this one was started (a Buffered
+/// rotation), so it may end torn after a power loss even though it is not the newest. Recovery
+/// then ends the journal at that tear and drops this file and every later one, which were never
+/// synced either (DESIGN.md 2.2 and 6).
+pub(crate) const FLAG_PREV_UNSYNCED: u32 = 1;
 
 /// The smallest one-message body whose CRC the journal computes apart and folds into its
 /// frame's (see `Record::encode_frame`); below it, hashing the frame in one pass is cheaper.
@@ -295,12 +301,12 @@ fn decode_append(d: &mut Dec<'_>) -> Option<AppendRecord> {
 }
 
 /// The header of a new journal file.
-pub(crate) fn file_header(shard: u32, base_lsn: u64) -> Vec<u8> {
+pub(crate) fn file_header(shard: u32, base_lsn: u64, flags: u32) -> Vec<u8> {
     let mut e = Enc::default();
     e.buf.extend_from_slice(MAGIC);
     e.u32(VERSION);
     e.u32(shard);
-    e.u32(0);
+    e.u32(flags);
     e.u64(base_lsn);
     e.buf
 }
@@ -336,6 +342,9 @@ pub(crate) struct Scanned {
     pub(crate) end_lsn: u64,
     /// Whether bytes after the last valid frame were found (a torn or corrupt tail).
     pub(crate) torn: bool,
+    /// The header's flags ([`FLAG_PREV_UNSYNCED`]); a file too short for a header holds no
+    /// record, and counts as following an unsynced file.
+    pub(crate) flags: u32,
 }
 
 /// Reads every valid frame of a journal file, stopping at the first torn or corrupt one.
@@ -353,6 +362,7 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
             records: Vec::new(),
             end_lsn: base,
             torn: !bytes.is_empty(),
+            flags: FLAG_PREV_UNSYNCED,
         });
     }
     let mut d = Dec::new(&bytes[..HEADER_LEN as usize]);
@@ -366,7 +376,7 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
     if d.u32() != Some(shard) {
         return Err(bad("journal file belongs to another shard"));
     }
-    d.u32();
+    let flags = d.u32().ok_or_else(|| bad("short journal header"))?;
     let base_lsn = d.u64().ok_or_else(|| bad("short journal header"))?;
     // The file is named by its base LSN: a header that disagrees is damaged, and trusting it
     // would give records LSNs that checkpoints already cover (or skip ones they do not).
@@ -409,6 +419,7 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
         records,
         end_lsn: base_lsn + pos as u64 - HEADER_LEN,
         torn,
+        flags,
     })
 }
 
@@ -440,7 +451,7 @@ mod tests {
     fn frames_round_trip_and_torn_tails_stop_the_scan() {
         let dir = tempfile::tempdir().unwrap();
         let path = file_path(dir.path(), 100);
-        let mut buf = file_header(0, 100);
+        let mut buf = file_header(0, 100, 0);
         let state = StreamState::new(
             Config {
                 name: "s".into(),

@@ -52,13 +52,17 @@ impl Shard {
     pub(super) fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
         let lsn = w.end_lsn;
         if lsn > w.file_base {
-            // Only the newest journal file may end torn (recovery refuses a torn older one):
-            // in Buffered mode its batches were never synced, so sync them before it stops
-            // being the newest (found by the power-loss simulation).
-            if self.options.durability == Durability::Buffered {
-                fs::sync_data(&w.file, &w.path).map_err(|e| self.sync_failed(e))?;
-            }
-            w.file = open_journal_file(&self.dir, self.id, lsn)?;
+            // In Buffered mode the old file's batches were never synced, and are not synced
+            // here (that would stall every writer for the whole file's writeback): the new
+            // file says so in its header, and recovery accepts a torn end in an older file
+            // only when the file after it says so. Step 6b's `syncfs` makes the old file
+            // durable before anything depends on it.
+            let flags = if self.options.durability == Durability::Buffered {
+                journal::FLAG_PREV_UNSYNCED
+            } else {
+                0
+            };
+            w.file = open_journal_file(&self.dir, self.id, lsn, flags)?;
             w.path = journal::file_path(&self.dir, lsn);
             w.file_base = lsn;
             w.written = 0;

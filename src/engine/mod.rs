@@ -190,7 +190,7 @@ impl Engine {
         fs::create_dir_all(&root.join("streams"))?;
         fs::create_dir_all(&root.join("trash"))?;
         restore_trash(&root)?;
-        let names = Arc::new(Names::open(&root)?);
+        let names = Names::open(&root)?;
         // Stopped again if the open fails from here on (see `TierGuard`).
         #[cfg(feature = "tier")]
         let tier = tier::TierGuard(match options.tier.clone() {

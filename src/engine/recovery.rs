@@ -125,8 +125,10 @@ pub(super) struct Replayed {
 /// last valid record.
 ///
 /// Files are scanned in LSN order. Only the newest may end in a torn or corrupt frame: that
-/// tail is cut off (it was never acknowledged); a bad frame in an older file is `Corrupt` (it
-/// was synced before rotation). A record is applied to the stream of its incarnation, loaded
+/// tail is cut off (it was never synced). A torn older file is `Corrupt` (it was synced before
+/// rotation), unless the file after it carries [`journal::FLAG_PREV_UNSYNCED`] (a Buffered
+/// rotation, which does not sync the old file): then the journal ends at that tear and the
+/// later files, never synced either, are removed. A record is applied to the stream of its incarnation, loaded
 /// from its sidecar on first mention (or created from a Create record); records of other
 /// incarnations are skipped, and so are records at or below a stream's sidecar LSN (inside
 /// `apply`). Each stream's staged state and view are set to the replayed state.
@@ -144,21 +146,41 @@ pub(super) fn replay_shard(
     names: &Names,
     replayed: &mut Replayed,
 ) -> Result<u64> {
-    let files = journal::list_files(dir)?;
-    let mut end = 0;
-    let count = files.len();
-    let mut records = Vec::new();
-    for (i, (_, path)) in files.iter().enumerate() {
-        let scanned = journal::scan(path, id as u32)?;
-        if scanned.torn && i + 1 < count {
+    let mut files = journal::list_files(dir)?;
+    let mut scans = Vec::with_capacity(files.len());
+    for (_, path) in &files {
+        scans.push(journal::scan(path, id as u32)?);
+    }
+    // A torn end in a file that is not the newest: an unsynced Buffered rotation when the file
+    // after it says so (then it and every later file were never synced, and the journal ends
+    // at the tear), else a synced record was damaged.
+    if let Some(t) = scans.iter().position(|s| s.torn)
+        && t + 1 < scans.len()
+    {
+        if scans[t + 1].flags & journal::FLAG_PREV_UNSYNCED == 0 {
             return Err(Error::corrupt(
-                path,
+                &files[t].1,
                 "corrupt record in a journal file that is not the newest",
             ));
         }
+        // The later files go first: were the torn one cut first, a crash now would leave a
+        // clean end followed by records past a gap.
+        for (_, path) in files.drain(t + 1..) {
+            tracing::warn!(
+                file = %path.display(),
+                "dropping a journal file that follows an unsynced file torn by a power loss"
+            );
+            fs::remove_file(&path)?;
+        }
+        fs::sync_dir(dir)?;
+        scans.truncate(t + 1);
+    }
+    let mut end = 0;
+    let mut records = Vec::new();
+    for (i, ((_, path), scanned)) in files.iter().zip(scans).enumerate() {
         if scanned.torn {
-            // Cut the torn tail off now, so a crash during this recovery cannot leave it in a
-            // journal file that is no longer the newest.
+            // Cut the torn tail off now (it is the newest file), so a crash during this
+            // recovery cannot leave it in a journal file that is no longer the newest.
             if std::fs::metadata(path)?.len() < journal::HEADER_LEN {
                 // Its header never became durable: it holds nothing.
                 fs::remove_file(path)?;
@@ -381,7 +403,7 @@ fn keep_records(root: &Path, id: usize, name: &str, kept: &[(u64, &Record)]) -> 
     fs::create_dir_all(&qdir)?;
     let key = dir_key(&fs::stream_dir(root, name));
     let path = qdir.join(format!("{id:02}-{key}-{first:020}.wal"));
-    let mut buf = journal::file_header(id as u32, first);
+    let mut buf = journal::file_header(id as u32, first, 0);
     for (_, r) in kept {
         r.encode_frame(&mut buf);
     }

@@ -690,22 +690,27 @@ impl Shard {
     }
 }
 
-/// Creates a journal file named `base_lsn` with its header (not yet synced: see
+/// Creates a journal file named `base_lsn` with its header and `flags` (not yet synced: see
 /// `Writer::fresh`). An existing file of that name is truncated.
-pub(super) fn open_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
+pub(super) fn open_journal_file(
+    dir: &Path,
+    shard: usize,
+    base_lsn: u64,
+    flags: u32,
+) -> Result<File> {
     let path = journal::file_path(dir, base_lsn);
     let mut f = fs::open_create(
         OpenOptions::new().create(true).write(true).truncate(true),
         &path,
     )?;
-    f.write_all(&journal::file_header(shard as u32, base_lsn))?;
+    f.write_all(&journal::file_header(shard as u32, base_lsn, flags))?;
     Ok(f)
 }
 
 /// Creates a journal file like [`open_journal_file`] and makes it and its name durable (at
 /// open, before anything is written to it).
 pub(super) fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
-    let f = open_journal_file(dir, shard, base_lsn)?;
+    let f = open_journal_file(dir, shard, base_lsn, 0)?;
     fs::sync_all(&f, &journal::file_path(dir, base_lsn))?;
     fs::sync_dir(dir)?;
     Ok(f)

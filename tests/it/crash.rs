@@ -494,3 +494,85 @@ fn churn_replays_without_rebuilding_deleted_streams() -> R {
     assert_eq!(read_to_tail(&store, &again, None)?.0, b"second life");
     Ok(())
 }
+
+/// The header of a journal file of shard 0 (DESIGN.md 2.2) with the given flags.
+fn journal_header(base_lsn: u64, flags: u32) -> Vec<u8> {
+    let mut h = b"BRKJ".to_vec();
+    h.extend_from_slice(&1u32.to_le_bytes());
+    h.extend_from_slice(&0u32.to_le_bytes());
+    h.extend_from_slice(&flags.to_le_bytes());
+    h.extend_from_slice(&base_lsn.to_le_bytes());
+    h
+}
+
+/// A Buffered rotation does not sync the old journal file, so a power loss may leave it torn
+/// with the next file on disk: recovery ends the journal at the tear and drops the later file,
+/// but only when that file's header says its predecessor was unsynced; otherwise the torn
+/// older file is a damaged synced record (`Corrupt`).
+#[test]
+fn a_torn_file_before_an_unsynced_rotation_ends_the_journal() -> R {
+    for flagged in [true, false] {
+        let dir = tempfile::tempdir()?;
+        let opts = Options::default()
+            .with_durability(Durability::Buffered)
+            .with_journal_shards(1);
+        let store = Store::open(dir.path(), opts.clone())?;
+        let s = name("rotated");
+        store.create(&s, typed("text/plain"))?;
+        store.append(&s, AppendRequest::new("a;"))?;
+        // The checkpoint makes `a;` durable in the sidecar and starts a new journal file.
+        store.checkpoint()?;
+        for m in ["b;", "c;", "d;"] {
+            store.append(&s, AppendRequest::new(m))?;
+        }
+        let image = crash_image(store, dir.path())?;
+        let jdir = image.path().join("journal/00");
+        let files = crate::util::files_under(&jdir)?;
+        assert_eq!(
+            files.len(),
+            1,
+            "one journal file after the checkpoint: {files:?}"
+        );
+        let file = &files[0];
+        let bytes = std::fs::read(file)?;
+        let base: u64 = file
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .parse()?;
+        // Split it as a rotation would have: the first file ends in the middle of `d;`'s
+        // frame (torn), the second starts where the first file ended whole and holds that
+        // frame again, as if `d;` had been written after the rotation.
+        let mut at = 24;
+        let mut frames = Vec::new();
+        while at < bytes.len() {
+            let len = 8 + u32::from_le_bytes(bytes[at..at + 4].try_into()?) as usize;
+            frames.push(at..at + len);
+            at += len;
+        }
+        assert_eq!(frames.len(), 3, "the frames of b, c and d");
+        let last = frames[2].clone();
+        std::fs::write(file, &bytes[..last.start + 5])?;
+        let next_base = base + (bytes.len() as u64 - 24);
+        let mut next = journal_header(next_base, u32::from(flagged));
+        next.extend_from_slice(&bytes[last]);
+        let next_path = jdir.join(format!("{next_base:020}.wal"));
+        std::fs::write(&next_path, next)?;
+
+        let reopened = Store::open(image.path(), opts.clone());
+        if !flagged {
+            let err = reopened.err().expect("a torn synced file is refused");
+            assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+            continue;
+        }
+        let store = reopened?;
+        let (read, _) = read_to_tail(&store, &s, None)?;
+        assert_eq!(read, b"a;b;c;", "the journal ends at the tear");
+        assert!(!next_path.exists(), "the file after the tear is dropped");
+        store.append(&s, AppendRequest::new("e;"))?;
+        drop(store);
+        let store = Store::open(image.path(), opts)?;
+        assert_eq!(read_to_tail(&store, &s, None)?.0, b"a;b;c;e;");
+    }
+    Ok(())
+}
