@@ -70,20 +70,8 @@ impl Shard {
         }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
         let mut streams = Vec::with_capacity(dirty.len());
-        for (i, s) in dirty.iter().enumerate() {
-            let mut d = s.data.lock();
-            // The segments' buffered appends reach their logs before 6b syncs them: the sidecar
-            // will say they are in the stream's files, and the journal holding them will go.
-            if let Some(segs) = d.segs.as_mut()
-                && let Err(e) = segs.flush()
-            {
-                // The failed flush keeps its bytes for the next try; the streams stay dirty.
-                drop(d);
-                let back = dirty[i..].iter().chain(streams.iter().map(|(s, _, _)| s));
-                self.redirty(back);
-                return Err(e);
-            }
-            let s = s.clone();
+        for s in dirty {
+            let d = s.data.lock();
             if !d.deleted {
                 let (lsn, state) = (d.applied_lsn, d.state.clone());
                 drop(d);
@@ -178,6 +166,19 @@ impl Shard {
     /// one stream's `data` at a time.
     pub(super) fn checkpoint(&self, syncer: &File, job: &CheckpointJob) -> Result<()> {
         let started = Instant::now();
+        // The segments' buffered appends reach their logs before 6b syncs them: the sidecar
+        // will say they are in the stream's files, and the journal holding them will go. Done
+        // here rather than at the rotation, under `writer`, where a thousand streams' buffers
+        // stalled every writer; what was appended since the rotation goes too (a superset).
+        // A failed flush keeps its bytes for the next try; the caller redirties the streams.
+        for (s, _, _) in &job.streams {
+            let mut d = s.data.lock();
+            if !d.deleted
+                && let Some(segs) = d.segs.as_mut()
+            {
+                segs.flush()?;
+            }
+        }
         // 6b [sync]. Everything applied before the rotation (segments, indexes, directories)
         // becomes durable (and whatever was applied since: sidecars never claim more than that).
         fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;

@@ -24,6 +24,10 @@ const FAILED: u8 = 2;
 /// [`Batch::state`] once the batch failed after it was written to the journal file.
 const UNKNOWN: u8 = 3;
 
+/// Buffered mode: how many times a blocking writer whose batch another thread is committing
+/// yields and looks again before it sleeps (see [`Ticket::wait`]).
+const INLINE_SPINS: usize = 16;
+
 /// The completion of one journal batch: every record in it becomes durable (or fails) at once,
 /// so only the writers waiting on this batch are woken when it is synced.
 pub(super) struct Batch {
@@ -154,6 +158,19 @@ impl Ticket {
     /// be. In Buffered mode this thread commits the batch itself first (step 3).
     pub(crate) fn wait(&self) -> Result<()> {
         self.help();
+        if self.batch.is_some() && self.shard.inline {
+            // Buffered mode, another thread committing: it finishes within microseconds (a
+            // `write` and the batch's apply), so give it the CPU and look again, committing
+            // what it left, before sleeping on the batch's event. Parking and waking every
+            // writer of a batch cost more than the commit itself when many threads append.
+            for _ in 0..INLINE_SPINS {
+                if let Some(r) = self.poll() {
+                    return r;
+                }
+                std::thread::yield_now();
+                self.shard.commit_inline();
+            }
+        }
         loop {
             match self.outcome_or_listener() {
                 Ok(r) => return r,
