@@ -430,6 +430,16 @@ impl Shard {
         }
     }
 
+    /// Sync mode, a writer blocking on its ticket: commits what is queued once, sync included,
+    /// on the caller's thread, unless another thread is committing. The shard thread (woken by
+    /// the enqueue) finds the queue empty, or commits what came after, and still starts the
+    /// checkpoints.
+    pub(super) fn commit_here(&self) {
+        if let Some(mut w) = self.writer.try_lock() {
+            self.drain(&mut w);
+        }
+    }
+
     /// Commits everything queued as one batch (steps 3 to 5) and finishes the batch's signal:
     /// durable, or failed if the shard is (or becomes) poisoned. False when the queue was empty.
     pub(super) fn drain(&self, w: &mut Writer) -> bool {

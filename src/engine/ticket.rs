@@ -155,9 +155,17 @@ impl Ticket {
     }
 
     /// Blocks until the ticket's record (or state) is durable; `Err(Poisoned)` if it never will
-    /// be. In Buffered mode this thread commits the batch itself first (step 3).
+    /// be. This thread commits the batch itself first (steps 3 to 5) unless another thread is
+    /// committing.
     pub(crate) fn wait(&self) -> Result<()> {
         self.help();
+        if self.batch.is_some() && !self.shard.inline && self.poll().is_none() {
+            // Sync mode: a thread that blocks anyway commits the batch (the sync included)
+            // itself when no one else is at it, sparing the hand-off to the shard thread and
+            // back (two wakeups per append with one writer). Async waiters leave it to the
+            // shard thread: a sync must not block a runtime's worker.
+            self.shard.commit_here();
+        }
         if self.batch.is_some() && self.shard.inline {
             // Buffered mode, another thread committing: it finishes within microseconds (a
             // `write` and the batch's apply), so give it the CPU and look again, committing
