@@ -161,6 +161,20 @@ impl Shard {
         }
     }
 
+    /// Removes the journal files that start before `lsn` and syncs the journal directory;
+    /// returns the bytes they held.
+    pub(super) fn drop_journal_before(&self, lsn: u64) -> Result<u64> {
+        let mut dropped = 0u64;
+        for (base, path) in journal::list_files(&self.dir)? {
+            if base < lsn {
+                dropped += std::fs::metadata(&path).map_or(0, |m| m.len());
+                fs::remove_file(&path)?;
+            }
+        }
+        fs::sync_dir(&self.dir).map_err(|e| self.sync_failed(e))?;
+        Ok(dropped)
+    }
+
     /// Steps 6b to 6e: makes the job's streams' files and sidecars durable and drops the journal
     /// files before its rotation point. Runs beside the writer, which goes on committing; takes
     /// one stream's `data` at a time.
@@ -198,14 +212,7 @@ impl Shard {
         // 6d [sync]. The sidecars become durable; only then may the journal they replace go.
         fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;
         // 6e. Drop the replaced journal files, durably.
-        let mut dropped = 0u64;
-        for (base, path) in journal::list_files(&self.dir)? {
-            if base < job.lsn {
-                dropped += std::fs::metadata(&path).map_or(0, |m| m.len());
-                fs::remove_file(&path)?;
-            }
-        }
-        fs::sync_dir(&self.dir).map_err(|e| self.sync_failed(e))?;
+        let dropped = self.drop_journal_before(job.lsn)?;
         // 6f. The files the recorded state no longer needs go (see `Shard::reclaim`).
         let ready: Vec<(Arc<Stream>, std::path::PathBuf)> = {
             let mut r = self.reclaim.lock();

@@ -213,6 +213,7 @@ impl Engine {
         for id in 0..options.journal_shards {
             let jdir = root.join("journal").join(format!("{id:02}"));
             fs::create_dir_all(&jdir)?;
+            let records_before = replayed.records;
             let end = replay_shard(
                 &root,
                 &options,
@@ -250,9 +251,20 @@ impl Engine {
             if let Some(t) = &tier.0 {
                 let _ = shard.tier.set(t.clone());
             }
-            let job = shard.rotate(&mut shard.writer.lock(), 0)?;
-            shard.checkpoint(&File::open(&jdir)?, &job)?;
-            recovery::reclaim(std::mem::take(&mut replayed.reclaim));
+            if replayed.records == records_before
+                && replayed.reclaim.is_empty()
+                && shard.dirty.lock().is_empty()
+            {
+                // The journal held no record (a clean shutdown's last checkpoint, or nothing
+                // written since one): that checkpoint made everything durable, so only its
+                // empty files go, without the checkpoint's two `syncfs` (whose time is the
+                // whole file system's writeback, not this store's).
+                shard.drop_journal_before(end)?;
+            } else {
+                let job = shard.rotate(&mut shard.writer.lock(), 0)?;
+                shard.checkpoint(&File::open(&jdir)?, &job)?;
+                recovery::reclaim(std::mem::take(&mut replayed.reclaim));
+            }
             shards.push(shard);
         }
         registry.retain(|_, s| !s.data.lock().deleted);
