@@ -26,9 +26,12 @@
 //!
 //! The handler's request is the `http::Request` hyper would have built, less the request headers
 //! no handler reads (`User-Agent`, `Accept`, `Accept-Encoding`, `Accept-Language`, `Cookie`,
-//! `Referer`, `Connection`, fetch metadata: see [`unread`]); header values and the body are views
-//! of the read buffer.
+//! `Referer`, `Connection`, fetch metadata: see [`unread`]) and `Content-Length` (the body's
+//! exact size says it); header values and the body are views of the read buffer, and the header
+//! map is the connection's, emptied and reused from one request to the next.
 //!
+//! A hot route's answer is a typed head ([`Answer::Typed`], `reply.rs`), whose lines are written
+//! straight into the output buffer; any other answer is a `Response`, framed from its map.
 //! Responses are framed as hyper frames them (the handlers are the same): a body of known length
 //! gets `Content-Length` (none on `HEAD`, `1xx`, `204`, `304`), a streaming one (SSE, bootstrap)
 //! is chunked and each frame leaves as it comes; `Date` is added from a per-thread cache that
@@ -342,6 +345,8 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
     lines.clear();
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
+        // Whether the handler's map gets this line.
+        let mut kept = true;
         // The names this loop acts on, told apart by length first (most lines match none).
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
@@ -356,6 +361,8 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
                     return Err(NotHere::Handoff);
                 }
                 length = Some(n);
+                // The body's exact length says it to the handler (see `unread`).
+                kept = false;
             }
             17 if is(b"transfer-encoding") => return Err(NotHere::Handoff),
             7 if is(b"upgrade") => return Err(NotHere::Handoff),
@@ -378,7 +385,7 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
             _ => {}
         }
         total += name.len() + h.value.len();
-        if !unread(name) {
+        if kept && !unread(name) {
             lines.push((at(name), at(h.value)));
         }
     }
@@ -402,7 +409,9 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
 /// content negotiation, caching and fetch metadata, which this protocol has no use for. They
 /// are framing-checked by httparse and counted toward the header-size limit, but left out of
 /// the handler's `HeaderMap` (`Connection` is read here, by the loop). Building and dropping
-/// that map is most of a small request's parse cost.
+/// that map is most of a small request's parse cost. `Content-Length` is left out too (by
+/// [`parse`], which reads it): the loop reads the body whole, and handlers take a body's
+/// declared length from its exact size hint, which hyper sets from the header on its path.
 fn unread(name: &[u8]) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     match name.len() {

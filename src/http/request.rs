@@ -96,16 +96,6 @@ pub(crate) fn incarnation_of(value: Option<&HeaderValue>) -> Result<Option<Incar
     }
 }
 
-/// The request's declared `Content-Length`, if any (`None` when it is not a decimal).
-pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
-    content_length_of(headers.get(header::CONTENT_LENGTH))
-}
-
-/// A `Content-Length` value, if any (`None` when it is not a decimal).
-fn content_length_of(value: Option<&HeaderValue>) -> Option<u64> {
-    value?.to_str().ok()?.trim().parse().ok()
-}
-
 /// Whether `If-None-Match` names `tag` (or is `*`). Weak tags compare by their opaque part.
 pub(crate) fn none_match(headers: &HeaderMap, tag: &str) -> bool {
     headers
