@@ -135,11 +135,11 @@ pub(crate) async fn dispatch(
     }
     match route {
         Route::Stream(name) => match *m {
-            Method::GET => read::get(app, name, &parts).await,
-            Method::HEAD => read::head(app, name, &parts).await,
-            Method::PUT => write::create(app, name, &parts, body).await,
-            Method::POST => write::append(app, name, &parts, body).await,
-            Method::DELETE => write::delete(app, name, &parts).await,
+            Method::GET => read::get(app, name, parts).await,
+            Method::HEAD => read::head(app, name, parts).await,
+            Method::PUT => write::create(app, name, parts, body).await,
+            Method::POST => write::append(app, name, parts, body).await,
+            Method::DELETE => write::delete(app, name, parts).await,
             _ => Err(ApiError::MethodNotAllowed {
                 allow: STREAM_METHODS,
             }),
@@ -156,7 +156,7 @@ pub(crate) async fn dispatch(
                 .unwrap_or_else(|| ApiError::internal("a reserved route parsed as a stream name")))
         }
         Route::SnapshotLatest(name) => match *m {
-            Method::GET => snapshot::snapshot_latest(app, name, &parts)
+            Method::GET => snapshot::snapshot_latest(app, name, parts)
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -164,13 +164,13 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::SnapshotAt(name, offset) => match *m {
-            Method::GET => snapshot::snapshot_at(app, name, &offset, &parts)
+            Method::GET => snapshot::snapshot_at(app, name, &offset, parts)
                 .await
                 .map(Answer::from),
-            Method::PUT => snapshot::publish_snapshot(app, name, &offset, &parts, body)
+            Method::PUT => snapshot::publish_snapshot(app, name, &offset, parts, body)
                 .await
                 .map(Answer::from),
-            Method::DELETE => snapshot::delete_snapshot(app, name, &offset, &parts)
+            Method::DELETE => snapshot::delete_snapshot(app, name, &offset, parts)
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -178,7 +178,7 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::Retention(name, offset) => match *m {
-            Method::PUT => snapshot::retention(app, name, &offset, &parts)
+            Method::PUT => snapshot::retention(app, name, &offset, parts)
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -186,7 +186,7 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::Bootstrap(name) => match *m {
-            Method::GET => bootstrap::bootstrap(app, name, &parts)
+            Method::GET => bootstrap::bootstrap(app, name, parts)
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -200,6 +200,6 @@ pub(crate) async fn dispatch(
                 .await
                 .map(Answer::from)
         }
-        Route::Admin(rest) => admin::dispatch(app, &rest, &parts).await.map(Answer::from),
+        Route::Admin(rest) => admin::dispatch(app, &rest, parts).await.map(Answer::from),
     }
 }
