@@ -110,7 +110,9 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
 
 /// Sends the request to its route's handler for its method: 405 with `Allow` for a method the
 /// route does not serve. `kind` is set to what the request addressed (for the metrics), and
-/// only `/__brook/` routes are served when `admin_only` (the separate admin listener).
+/// only `/__brook/` routes are served when `admin_only` (the separate admin listener). The head
+/// stays the caller's (brook's HTTP/1.1 loop reuses its header map), except that the
+/// subscription routes take it and leave an empty one.
 pub(crate) async fn dispatch(
     app: &AppState,
     parts: &mut Parts,
