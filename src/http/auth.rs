@@ -715,11 +715,16 @@ pub(crate) const CREDENTIAL_EXPIRED_EVENT: &[u8] =
 
 /// A response to a request a token admitted: a `public` cache directive becomes `private`, so
 /// no shared cache hands it to someone without the token.
-pub(crate) fn private_if_token(res: &mut Response, admitted: Admitted) {
+pub(crate) fn private_if_token(res: &mut super::reply::Answer, admitted: Admitted) {
+    use super::reply::Answer;
     if admitted != Admitted::Token {
         return;
     }
-    let Some(value) = res.headers_mut().get_mut(header::CACHE_CONTROL) else {
+    let value = match res {
+        Answer::Typed(reply, _) => reply.fixed_mut(&header::CACHE_CONTROL),
+        Answer::Built(res) => res.headers_mut().get_mut(header::CACHE_CONTROL),
+    };
+    let Some(value) = value else {
         return;
     };
     // Catch-up and long-poll reads' directive, replaced without formatting; any other

@@ -26,9 +26,12 @@
 //!
 //! The handler's request is the `http::Request` hyper would have built, less the request headers
 //! no handler reads (`User-Agent`, `Accept`, `Accept-Encoding`, `Accept-Language`, `Cookie`,
-//! `Referer`, `Connection`, fetch metadata: see [`unread`]); header values and the body are views
-//! of the read buffer.
+//! `Referer`, `Connection`, fetch metadata: see [`unread`]) and `Content-Length` (the body's
+//! exact size says it); header values and the body are views of the read buffer, and the header
+//! map is the connection's, emptied and reused from one request to the next.
 //!
+//! A hot route's answer is a typed head ([`Answer::Typed`], `reply.rs`), whose lines are written
+//! straight into the output buffer; any other answer is a `Response`, framed from its map.
 //! Responses are framed as hyper frames them (the handlers are the same): a body of known length
 //! gets `Content-Length` (none on `HEAD`, `1xx`, `204`, `304`), a streaming one (SSE, bootstrap)
 //! is chunked and each frame leaves as it comes; `Date` is added from a per-thread cache that
@@ -50,7 +53,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
 use http_body_util::BodyExt;
@@ -60,6 +63,7 @@ use tokio::time::Instant;
 
 use super::admin::RouteKind;
 use super::error::ApiError;
+use super::reply::Answer;
 use super::{AppState, Open, reply};
 
 /// The largest request head (request line and headers) this loop reads; a longer one is
@@ -73,6 +77,11 @@ pub(crate) const MAX_HEADERS: usize = 100;
 /// The largest request body read whole before its handler runs; a larger one goes to hyper,
 /// which streams it to the handler (snapshot uploads, large appends).
 pub(crate) const INLINE_BODY_MAX: usize = 256 << 10;
+
+/// The most header entries the map kept from one request to the next has room for (a head with
+/// more gets a map of its own, so one large head does not hold memory for the connection's
+/// life).
+const SPARE_HEADERS: usize = 32;
 
 /// What a connection's read buffer starts with (a request head and a small body).
 const READ_BUF: usize = 8 << 10;
@@ -138,8 +147,10 @@ pub(crate) async fn serve<S: Io>(
         // `wait_for` fails only when the sender is gone, which the app state keeps alive.
         let _ = rx.wait_for(|down| *down).await;
     });
-    // The header lines' positions of the request being served, kept for the next.
+    // The header lines' positions of the request being served, and the map of its headers,
+    // both kept (emptied) for the next.
     let mut lines = Vec::with_capacity(16);
+    let mut spare = HeaderMap::new();
     loop {
         let head = match read_head(
             &mut socket,
@@ -177,7 +188,7 @@ pub(crate) async fn serve<S: Io>(
         let message = buf.split_to(head.len + head.body_len).freeze();
         let is_head = head.method == Method::HEAD;
         let mut close = head.close;
-        let Some(req) = request(&message, &head, &lines) else {
+        let Some(req) = request(&message, &head, &lines, std::mem::take(&mut spare)) else {
             // A target or header value that `http` does not accept, though httparse did.
             let e = ApiError::Http {
                 status: StatusCode::BAD_REQUEST,
@@ -187,7 +198,13 @@ pub(crate) async fn serve<S: Io>(
             return refuse(&app, &mut socket, &mut out, e).await;
         };
         drop(message);
-        let (res, cors) = super::respond(&app, req, false).await;
+        let (res, cors, mut headers) = super::respond(&app, req, false).await;
+        // Its values are views of this request's bytes: let them go now, keep the room unless a
+        // large head left more than the common request needs.
+        headers.clear();
+        if headers.capacity() <= SPARE_HEADERS {
+            spare = headers;
+        }
         close |= *app.shutdown.borrow();
         match respond(&mut socket, &mut out, res, is_head, cors, close).await {
             Ok(closes) if !closes => {}
@@ -328,6 +345,8 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
     lines.clear();
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
+        // Whether the handler's map gets this line.
+        let mut kept = true;
         // The names this loop acts on, told apart by length first (most lines match none).
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
@@ -342,6 +361,8 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
                     return Err(NotHere::Handoff);
                 }
                 length = Some(n);
+                // The body's exact length says it to the handler (see `unread`).
+                kept = false;
             }
             17 if is(b"transfer-encoding") => return Err(NotHere::Handoff),
             7 if is(b"upgrade") => return Err(NotHere::Handoff),
@@ -364,7 +385,7 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
             _ => {}
         }
         total += name.len() + h.value.len();
-        if !unread(name) {
+        if kept && !unread(name) {
             lines.push((at(name), at(h.value)));
         }
     }
@@ -388,7 +409,9 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
 /// content negotiation, caching and fetch metadata, which this protocol has no use for. They
 /// are framing-checked by httparse and counted toward the header-size limit, but left out of
 /// the handler's `HeaderMap` (`Connection` is read here, by the loop). Building and dropping
-/// that map is most of a small request's parse cost.
+/// that map is most of a small request's parse cost. `Content-Length` is left out too (by
+/// [`parse`], which reads it): the loop reads the body whole, and handlers take a body's
+/// declared length from its exact size hint, which hyper sets from the header on its path.
 fn unread(name: &[u8]) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     match name.len() {
@@ -418,7 +441,10 @@ async fn refuse<S: Io>(app: &AppState, socket: &mut S, out: &mut Vec<u8>, e: Api
     let res = e.into_response();
     app.metrics
         .request(RouteKind::Other, res.status(), std::time::Duration::ZERO);
-    if respond(socket, out, res, false, false, true).await.is_ok() {
+    if respond(socket, out, res.into(), false, false, true)
+        .await
+        .is_ok()
+    {
         close_gently(socket).await;
     }
 }
@@ -458,11 +484,17 @@ fn parse_length(v: &[u8]) -> Option<usize> {
 }
 
 /// The handler's request: the head's target, headers and body as views of `message` (the
-/// head and body bytes, frozen). `None` if the target or a header is not one `http` accepts.
-fn request(message: &Bytes, head: &Head, lines: &Lines) -> Option<Request<Body>> {
+/// head and body bytes, frozen), the headers in `headers` (an empty map, reused for its room).
+/// `None` if the target or a header is not one `http` accepts.
+fn request(
+    message: &Bytes,
+    head: &Head,
+    lines: &Lines,
+    mut headers: HeaderMap,
+) -> Option<Request<Body>> {
     let slice = |(at, len): (usize, usize)| message.slice(at..at + len);
     let uri = Uri::from_maybe_shared(slice(head.target)).ok()?;
-    let mut headers = HeaderMap::with_capacity(lines.len());
+    headers.reserve(lines.len());
     for &(name, value) in lines {
         let name = header_name(&message[name.0..name.0 + name.1])?;
         let value = HeaderValue::from_maybe_shared(slice(value)).ok()?;
@@ -522,50 +554,36 @@ fn header_name(name: &[u8]) -> Option<HeaderName> {
     HeaderName::from_bytes(name).ok()
 }
 
-/// Writes `res` (no body for a `HEAD` request) with the headers every response carries (and the
-/// CORS ones when `cors`: see [`reply::common_headers`]), and `Connection: close` when `close`.
-/// Returns whether the connection is to be closed after it (asked, or the response said so).
+/// Writes `answer` (no body for a `HEAD` request) with the headers every response carries (and
+/// the CORS ones when `cors`: see [`reply::common_headers`]), and `Connection: close` when
+/// `close`. A typed head ([`Answer::Typed`]) is written straight from its fields; a built
+/// response's from its map. Returns whether the connection is to be closed after it (asked, or
+/// the response said so).
 async fn respond<S: Io>(
     socket: &mut S,
     out: &mut Vec<u8>,
-    res: Response,
+    answer: Answer,
     is_head: bool,
     cors: bool,
     mut close: bool,
 ) -> io::Result<bool> {
-    let (parts, mut body) = res.into_parts();
-    let status = parts.status;
+    out.clear();
+    // Whether the handler set `Content-Length` or `Date` itself (a typed head never does).
+    let (status, mut body, declared, dated) = match answer {
+        Answer::Typed(reply, body) => {
+            status_line(out, reply.status());
+            reply.write_lines(out);
+            (reply.status(), body, false, false)
+        }
+        Answer::Built(res) => {
+            let (parts, body) = res.into_parts();
+            status_line(out, parts.status);
+            let (declared, dated) = map_lines(out, parts.status, &parts.headers, &mut close);
+            (parts.status, body, declared, dated)
+        }
+    };
     let may_have_body = !is_head && !bodiless(status);
     let exact = http_body::Body::size_hint(&body).exact();
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    let mut declared = false;
-    let mut dated = false;
-    for (name, value) in &parts.headers {
-        if *name == header::CONTENT_LENGTH {
-            if declared || bodiless(status) {
-                continue;
-            }
-            declared = true;
-        } else if *name == header::TRANSFER_ENCODING {
-            continue;
-        } else if *name == header::CONNECTION {
-            close |= value.as_bytes().eq_ignore_ascii_case(b"close");
-            if close {
-                continue;
-            }
-        } else if *name == header::DATE {
-            dated = true;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
     out.extend_from_slice(reply::COMMON_LINES);
     if cors {
         out.extend_from_slice(reply::CORS_LINES);
@@ -597,6 +615,51 @@ async fn respond<S: Io>(
     }
     send_body(socket, out, &mut body, chunked).await?;
     Ok(close)
+}
+
+/// Appends the status line to `out`.
+fn status_line(out: &mut Vec<u8>, status: StatusCode) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a built response's header lines to `out`, less the framing the loop writes itself
+/// (`Transfer-Encoding`; `Content-Length` on a bodiless status, or a second one; `Connection:
+/// close`, which sets `close`). Returns whether it declared a `Content-Length` and whether it
+/// carried a `Date`.
+fn map_lines(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    close: &mut bool,
+) -> (bool, bool) {
+    let mut declared = false;
+    let mut dated = false;
+    for (name, value) in headers {
+        if *name == header::CONTENT_LENGTH {
+            if declared || bodiless(status) {
+                continue;
+            }
+            declared = true;
+        } else if *name == header::TRANSFER_ENCODING {
+            continue;
+        } else if *name == header::CONNECTION {
+            *close |= value.as_bytes().eq_ignore_ascii_case(b"close");
+            if *close {
+                continue;
+            }
+        } else if *name == header::DATE {
+            dated = true;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    (declared, dated)
 }
 
 /// Whether `status` never has a body (`1xx`, `204`, `304`).

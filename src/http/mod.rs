@@ -638,47 +638,56 @@ impl Drop for Open {
 /// in the metrics (and logged at debug). On the admin listener (`admin_only`) only `/__brook/`
 /// routes are served.
 async fn handle(app: &AppState, req: Request, admin_only: bool) -> Response {
-    let (mut res, cors) = respond(app, req, admin_only).await;
+    let (answer, cors, _) = respond(app, req, admin_only).await;
+    let mut res = answer.into_response();
     reply::common_headers(res.headers_mut(), cors);
     res
 }
 
-/// [`handle`] without the headers every response carries: the response, and whether it is to
-/// carry the CORS headers too. brook's HTTP/1.1 loop writes those as constant bytes
-/// (`h1.rs`) instead of inserting them into every response's map.
-async fn respond(app: &AppState, req: Request, admin_only: bool) -> (Response, bool) {
+/// [`handle`] without the headers every response carries: the answer (on the hot routes a
+/// typed head that brook's HTTP/1.1 loop writes without a `HeaderMap`, `reply.rs`), and whether
+/// it is to carry the CORS headers too. That loop writes those as constant bytes (`h1.rs`)
+/// instead of inserting them into every response's map. The request's header map comes back
+/// too, for that loop to reuse for its next request (its allocations, not its entries).
+async fn respond(
+    app: &AppState,
+    req: Request,
+    admin_only: bool,
+) -> (reply::Answer, bool, HeaderMap) {
     let started = Instant::now();
     let (mut parts, body) = req.into_parts();
     // Only a server logging at debug copies the method and path for its request line.
     let logged = app
         .log_requests
         .then(|| (parts.method.clone(), parts.uri.path().to_owned()));
-    let cors = parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN);
+    // A look at the few names a request has costs less than a hashed lookup.
+    let cors = parts.method == Method::GET || parts.headers.keys().any(|k| k == header::ORIGIN);
     let mut kind = RouteKind::Other;
     let res = if parts.method == Method::OPTIONS {
         kind = RouteKind::Preflight;
-        reply::preflight(&parts.headers)
+        reply::preflight(&parts.headers).into()
     } else if let Some(access) = &app.config.access {
         match access.admit(&mut parts) {
             Ok(admitted) => {
-                let mut res = match route::dispatch(app, parts, body, &mut kind, admin_only).await {
+                let dispatched = route::dispatch(app, &mut parts, body, &mut kind, admin_only);
+                let mut res = match dispatched.await {
                     Ok(res) => res,
                     Err(e) => {
                         app.metrics.error(e.code());
-                        e.into_response()
+                        e.into_response().into()
                     }
                 };
                 auth::private_if_token(&mut res, admitted);
                 res
             }
-            Err(refusal) => refusal.into_response(&app.edge),
+            Err(refusal) => refusal.into_response(&app.edge).into(),
         }
     } else {
-        match route::dispatch(app, parts, body, &mut kind, admin_only).await {
+        match route::dispatch(app, &mut parts, body, &mut kind, admin_only).await {
             Ok(res) => res,
             Err(e) => {
                 app.metrics.error(e.code());
-                e.into_response()
+                e.into_response().into()
             }
         }
     };
@@ -686,12 +695,12 @@ async fn respond(app: &AppState, req: Request, admin_only: bool) -> (Response, b
     if let Some((method, path)) = logged {
         log_request(&method, &path, &res, started.elapsed());
     }
-    (res, cors)
+    (res, cors, parts.headers)
 }
 
 /// The request's `debug` line: method, path, status, body bytes (`-` when the body streams
 /// with no known length: SSE, bootstrap) and the time to the response head.
-fn log_request(method: &Method, path: &str, res: &Response, took: Duration) {
+fn log_request(method: &Method, path: &str, res: &reply::Answer, took: Duration) {
     let bytes = http_body::Body::size_hint(res.body()).exact();
     tracing::debug!(
         %method,

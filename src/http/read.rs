@@ -5,7 +5,6 @@ use std::time::SystemTime;
 
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
-use axum::response::Response;
 use tokio::time::Instant;
 
 use crate::headers::{
@@ -24,7 +23,7 @@ use super::names::{
     STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL,
     STREAM_UP_TO_DATE,
 };
-use super::reply::Reply;
+use super::reply::{Answer, Reply};
 use super::request::{expected_incarnation, none_match, query_params, single};
 use super::{AppState, blocking, sse};
 
@@ -190,12 +189,15 @@ pub(super) const PUBLIC_CACHE: HeaderValue =
 pub(super) const PRIVATE_CACHE: HeaderValue =
     HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300");
 
-/// The headers every read response carries.
-fn chunk_reply(status: StatusCode, chunk: &ReadChunk) -> Reply {
+/// The headers every read response carries (the chunk's content type is moved into it).
+fn chunk_reply(status: StatusCode, chunk: &mut ReadChunk) -> Reply {
     Reply::new(status)
-        .header(header::CONTENT_TYPE, &chunk.content_type)
+        .text(
+            header::CONTENT_TYPE,
+            std::mem::take(&mut chunk.content_type),
+        )
         .offset(STREAM_NEXT_OFFSET, chunk.next)
-        .header(STREAM_INCARNATION, chunk.incarnation.as_str())
+        .incarnation(STREAM_INCARNATION, &chunk.incarnation)
         .flag(STREAM_UP_TO_DATE, chunk.up_to_date)
         .flag(STREAM_CLOSED, chunk.closed)
 }
@@ -238,7 +240,7 @@ pub(crate) async fn get(
     app: &AppState,
     name: StreamName,
     parts: &Parts,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     let p = read_params(parts)?;
     let expect = expected_incarnation(&parts.headers)?;
     // A live read admitted by an expiring token ends when it expires (auth.rs).
@@ -249,7 +251,9 @@ pub(crate) async fn get(
     match p.live {
         Live::CatchUp => catch_up(app, name, parts, p, expect).await,
         Live::LongPoll => long_poll(app, name, p, expect, credential).await,
-        Live::Sse => sse::respond(app, name, &parts.headers, p, expect, credential).await,
+        Live::Sse => sse::respond(app, name, &parts.headers, p, expect, credential)
+            .await
+            .map(Answer::from),
     }
 }
 
@@ -262,9 +266,9 @@ async fn catch_up(
     parts: &Parts,
     p: ReadParams,
     expect: Option<Incarnation>,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     let from = p.from.unwrap_or(ReadFrom::Start);
-    let chunk = read_chunk(
+    let mut chunk = read_chunk(
         app,
         &name,
         ReadRequest {
@@ -277,24 +281,24 @@ async fn catch_up(
     .await?;
     if from == ReadFrom::Tail {
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
-        let r = chunk_reply(StatusCode::OK, &chunk)
+        let r = chunk_reply(StatusCode::OK, &mut chunk)
             .flag(STREAM_UP_TO_DATE, true)
             .fixed(header::CACHE_CONTROL, NO_STORE);
-        return Ok(r.body(Pieces::new(chunk.body).into_body()));
+        return Ok(r.answer(Pieces::new(chunk.body).into_body()));
     }
     let tag = etag(&chunk);
     let caching = catch_up_caching(app, from, &chunk);
     if none_match(&parts.headers, &tag) {
-        let r = chunk_reply(StatusCode::NOT_MODIFIED, &chunk)
-            .header(header::ETAG, &tag)
+        let r = chunk_reply(StatusCode::NOT_MODIFIED, &mut chunk)
+            .text(header::ETAG, tag)
             .fixed(header::CACHE_CONTROL, caching);
-        return Ok(r.empty());
+        return Ok(r.answer_empty());
     }
-    let r = chunk_reply(StatusCode::OK, &chunk)
-        .header(header::ETAG, &tag)
+    let r = chunk_reply(StatusCode::OK, &mut chunk)
+        .text(header::ETAG, tag)
         .fixed(header::CACHE_CONTROL, caching)
         .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
-    Ok(r.body(Pieces::new(chunk.body).into_body()))
+    Ok(r.answer(Pieces::new(chunk.body).into_body()))
 }
 
 /// `live=long-poll`: data at once if there is any; otherwise wait for it up to the configured
@@ -307,10 +311,10 @@ async fn long_poll(
     p: ReadParams,
     expect: Option<Incarnation>,
     credential: Option<Instant>,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     let deadline = Instant::now() + app.config.long_poll_timeout;
     let _waiting = app.metrics.long_poll_reader();
-    let cursor = response_cursor(p.cursor, SystemTime::now()).to_string();
+    let cursor = response_cursor(p.cursor, SystemTime::now());
     let from = p.from.unwrap_or(ReadFrom::Start);
     let mut chunk = read_chunk(
         app,
@@ -330,25 +334,25 @@ async fn long_poll(
     loop {
         if has_data(&chunk) {
             let tag = etag(&chunk);
-            let r = chunk_reply(StatusCode::OK, &chunk)
-                .header(header::ETAG, &tag)
+            let r = chunk_reply(StatusCode::OK, &mut chunk)
+                .text(header::ETAG, tag)
                 .fixed(header::CACHE_CONTROL, NO_STORE)
-                .header(STREAM_CURSOR, &cursor)
+                .number(STREAM_CURSOR, cursor)
                 .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
-            return Ok(r.body(Pieces::new(chunk.body).into_body()));
+            return Ok(r.answer(Pieces::new(chunk.body).into_body()));
         }
         let at = chunk.next;
         let no_content = |closed: bool, inc: &Incarnation| {
             let mut r = Reply::new(StatusCode::NO_CONTENT)
                 .offset(STREAM_NEXT_OFFSET, at)
-                .header(STREAM_INCARNATION, inc.as_str())
+                .incarnation(STREAM_INCARNATION, inc)
                 .fixed(header::CACHE_CONTROL, NO_STORE)
                 .flag(STREAM_UP_TO_DATE, true)
                 .flag(STREAM_CLOSED, closed);
             if !closed {
-                r = r.header(STREAM_CURSOR, &cursor);
+                r = r.number(STREAM_CURSOR, cursor);
             }
-            r.empty()
+            r.answer_empty()
         };
         if chunk.closed {
             return Ok(no_content(true, &chunk.incarnation));
@@ -360,7 +364,7 @@ async fn long_poll(
             woke = app.store.wait(&name, at) => woke.map_err(|e| ApiError::Store(e, Op::Read))?,
             () = tokio::time::sleep_until(deadline) => return Ok(no_content(false, &chunk.incarnation)),
             () = app.shutting_down() => return Ok(no_content(false, &chunk.incarnation)),
-            () = until(credential) => return Ok(super::auth::expired_response()),
+            () = until(credential) => return Ok(super::auth::expired_response().into()),
         }
         let req = ReadRequest {
             from: ReadFrom::At(at),
@@ -385,22 +389,22 @@ pub(crate) async fn head(
     app: &AppState,
     name: StreamName,
     parts: &Parts,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     let info = app
         .blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
             store.head(name, &Guard::from(expect.cloned()))
         })
         .await?;
     let mut r = Reply::new(StatusCode::OK)
-        .header(header::CONTENT_TYPE, &info.content_type)
+        .text(header::CONTENT_TYPE, info.content_type)
         .offset(STREAM_NEXT_OFFSET, info.tail)
-        .header(STREAM_INCARNATION, info.incarnation.as_str())
+        .incarnation(STREAM_INCARNATION, &info.incarnation)
         .offset(STREAM_EARLIEST_OFFSET, info.earliest)
         .fixed(header::CACHE_CONTROL, NO_STORE)
         .flag(STREAM_CLOSED, info.closed);
     match info.expiry {
         Expiry::Ttl(secs) => r = r.number(STREAM_TTL, secs),
-        Expiry::At(at) => r = r.header(STREAM_EXPIRES_AT, &format_expires_at(at)),
+        Expiry::At(at) => r = r.text(STREAM_EXPIRES_AT, format_expires_at(at)),
         Expiry::Never => {}
     }
     if let Some(s) = &info.snapshot {
@@ -408,5 +412,5 @@ pub(crate) async fn head(
             .offset(STREAM_SNAPSHOT_OFFSET, s.offset)
             .header(STREAM_SNAPSHOT_DIGEST, &s.digest);
     }
-    Ok(r.empty())
+    Ok(r.answer_empty())
 }

@@ -1,10 +1,19 @@
-//! Responses: [`Reply`], the builder every handler answers with; [`problem`], the RFC 9457 body
-//! of every refusal; and the headers every response carries (PROTOCOL.md 12.7 and CORS).
+//! Responses: [`Reply`], the builder every handler answers with, and [`Answer`], what a
+//! handler returns; [`problem`], the RFC 9457 body of every refusal; and the headers every
+//! response carries (PROTOCOL.md 12.7 and CORS).
+//!
+//! A [`Reply`] keeps its headers as typed fields (an offset, a number, an incarnation, a
+//! constant value, text) in the order the handler set them, and renders them only when the
+//! response is written: straight into the connection's output buffer in brook's HTTP/1.1 loop
+//! ([`Reply::write_lines`]), or into a [`HeaderMap`] for hyper (HTTP/2, TLS, the hyper
+//! fallback: [`Answer::into_response`]). Both renderings come from the same fields, so which
+//! headers a response carries is decided in one place, the handler.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
+use crate::Incarnation;
 use crate::name::{Digits, Offset};
 
 use super::names::{CROSS_ORIGIN_RESOURCE_POLICY, TRUE, X_CONTENT_TYPE_OPTIONS};
@@ -17,12 +26,69 @@ pub(crate) fn set_header(headers: &mut HeaderMap, name: HeaderName, value: &str)
     }
 }
 
-/// A response under construction.
+/// A header value as a handler set it, rendered when the response is written.
+enum Value {
+    /// Text; skipped when it is not a valid header value (as [`HeaderValue::from_str`] says).
+    Text(String),
+    /// A constant or shared value, already checked.
+    Fixed(HeaderValue),
+    /// An offset, `%016d_%016d`.
+    Offset(Offset),
+    /// A decimal integer.
+    Number(u64),
+    /// A stream's incarnation token (printable ASCII, so always a valid value).
+    Incarnation(Incarnation),
+}
+
+impl Value {
+    /// Appends the value's bytes to `out`; false (nothing appended) for text that is not a
+    /// valid header value.
+    fn write(&self, out: &mut Vec<u8>) -> bool {
+        match self {
+            Value::Text(s) => {
+                if !valid_value(s.as_bytes()) {
+                    return false;
+                }
+                out.extend_from_slice(s.as_bytes());
+            }
+            Value::Fixed(v) => out.extend_from_slice(v.as_bytes()),
+            Value::Offset(o) => out.extend_from_slice(Digits::offset(*o).as_str().as_bytes()),
+            Value::Number(n) => out.extend_from_slice(Digits::u64(*n).as_str().as_bytes()),
+            // Printable ASCII by construction (`Incarnation::new` checks a caller's token, the
+            // engine makes its own of hex digits and `-`), so no check per response.
+            Value::Incarnation(i) => out.extend_from_slice(i.as_str().as_bytes()),
+        }
+        true
+    }
+
+    /// The value as a [`HeaderValue`]; `None` for text that is not a valid one.
+    fn into_header_value(self) -> Option<HeaderValue> {
+        match self {
+            Value::Text(s) => HeaderValue::try_from(s).ok(),
+            Value::Fixed(v) => Some(v),
+            Value::Offset(o) => HeaderValue::from_str(Digits::offset(o).as_str()).ok(),
+            Value::Number(n) => Some(HeaderValue::from(n)),
+            Value::Incarnation(i) => HeaderValue::from_str(i.as_str()).ok(),
+        }
+    }
+}
+
+/// Whether `v` is a valid header value: visible ASCII, spaces, tabs and obs-text (bytes 0x80 and
+/// up), the bytes [`HeaderValue::from_str`] accepts.
+fn valid_value(v: &[u8]) -> bool {
+    v.iter().all(|&b| (b >= 32 && b != 127) || b == b'\t')
+}
+
+/// The fields room is made for up front: more than any protocol response carries.
+const FIELDS: usize = 10;
+
+/// A response under construction: a status and typed header fields, in the order they were
+/// set (setting a name again replaces its value in place, as [`HeaderMap::insert`] does).
 pub(crate) struct Reply {
     /// The status.
     status: StatusCode,
     /// The headers so far.
-    headers: HeaderMap,
+    fields: Vec<(HeaderName, Value)>,
 }
 
 impl Reply {
@@ -31,61 +97,176 @@ impl Reply {
     pub(crate) fn new(status: StatusCode) -> Self {
         Reply {
             status,
-            headers: HeaderMap::with_capacity(16),
+            fields: Vec::with_capacity(FIELDS),
         }
+    }
+
+    /// The status.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Sets `name` to `value`, replacing an earlier value of the same name where it stands.
+    fn set(mut self, name: HeaderName, value: Value) -> Self {
+        if let Some(field) = self.fields.iter_mut().find(|(n, _)| *n == name) {
+            field.1 = value;
+        } else {
+            self.fields.push((name, value));
+        }
+        self
     }
 
     /// Adds a header (a [`HeaderName`] constant: `http::header`'s or `super::names`').
-    pub(crate) fn header(mut self, name: HeaderName, value: &str) -> Self {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            self.headers.insert(name, v);
-        }
-        self
+    pub(crate) fn header(self, name: HeaderName, value: &str) -> Self {
+        self.set(name, Value::Text(value.to_owned()))
+    }
+
+    /// Adds a header whose text the caller hands over (no copy).
+    pub(crate) fn text(self, name: HeaderName, value: String) -> Self {
+        self.set(name, Value::Text(value))
     }
 
     /// Adds a header with a static value (a `const` one: no copy, no check).
-    pub(crate) fn fixed(mut self, name: HeaderName, value: HeaderValue) -> Self {
-        self.headers.insert(name, value);
-        self
+    pub(crate) fn fixed(self, name: HeaderName, value: HeaderValue) -> Self {
+        self.set(name, Value::Fixed(value))
     }
 
     /// Adds an offset header (`%016d_%016d`).
     pub(crate) fn offset(self, name: HeaderName, offset: Offset) -> Self {
-        self.header(name, Digits::offset(offset).as_str())
+        self.set(name, Value::Offset(offset))
     }
 
     /// Adds a decimal integer header.
     pub(crate) fn number(self, name: HeaderName, n: u64) -> Self {
-        self.header(name, Digits::u64(n).as_str())
+        self.set(name, Value::Number(n))
+    }
+
+    /// Adds an incarnation header (`Stream-Incarnation`).
+    pub(crate) fn incarnation(self, name: HeaderName, incarnation: &Incarnation) -> Self {
+        self.set(name, Value::Incarnation(incarnation.clone()))
     }
 
     /// Adds `name: true` when `flag` is set.
-    pub(crate) fn flag(mut self, name: HeaderName, flag: bool) -> Self {
+    pub(crate) fn flag(self, name: HeaderName, flag: bool) -> Self {
         if flag {
-            self.headers.insert(name, TRUE);
+            self.set(name, Value::Fixed(TRUE))
+        } else {
+            self
         }
-        self
     }
 
     /// Adds `name: value` when `flag` is set.
-    pub(crate) fn flag_value(mut self, name: HeaderName, flag: bool, value: HeaderValue) -> Self {
+    pub(crate) fn flag_value(self, name: HeaderName, flag: bool, value: HeaderValue) -> Self {
         if flag {
-            self.headers.insert(name, value);
+            self.set(name, Value::Fixed(value))
+        } else {
+            self
         }
-        self
+    }
+
+    /// The constant value `name` was set to with [`Reply::fixed`], to change it in place.
+    pub(crate) fn fixed_mut(&mut self, name: &HeaderName) -> Option<&mut HeaderValue> {
+        self.fields.iter_mut().find_map(|(n, v)| match v {
+            Value::Fixed(v) if n == name => Some(v),
+            _ => None,
+        })
+    }
+
+    /// Appends the header lines (`name: value\r\n`, names in lower case) to `out`, in the order
+    /// they were set; a text value that is not a valid header value is left out, as
+    /// [`Reply::into_headers`] leaves it out.
+    pub(crate) fn write_lines(&self, out: &mut Vec<u8>) {
+        for (name, value) in &self.fields {
+            let at = out.len();
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            if value.write(out) {
+                out.extend_from_slice(b"\r\n");
+            } else {
+                out.truncate(at);
+            }
+        }
+    }
+
+    /// The headers as a map (with room for the common and CORS headers added after them).
+    fn into_headers(self) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(self.fields.len() + 4);
+        for (name, value) in self.fields {
+            if let Some(v) = value.into_header_value() {
+                headers.insert(name, v);
+            }
+        }
+        headers
     }
 
     /// The response, with `body`.
     pub(crate) fn body(self, body: Body) -> Response {
         let mut res = Response::new(body);
         *res.status_mut() = self.status;
-        *res.headers_mut() = self.headers;
+        *res.headers_mut() = self.into_headers();
         res
     }
 
     /// The response, without a body.
     pub(crate) fn empty(self) -> Response {
         self.body(Body::empty())
+    }
+
+    /// The answer, with `body`, its head still typed fields (for the hot routes, whose heads
+    /// brook's HTTP/1.1 loop writes without a [`HeaderMap`]). The fields must not include the
+    /// framing headers (`Content-Length`, `Transfer-Encoding`, `Connection`, `Date`), which the
+    /// loop writes itself.
+    pub(crate) fn answer(self, body: Body) -> Answer {
+        Answer::Typed(self, body)
+    }
+
+    /// [`Reply::answer`] without a body.
+    pub(crate) fn answer_empty(self) -> Answer {
+        Answer::Typed(self, Body::empty())
+    }
+}
+
+/// What a handler answers with: a [`Reply`] and its body (the hot routes: appends, catch-up
+/// and long-poll reads, HEAD), or a finished [`Response`] (everything else, errors included).
+pub(crate) enum Answer {
+    /// A typed head and a body.
+    Typed(Reply, Body),
+    /// A response built as a [`Response`].
+    Built(Response),
+}
+
+impl Answer {
+    /// The status.
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Answer::Typed(reply, _) => reply.status,
+            Answer::Built(res) => res.status(),
+        }
+    }
+
+    /// The body.
+    pub(crate) fn body(&self) -> &Body {
+        match self {
+            Answer::Typed(_, body) => body,
+            Answer::Built(res) => res.body(),
+        }
+    }
+}
+
+impl From<Response> for Answer {
+    /// A finished response.
+    fn from(res: Response) -> Self {
+        Answer::Built(res)
+    }
+}
+
+impl IntoResponse for Answer {
+    /// The response, a typed head rendered into a [`HeaderMap`].
+    fn into_response(self) -> Response {
+        match self {
+            Answer::Typed(reply, body) => reply.body(body),
+            Answer::Built(res) => res,
+        }
     }
 }
 
@@ -210,4 +391,50 @@ pub(crate) fn preflight(headers: &HeaderMap) -> Response {
         .header(header::ALLOW, ALLOWED_METHODS)
         .header(header::ACCESS_CONTROL_ALLOW_HEADERS, &allow)
         .empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::names::{PRODUCER_SEQ, STREAM_CLOSED, STREAM_INCARNATION, STREAM_NEXT_OFFSET};
+
+    /// The two renderings of a typed head agree: the lines brook's loop writes are the map's
+    /// entries, in the order they were set, a replaced value where the first stood, and a text
+    /// value that is no header value left out of both.
+    #[test]
+    fn lines_and_map_render_the_same_fields() {
+        let reply = Reply::new(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/plain")
+            .offset(STREAM_NEXT_OFFSET, Offset::new(7, 42))
+            .incarnation(
+                STREAM_INCARNATION,
+                &Incarnation::new("inc-1").expect("a token"),
+            )
+            .flag(STREAM_CLOSED, false)
+            .number(PRODUCER_SEQ, 1)
+            .header(header::ETAG, "bad\nvalue")
+            .fixed(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"))
+            .number(PRODUCER_SEQ, 18_446_744_073_709_551_615)
+            .flag(STREAM_CLOSED, true);
+        let mut lines = Vec::new();
+        reply.write_lines(&mut lines);
+        assert_eq!(
+            String::from_utf8(lines.clone()).expect("ASCII"),
+            "content-type: text/plain\r\n\
+             stream-next-offset: 0000000000000007_0000000000000042\r\n\
+             stream-incarnation: inc-1\r\n\
+             producer-seq: 18446744073709551615\r\n\
+             cache-control: no-cache\r\n\
+             stream-closed: true\r\n"
+        );
+        let res = reply.answer_empty().into_response();
+        let mut from_map = Vec::new();
+        for (name, value) in res.headers() {
+            from_map.extend_from_slice(name.as_str().as_bytes());
+            from_map.extend_from_slice(b": ");
+            from_map.extend_from_slice(value.as_bytes());
+            from_map.extend_from_slice(b"\r\n");
+        }
+        assert_eq!(from_map, lines);
+    }
 }

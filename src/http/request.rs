@@ -33,8 +33,6 @@ pub(crate) fn text(
 pub(crate) struct WriteHeaders<'a> {
     /// `Content-Type`.
     pub(crate) content_type: Option<&'a HeaderValue>,
-    /// `Content-Length`.
-    pub(crate) content_length: Option<&'a HeaderValue>,
     /// `Stream-Closed`.
     pub(crate) closed: Option<&'a HeaderValue>,
     /// `Stream-Seq`.
@@ -56,7 +54,6 @@ impl<'a> WriteHeaders<'a> {
         for (name, value) in headers {
             let slot = match name.as_str() {
                 "content-type" => &mut w.content_type,
-                "content-length" => &mut w.content_length,
                 crate::headers::STREAM_CLOSED => &mut w.closed,
                 crate::headers::STREAM_SEQ => &mut w.stream_seq,
                 crate::headers::STREAM_INCARNATION => &mut w.incarnation,
@@ -97,16 +94,6 @@ pub(crate) fn incarnation_of(value: Option<&HeaderValue>) -> Result<Option<Incar
             Ok(Some(Incarnation::new(s.trim()).map_err(|_| bad())?))
         }
     }
-}
-
-/// The request's declared `Content-Length`, if any (`None` when it is not a decimal).
-pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
-    content_length_of(headers.get(header::CONTENT_LENGTH))
-}
-
-/// A `Content-Length` value, if any (`None` when it is not a decimal).
-pub(crate) fn content_length_of(value: Option<&HeaderValue>) -> Option<u64> {
-    value?.to_str().ok()?.trim().parse().ok()
 }
 
 /// Whether `If-None-Match` names `tag` (or is `*`). Weak tags compare by their opaque part.
@@ -223,10 +210,28 @@ pub(crate) const MAX_HEADER_BYTES: usize = 64 << 10;
 /// itself refuses targets past 64 KiB, without a body).
 pub(crate) const MAX_TARGET_BYTES: usize = 16 << 10;
 
-/// Refuses a request whose target or headers are over brook's limits, with problem+json (431
-/// `REQUEST_HEADER_FIELDS_TOO_LARGE`, 414 `URI_TOO_LONG`). More than 100 header lines are
-/// hyper's own bare 431: parsing more would cost every request two allocations.
-pub(crate) fn within_limits(parts: &Parts) -> Result<(), ApiError> {
+/// The checks every request's head passes before its route is looked at, in one pass over its
+/// headers: [`within_limits`], [`no_repeated_singletons`], [`valid_host`], refused in that
+/// order.
+pub(crate) fn check_head(parts: &Parts) -> Result<(), ApiError> {
+    let mut bytes = 0;
+    let mut host = None;
+    for (name, value) in &parts.headers {
+        bytes += name.as_str().len() + value.len();
+        if host.is_none() && name == header::HOST {
+            host = Some(value);
+        }
+    }
+    within_limits(parts, bytes)?;
+    no_repeated_singletons(&parts.headers)?;
+    valid_host(parts, host)
+}
+
+/// Refuses a request whose target or headers (`header_bytes` of names and values) are over
+/// brook's limits, with problem+json (431 `REQUEST_HEADER_FIELDS_TOO_LARGE`, 414
+/// `URI_TOO_LONG`). More than 100 header lines are hyper's own bare 431: parsing more would
+/// cost every request two allocations.
+fn within_limits(parts: &Parts, header_bytes: usize) -> Result<(), ApiError> {
     let target = parts.uri.path_and_query().map_or(0, |pq| pq.as_str().len());
     if target > MAX_TARGET_BYTES {
         return Err(ApiError::Http {
@@ -235,12 +240,7 @@ pub(crate) fn within_limits(parts: &Parts) -> Result<(), ApiError> {
             detail: format!("the request target is longer than {MAX_TARGET_BYTES} bytes"),
         });
     }
-    let bytes: usize = parts
-        .headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len())
-        .sum();
-    if bytes > MAX_HEADER_BYTES {
+    if header_bytes > MAX_HEADER_BYTES {
         return Err(ApiError::Http {
             status: axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             code: "REQUEST_HEADER_FIELDS_TOO_LARGE",
@@ -252,7 +252,7 @@ pub(crate) fn within_limits(parts: &Parts) -> Result<(), ApiError> {
 
 /// Refuses a request that repeats a single-valued header (400 `INVALID_ARGUMENT` naming it).
 /// Free for the usual request, whose header names are all distinct.
-pub(crate) fn no_repeated_singletons(headers: &HeaderMap) -> Result<(), ApiError> {
+fn no_repeated_singletons(headers: &HeaderMap) -> Result<(), ApiError> {
     if headers.len() == headers.keys_len() {
         return Ok(());
     }
@@ -268,12 +268,13 @@ pub(crate) fn no_repeated_singletons(headers: &HeaderMap) -> Result<(), ApiError
     Ok(())
 }
 
-/// Refuses a request whose `Host` is not a host name or IP literal with an optional port
-/// (400 `INVALID_ARGUMENT`), and an HTTP/1.1 request without one (RFC 9112 section 3.2): the
-/// value is echoed into `Location`, so it must be a well-formed authority and nothing else.
-pub(crate) fn valid_host(parts: &Parts) -> Result<(), ApiError> {
+/// Refuses a request whose `Host` (its first one, `host`) is not a host name or IP literal with
+/// an optional port (400 `INVALID_ARGUMENT`), and an HTTP/1.1 request without one (RFC 9112
+/// section 3.2): the value is echoed into `Location`, so it must be a well-formed authority and
+/// nothing else.
+fn valid_host(parts: &Parts, host: Option<&HeaderValue>) -> Result<(), ApiError> {
     let refuse = |why: &str| Err(ApiError::bad_request("INVALID_ARGUMENT", why.to_owned()));
-    let Some(host) = parts.headers.get(header::HOST) else {
+    let Some(host) = host else {
         if parts.version == axum::http::Version::HTTP_11 {
             return refuse("an HTTP/1.1 request needs a Host header");
         }

@@ -4,14 +4,14 @@
 //! The path is parsed once per request, by [`parse_route`]: no router table is consulted.
 
 use axum::body::Body;
-use axum::http::Method;
 use axum::http::request::Parts;
-use axum::response::Response;
+use axum::http::{Method, Request};
 
 use crate::StreamName;
 
 use super::admin::RouteKind;
 use super::error::ApiError;
+use super::reply::Answer;
 use super::{AppState, admin, bootstrap, read, request, snapshot, subscriptions, write};
 
 /// What a request path addresses.
@@ -110,18 +110,18 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
 
 /// Sends the request to its route's handler for its method: 405 with `Allow` for a method the
 /// route does not serve. `kind` is set to what the request addressed (for the metrics), and
-/// only `/__brook/` routes are served when `admin_only` (the separate admin listener).
+/// only `/__brook/` routes are served when `admin_only` (the separate admin listener). The head
+/// stays the caller's (brook's HTTP/1.1 loop reuses its header map), except that the
+/// subscription routes take it and leave an empty one.
 pub(crate) async fn dispatch(
     app: &AppState,
-    parts: Parts,
+    parts: &mut Parts,
     body: Body,
     kind: &mut RouteKind,
     admin_only: bool,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     const STREAM_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
-    request::within_limits(&parts)?;
-    request::no_repeated_singletons(&parts.headers)?;
-    request::valid_host(&parts)?;
+    request::check_head(parts)?;
     let route = parse_route(parts.uri.path())?;
     let m = &parts.method;
     *kind = match &route {
@@ -137,11 +137,11 @@ pub(crate) async fn dispatch(
     }
     match route {
         Route::Stream(name) => match *m {
-            Method::GET => read::get(app, name, &parts).await,
-            Method::HEAD => read::head(app, name, &parts).await,
-            Method::PUT => write::create(app, name, &parts, body).await,
-            Method::POST => write::append(app, name, &parts, body).await,
-            Method::DELETE => write::delete(app, name, &parts).await,
+            Method::GET => read::get(app, name, parts).await,
+            Method::HEAD => read::head(app, name, parts).await,
+            Method::PUT => write::create(app, name, parts, body).await,
+            Method::POST => write::append(app, name, parts, body).await,
+            Method::DELETE => write::delete(app, name, parts).await,
             _ => Err(ApiError::MethodNotAllowed {
                 allow: STREAM_METHODS,
             }),
@@ -158,34 +158,50 @@ pub(crate) async fn dispatch(
                 .unwrap_or_else(|| ApiError::internal("a reserved route parsed as a stream name")))
         }
         Route::SnapshotLatest(name) => match *m {
-            Method::GET => snapshot::snapshot_latest(app, name, &parts).await,
+            Method::GET => snapshot::snapshot_latest(app, name, parts)
+                .await
+                .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
                 allow: "GET, OPTIONS",
             }),
         },
         Route::SnapshotAt(name, offset) => match *m {
-            Method::GET => snapshot::snapshot_at(app, name, &offset, &parts).await,
-            Method::PUT => snapshot::publish_snapshot(app, name, &offset, &parts, body).await,
-            Method::DELETE => snapshot::delete_snapshot(app, name, &offset, &parts).await,
+            Method::GET => snapshot::snapshot_at(app, name, &offset, parts)
+                .await
+                .map(Answer::from),
+            Method::PUT => snapshot::publish_snapshot(app, name, &offset, parts, body)
+                .await
+                .map(Answer::from),
+            Method::DELETE => snapshot::delete_snapshot(app, name, &offset, parts)
+                .await
+                .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
                 allow: "GET, PUT, DELETE, OPTIONS",
             }),
         },
         Route::Retention(name, offset) => match *m {
-            Method::PUT => snapshot::retention(app, name, &offset, &parts).await,
+            Method::PUT => snapshot::retention(app, name, &offset, parts)
+                .await
+                .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
                 allow: "PUT, OPTIONS",
             }),
         },
         Route::Bootstrap(name) => match *m {
-            Method::GET => bootstrap::bootstrap(app, name, &parts).await,
+            Method::GET => bootstrap::bootstrap(app, name, parts)
+                .await
+                .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
                 allow: "GET, OPTIONS",
             }),
         },
         Route::Protocol(root, rest) => {
-            subscriptions::dispatch(app, &root, &rest, parts, body).await
+            // The only handler that takes the head by value; the caller gets an empty one back.
+            let parts = std::mem::replace(parts, Request::new(()).into_parts().0);
+            subscriptions::dispatch(app, &root, &rest, parts, body)
+                .await
+                .map(Answer::from)
         }
-        Route::Admin(rest) => admin::dispatch(app, &rest, &parts).await,
+        Route::Admin(rest) => admin::dispatch(app, &rest, parts).await.map(Answer::from),
     }
 }

@@ -20,7 +20,7 @@ use super::names::{
     STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_MATCH, STREAM_SNAPSHOT_OFFSET, STREAM_UP_TO_DATE,
 };
 use super::reply::Reply;
-use super::request::{absolute_url, content_length, expected_incarnation, none_match, text};
+use super::request::{absolute_url, expected_incarnation, none_match, text};
 use super::{AppState, blocking};
 
 /// An offset from a route's last segment; one this server did not issue is 400 `INVALID_OFFSET`.
@@ -54,7 +54,11 @@ pub(crate) async fn publish_snapshot(
     };
     let expect_digest = text(h, STREAM_SNAPSHOT_MATCH).map(|s| s.trim().to_owned());
     let limit = app.store.options().max_snapshot_bytes();
-    if content_length(h).is_some_and(|n| n > limit) {
+    // The declared length (hyper's from `Content-Length`, brook's loop's from the body it read).
+    if http_body::Body::size_hint(&body)
+        .exact()
+        .is_some_and(|n| n > limit)
+    {
         return Err(ApiError::too_large(limit));
     }
     let (mut reader, status, feed) = pump(body, limit, app.config.body_read_timeout);

@@ -71,18 +71,18 @@ pub(crate) async fn dispatch(
         base: base_url(app, &parts, root),
     };
     match (action, m) {
-        (None, Method::PUT) => ctx.put(&parts, body).await,
+        (None, Method::PUT) => ctx.put(body).await,
         (None, Method::GET) => ctx.get().await,
         (None, Method::DELETE) => ctx.delete().await,
         (None, _) => Err(ApiError::MethodNotAllowed {
             allow: "GET, PUT, DELETE, OPTIONS",
         }),
-        (Some("streams"), Method::POST) => ctx.link(&parts, body).await,
+        (Some("streams"), Method::POST) => ctx.link(body).await,
         (Some(a), Method::DELETE) if a.starts_with("streams/") => {
             ctx.unlink(&decode(&a["streams/".len()..])).await
         }
         (Some("callback" | "ack"), Method::POST) => ctx.ack(&parts, body).await,
-        (Some("claim"), Method::POST) => ctx.claim(&parts, body).await,
+        (Some("claim"), Method::POST) => ctx.claim(body).await,
         (Some("release"), Method::POST) => ctx.release(&parts, body).await,
         (Some("streams" | "callback" | "ack" | "claim" | "release"), _) => {
             Err(ApiError::MethodNotAllowed {
@@ -309,8 +309,9 @@ impl Ctx {
             .map_err(|e| ApiError::bad_request("INVALID_STREAM_NAME", format!("{path}: {e}")))
     }
 
-    async fn body(&self, parts: &Parts, body: Body) -> Result<Value, ApiError> {
-        let declared = super::request::content_length(&parts.headers);
+    async fn body(&self, body: Body) -> Result<Value, ApiError> {
+        // The declared length (hyper's from `Content-Length`, brook's loop's from the body).
+        let declared = http_body::Body::size_hint(&body).exact();
         let idle = self.app.config.body_read_timeout;
         let bytes = super::body::read_body(body, declared, MAX_BODY, idle).await?;
         if bytes.is_empty() {
@@ -383,8 +384,8 @@ impl Ctx {
         }))
     }
 
-    async fn put(&self, parts: &Parts, body: Body) -> Result<Response, ApiError> {
-        let v = self.body(parts, body).await?;
+    async fn put(&self, body: Body) -> Result<Response, ApiError> {
+        let v = self.body(body).await?;
         let mut config = match v.get("type").and_then(Value::as_str) {
             Some("webhook") => {
                 let url = v
@@ -468,8 +469,8 @@ impl Ctx {
         Ok(no_content())
     }
 
-    async fn link(&self, parts: &Parts, body: Body) -> Result<Response, ApiError> {
-        let v = self.body(parts, body).await?;
+    async fn link(&self, body: Body) -> Result<Response, ApiError> {
+        let v = self.body(body).await?;
         let items = v
             .get("streams")
             .and_then(Value::as_array)
@@ -533,7 +534,7 @@ impl Ctx {
     }
 
     async fn ack(&self, parts: &Parts, body: Body) -> Result<Response, ApiError> {
-        let v = self.body(parts, body).await?;
+        let v = self.body(body).await?;
         let (generation, wake_id) = self.fenced_wake(parts, &v)?;
         let mut acks = Vec::new();
         if let Some(items) = v.get("acks") {
@@ -576,8 +577,8 @@ impl Ctx {
         ))
     }
 
-    async fn claim(&self, parts: &Parts, body: Body) -> Result<Response, ApiError> {
-        let v = self.body(parts, body).await?;
+    async fn claim(&self, body: Body) -> Result<Response, ApiError> {
+        let v = self.body(body).await?;
         let worker = v
             .get("worker")
             .and_then(Value::as_str)
@@ -602,7 +603,7 @@ impl Ctx {
     }
 
     async fn release(&self, parts: &Parts, body: Body) -> Result<Response, ApiError> {
-        let v = self.body(parts, body).await?;
+        let v = self.body(body).await?;
         let (generation, wake_id) = self.fenced_wake(parts, &v)?;
         self.info().await?;
         let store = self.app.store.clone();

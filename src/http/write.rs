@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
 use bytes::Bytes;
 
 use crate::engine::Attempt;
@@ -24,10 +23,8 @@ use super::names::{
     PRODUCER_EPOCH, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_FORK_OFFSET,
     STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_TTL,
 };
-use super::reply::Reply;
-use super::request::{
-    WriteHeaders, absolute_url, bytes_of, content_length_of, incarnation_of, raw,
-};
+use super::reply::{Answer, Reply};
+use super::request::{WriteHeaders, absolute_url, bytes_of, incarnation_of, raw};
 use super::{AppState, blocking};
 
 /// The request's `Content-Type`, normalized; `None` when absent or empty.
@@ -153,7 +150,7 @@ pub(crate) async fn create(
     name: StreamName,
     parts: &Parts,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     let h = &parts.headers;
     let w = WriteHeaders::of(h);
     if app.config.portable_names {
@@ -168,7 +165,7 @@ pub(crate) async fn create(
         fork: fork(h)?,
         expect: incarnation_of(w.incarnation)?,
     };
-    let data = write_body(app, body, w.content_length).await?;
+    let data = write_body(app, body).await?;
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
     let n = name.clone();
@@ -184,14 +181,14 @@ pub(crate) async fn create(
         StatusCode::OK
     };
     let mut r = Reply::new(status)
-        .header(header::CONTENT_TYPE, &info.content_type)
+        .text(header::CONTENT_TYPE, info.content_type)
         .offset(STREAM_NEXT_OFFSET, info.tail)
-        .header(STREAM_INCARNATION, info.incarnation.as_str())
+        .incarnation(STREAM_INCARNATION, &info.incarnation)
         .flag(STREAM_CLOSED, info.closed);
     if created.created {
-        r = r.header(header::LOCATION, &absolute_url(app, parts));
+        r = r.text(header::LOCATION, absolute_url(app, parts));
     }
-    Ok(r.empty())
+    Ok(r.answer_empty())
 }
 
 /// POST `{s}`: 204 for a plain append, a close, or a producer's duplicate; 200 for a producer's
@@ -201,7 +198,7 @@ pub(crate) async fn append(
     name: StreamName,
     parts: &Parts,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     let w = WriteHeaders::of(&parts.headers);
     let close = parse_closed(bytes_of(w.closed));
     let producer = parse_producer(
@@ -211,7 +208,7 @@ pub(crate) async fn append(
     )?;
     let stream_seq = parse_stream_seq(bytes_of(w.stream_seq))?;
     let expect = incarnation_of(w.incarnation)?;
-    let data = write_body(app, body, w.content_length).await?;
+    let data = write_body(app, body).await?;
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
     let content_type = if data.is_empty() {
@@ -280,7 +277,7 @@ pub(crate) async fn append(
         AppendStatus::Appended | AppendStatus::AlreadyClosed => Some(outcome.tail),
     };
     let mut r = Reply::new(status)
-        .header(STREAM_INCARNATION, outcome.incarnation.as_str())
+        .incarnation(STREAM_INCARNATION, &outcome.incarnation)
         .flag(STREAM_CLOSED, outcome.closed);
     if let Some(next) = next {
         r = r.offset(STREAM_NEXT_OFFSET, next);
@@ -288,7 +285,7 @@ pub(crate) async fn append(
     if let Some((epoch, seq)) = outcome.producer.or(sent) {
         r = r.number(PRODUCER_EPOCH, epoch).number(PRODUCER_SEQ, seq);
     }
-    Ok(r.empty())
+    Ok(r.answer_empty())
 }
 
 /// DELETE `{s}`: 204. The only successful response that addresses a stream without
@@ -297,24 +294,25 @@ pub(crate) async fn delete(
     app: &AppState,
     name: StreamName,
     parts: &Parts,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     app.blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
         store.delete(name, &Guard::from(expect.cloned()))
     })
     .await?;
-    Ok(Reply::new(StatusCode::NO_CONTENT).empty())
+    Ok(Reply::new(StatusCode::NO_CONTENT).answer_empty())
 }
 
 /// A create's or append's body, read whole: at most `max_append_bytes` (413 past it, from its
-/// `Content-Length` when declared), and 408 when it stalls past `body_read_timeout`.
-async fn write_body(
-    app: &AppState,
-    body: Body,
-    content_length: Option<&HeaderValue>,
-) -> Result<Bytes, ApiError> {
+/// declared length when it has one), and 408 when it stalls past `body_read_timeout`.
+///
+/// The declared length is the body's exact size hint: hyper's from a valid `Content-Length`
+/// (HTTP/1.1 and HTTP/2 alike; a malformed one never reaches a handler), brook's HTTP/1.1
+/// loop's from the body it read whole. So the header is not parsed again here.
+async fn write_body(app: &AppState, body: Body) -> Result<Bytes, ApiError> {
+    let declared = http_body::Body::size_hint(&body).exact();
     read_body(
         body,
-        content_length_of(content_length),
+        declared,
         app.store.options().max_append_bytes(),
         app.config.body_read_timeout,
     )

@@ -436,7 +436,14 @@ async fn brook_and_hyper_loops_answer_alike() -> R {
             false,
         ),
         (req("POST", "/same/s", "Content-Type: application/json\r\n", b"x"), false),
+        (req("POST", "/same/s", "Content-Type: text/plain\r\nOrigin: https://a.test\r\n", b"gh"), false),
+        (req("PUT", "/same/s", "Content-Type: text/plain\r\n", b""), false),
+        (req("PUT", "/same/t", "Content-Type: text/plain\r\nStream-TTL: 3600\r\n", b"t"), false),
+        (b"HEAD /same/t HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), true),
         (b"GET /same/s?offset=-1 HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), false),
+        (b"GET /same/s?offset=-1 HTTP/1.1\r\nHost: t.test\r\nIf-None-Match: *\r\n\r\n".to_vec(), false),
+        (b"GET /same/s?offset=0000000000000000_0000000000000000&max_bytes=2 HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), false),
+        (b"GET /same/s?offset=now HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), false),
         (b"GET /same/s?offset=bad HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), false),
         (b"HEAD /same/s HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), true),
         (b"GET /same/missing HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), false),
@@ -449,6 +456,8 @@ async fn brook_and_hyper_loops_answer_alike() -> R {
             b"GET /same/s?offset=-1&live=long-poll HTTP/1.1\r\nHost: t.test\r\nOrigin: https://a.test\r\n\r\n".to_vec(),
             false,
         ),
+        (req("POST", "/same/s", "Stream-Closed: true\r\n", b""), false),
+        (b"GET /same/s?offset=now&live=long-poll HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), false),
         (req("DELETE", "/same/s", "", b""), false),
         (b"GET /__brook/ready HTTP/1.1\r\nHost: t.test\r\n\r\n".to_vec(), false),
     ];
@@ -481,6 +490,32 @@ async fn brook_and_hyper_loops_answer_alike() -> R {
         }
         answers.push(got);
     }
+    // The script reaches what it is meant to: appends (204, a producer's 200, a refusal),
+    // creates (201, 200), HEAD with a TTL, catch-up reads (200, 304 for `If-None-Match: *`, an
+    // immutable chunk, `offset=now`), long-polls (data, and 204 at a closed tail).
+    let statuses: Vec<u16> = answers[0].iter().map(|a| a.0).collect();
+    assert_eq!(
+        statuses,
+        [
+            201, 204, 200, 409, 204, 200, 201, 200, 200, 304, 200, 200, 400, 200, 404, 405, 204,
+            200, 204, 204, 204, 200
+        ]
+    );
+    let header = |i: usize, name: &str| {
+        let headers = &answers[0][i].1;
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header(7, "stream-ttl").as_deref(), Some("3600"));
+    assert!(
+        header(10, "cache-control").is_some_and(|v| v.ends_with("immutable")),
+        "{:?}",
+        header(10, "cache-control")
+    );
+    assert_eq!(header(19, "stream-closed").as_deref(), Some("true"));
+    assert!(header(4, "access-control-allow-origin").is_some());
     for (i, (ours, theirs)) in answers[0].iter().zip(&answers[1]).enumerate() {
         assert_eq!(
             ours, theirs,
