@@ -139,7 +139,7 @@ const FRAME_OVERHEAD: usize = 256;
 /// A chunk with data as it goes out: its `data` event, then its `control` event with `cursor`,
 /// in one buffer sized for both.
 fn data_frame(chunk: &ReadChunk, encoding: Encoding, cursor: u64) -> Bytes {
-    let len = usize::try_from(chunk.body_len()).unwrap_or(usize::MAX);
+    let len = chunk.body_len();
     let payload = match encoding {
         Encoding::Base64 => len.div_ceil(3).saturating_mul(4),
         // A `data:` prefix per line; a body of short lines grows more, and the Vec grows then.

@@ -20,7 +20,7 @@ async fn server() -> R<Server> {
     Server::start_with(
         Options::default(),
         ServerConfig {
-            sse_max_duration: Duration::from_secs(120),
+            sse_max_duration: Duration::from_mins(2),
             ..config()
         },
     )
@@ -78,7 +78,7 @@ impl Sub {
 
     /// Reads once more from the socket (bounded by 10 s).
     async fn fill(&mut self) -> R {
-        let mut buf = [0u8; 16 << 10];
+        let mut buf = vec![0u8; 16 << 10];
         let n = tokio::time::timeout(Duration::from_secs(10), self.io.read(&mut buf))
             .await
             .map_err(|_| {
@@ -132,7 +132,7 @@ impl Sub {
 
     /// Reads until the server ends the event stream (its final control event, on a closed
     /// stream); the events.
-    async fn to_end(&mut self) -> R<Vec<Event>> {
+    async fn until_closed(&mut self) -> R<Vec<Event>> {
         self.dechunk()?;
         while !self.ended {
             self.fill().await?;
@@ -301,20 +301,20 @@ async fn subscribers_at_different_places_get_their_own_events() -> R {
     };
     let mut interval = None;
     for sub in &mut tail_subs {
-        let cursors = check_text(sub.to_end().await?, from_middle, None)?;
+        let cursors = check_text(sub.until_closed().await?, from_middle, None)?;
         assert!(!cursors.is_empty());
         interval.get_or_insert(cursors[0]);
         assert!(cursors.iter().all(|c| *c < ahead_cursor), "{cursors:?}");
     }
-    check_text(start.to_end().await?, 0, None)?;
-    check_text(small.to_end().await?, 0, Some(4))?;
-    let cursors = check_text(ahead.to_end().await?, from_middle, None)?;
+    check_text(start.until_closed().await?, 0, None)?;
+    check_text(small.until_closed().await?, 0, Some(4))?;
+    let cursors = check_text(ahead.until_closed().await?, from_middle, None)?;
     assert!(
         !cursors.is_empty() && cursors.iter().all(|c| *c > ahead_cursor),
         "a connection's cursor stays its own: {cursors:?}"
     );
     for sub in &mut bin_subs {
-        let (data, _, last) = payloads(&sub.to_end().await?, true)?;
+        let (data, _, last) = payloads(&sub.until_closed().await?, true)?;
         assert_eq!(data.concat(), bin_expected, "the binary stream's bytes");
         assert_eq!(last["streamClosed"], true);
     }
@@ -364,9 +364,13 @@ async fn a_subscriber_that_falls_behind_gets_every_event_in_order() -> R {
         Ok(out)
     };
     let all: Vec<u64> = (0..n).collect();
-    assert_eq!(numbers(slow.to_end().await?)?, all, "the slow subscriber");
+    assert_eq!(
+        numbers(slow.until_closed().await?)?,
+        all,
+        "the slow subscriber"
+    );
     for q in &mut quick {
-        assert_eq!(numbers(q.to_end().await?)?, all, "a quick subscriber");
+        assert_eq!(numbers(q.until_closed().await?)?, all, "a quick subscriber");
     }
     Ok(())
 }
