@@ -167,11 +167,12 @@ fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding, next: Offse
         Encoding::Base64 => {
             out.extend_from_slice(b"data:");
             let at = out.len();
-            out.resize(at + base64::encoded_len(joined.len(), true).unwrap_or(0), 0);
-            let n = base64::engine::general_purpose::STANDARD
+            let len = base64::encoded_len(joined.len(), true)
+                .expect("an event's data (at most SSE_EVENT_BYTES) has a base64 length");
+            out.resize(at + len, 0);
+            base64::engine::general_purpose::STANDARD
                 .encode_slice(&joined, &mut out[at..])
-                .unwrap_or(0);
-            out.truncate(at + n);
+                .expect("the buffer was sized for the encoding");
             out.push(b'\n');
         }
         Encoding::Text => {
