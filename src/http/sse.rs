@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::SystemTime;
 
 use axum::body::Body;
@@ -263,7 +264,7 @@ fn incomplete_utf8_tail(b: &[u8]) -> usize {
 /// The state of one SSE connection.
 #[expect(
     clippy::struct_excessive_bools,
-    reason = "four independent facts about one connection (JSON content, told up to date, ended, just woken), each read on its own"
+    reason = "independent facts about one connection (JSON content, told up to date, ended, just woken, shutdown armed), each read on its own"
 )]
 struct Sse {
     /// The server's shared state.
@@ -304,6 +305,8 @@ struct Sse {
     last_sent: Instant,
     /// Resolves when the server shuts down; created once per connection.
     shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// `shutdown` was polled once: it holds the task's waker until the server shuts down.
+    shutdown_armed: bool,
     /// The stream's end was sent: the connection ends.
     done: bool,
     /// `Store::wait` just woke the connection: the next read is of fresh, loaded data.
@@ -443,17 +446,41 @@ impl Sse {
     /// Waits at the tail until the stream changes (`Ok`), or answers what ends the wait
     /// instead: the keep-alive comment, or `None` to end the connection.
     async fn sleep(&mut self) -> Result<(), Option<Bytes>> {
+        /// What ended a wait.
+        enum Woke {
+            Stream,
+            Timer,
+            Shutdown,
+        }
         let wait = self.watch.wait(self.next);
         tokio::pin!(wait);
         loop {
-            tokio::select! {
-                // The wake-up first: polled alone when it is what woke the connection.
-                biased;
-                () = &mut wait => {
+            // The stream first: polled alone when it is what woke the connection.
+            let woke = std::future::poll_fn(|cx| {
+                if wait.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Stream);
+                }
+                if self.timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Timer);
+                }
+                // The shutdown signal keeps the waker of the first poll until it fires (the
+                // connection's task, the same for every poll), so after that it is only looked
+                // at: polled again once it is set.
+                if !self.shutdown_armed || *self.app.shutdown.borrow() {
+                    self.shutdown_armed = true;
+                    if self.shutdown.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Shutdown);
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            match woke {
+                Woke::Stream => {
                     self.woken = true;
                     return Ok(());
                 }
-                () = &mut self.timer => {
+                Woke::Timer => {
                     let now = Instant::now();
                     if now >= self.deadline {
                         return Err(None);
@@ -465,7 +492,7 @@ impl Sse {
                     }
                     self.timer.as_mut().reset(due.min(self.deadline));
                 }
-                () = &mut self.shutdown => return Err(None),
+                Woke::Shutdown => return Err(None),
             }
         }
     }
@@ -573,6 +600,7 @@ pub(super) async fn respond(
         )),
         last_sent: start,
         shutdown: Box::pin(async move { down.shutting_down().await }),
+        shutdown_armed: false,
         done: false,
         woken: false,
         _reader: app.metrics.sse_reader(),

@@ -374,3 +374,36 @@ async fn a_subscriber_that_falls_behind_gets_every_event_in_order() -> R {
     }
     Ok(())
 }
+
+/// The server's shutdown ends its subscribers at once, also ones that went back to waiting at
+/// the tail many times since they connected (well within the keep-alive, 15 s, that would
+/// otherwise be the next thing to wake them).
+#[tokio::test]
+async fn shutdown_ends_subscribers_that_waited_many_times() -> R {
+    let s = server().await?;
+    let p = "/fan/down";
+    s.create(p, "text/plain").await?;
+    let mut subs = Vec::new();
+    for _ in 0..3 {
+        subs.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    for i in 0..5 {
+        s.post(p, &[("content-type", "text/plain")], &format!("m{i};"))
+            .await?;
+        for sub in &mut subs {
+            sub.until(&format!("m{i};")).await?;
+        }
+    }
+    // Dropping the server shuts it down.
+    drop(s);
+    for sub in &mut subs {
+        let events = tokio::time::timeout(Duration::from_secs(5), sub.until_closed()).await??;
+        let (data, _, last) = payloads(&events, false)?;
+        assert_eq!(data.concat(), b"m0;m1;m2;m3;m4;");
+        assert_ne!(
+            last["streamClosed"], true,
+            "ended by the shutdown, not a closure"
+        );
+    }
+    Ok(())
+}
