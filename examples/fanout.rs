@@ -8,6 +8,9 @@
 //! fanout   --stream S --subscribers 1000 --rate 100 --secs 8
 //!          one text/plain stream, N SSE subscribers (`live=sse`), one writer appending a
 //!          timestamp at a fixed rate; end-to-end delivery latency (append sent -> event read)
+//! fanout-steps --stream S --subscribers 200 --appends 200 --warmup 20 [--sync-dir D]
+//!          the same in lock step (each append only after every subscriber read the one
+//!          before), for scripts/bench-instructions: a fixed count of events
 //! longpoll --stream S --clients 10 --rounds 50
 //!          clients park a `live=long-poll` read at the tail, then one append; wake latency
 //!          (append sent -> long-poll answer read)
@@ -315,6 +318,101 @@ fn markers(buf: &[u8], out: &mut Vec<u64>) -> usize {
 // ---------------------------------------------------------------------------------------------
 // Modes
 
+/// One SSE subscriber of the fan-out modes.
+struct Subscriber {
+    addr: String,
+    path: String,
+    /// Delivery latencies (ms) of every marker read.
+    lat: Arc<std::sync::Mutex<Vec<f64>>>,
+    /// Counts subscribers whose response head arrived (200).
+    connected: Arc<AtomicUsize>,
+    /// Counts markers read by every subscriber.
+    received: Arc<AtomicU64>,
+    /// Bounds how many subscribers connect at once.
+    gate: Arc<tokio::sync::Semaphore>,
+    /// No read waits past this.
+    deadline: Instant,
+    base: Instant,
+}
+
+/// Opens `live=sse` from the start of the stream and counts the markers of every event it
+/// reads, until the connection ends, the deadline passes or the task is aborted.
+fn spawn_subscriber(sub: Subscriber) -> tokio::task::JoinHandle<Res<()>> {
+    let Subscriber {
+        addr,
+        path,
+        lat,
+        connected,
+        received,
+        gate,
+        deadline,
+        base,
+    } = sub;
+    tokio::spawn(async move {
+        let permit = gate.acquire_owned().await;
+        let mut c = Conn::open(&addr).await?;
+        c.send(
+            "GET",
+            &format!("{path}?offset=-1&live=sse"),
+            &[("Accept", "text/event-stream")],
+            b"",
+        )
+        .await?;
+        let r = c.head().await?;
+        drop(permit);
+        if r.status != 200 {
+            return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+                format!("SSE status {}", r.status).into(),
+            );
+        }
+        connected.fetch_add(1, Ordering::AcqRel);
+        let chunked = r
+            .header("transfer-encoding")
+            .is_some_and(|t| t.contains("chunked"));
+        let mut carry: Vec<u8> = Vec::new();
+        let mut ts = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let read = async {
+                if chunked {
+                    match c.chunk_len().await? {
+                        None => Ok::<usize, Box<dyn std::error::Error + Send + Sync>>(0),
+                        Some(n) => {
+                            if buf.len() < n {
+                                buf.resize(n, 0);
+                            }
+                            c.io.read_exact(&mut buf[..n]).await?;
+                            c.crlf().await?;
+                            Ok(n)
+                        }
+                    }
+                } else {
+                    Ok(c.io.read(&mut buf).await?)
+                }
+            };
+            let Ok(Ok(n)) = tokio::time::timeout_at(deadline.into(), read).await else {
+                break;
+            };
+            if n == 0 {
+                break;
+            }
+            let now = base.elapsed().as_nanos() as u64;
+            carry.extend_from_slice(&buf[..n]);
+            ts.clear();
+            let used = markers(&carry, &mut ts);
+            carry.drain(..used);
+            if !ts.is_empty() {
+                let mut l = lat
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                l.extend(ts.iter().map(|t| now.saturating_sub(*t) as f64 / 1e6));
+            }
+            received.fetch_add(ts.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    })
+}
+
 async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
     let stream = a.s("stream", "bench/fanout");
     let path = path_of(&stream);
@@ -331,76 +429,15 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
     let mut tasks = Vec::new();
     let gate = Arc::new(tokio::sync::Semaphore::new(64));
     for _ in 0..subs {
-        let (addr, path, lat, connected, received, gate) = (
-            addr.to_owned(),
-            path.clone(),
-            lat.clone(),
-            connected.clone(),
-            received.clone(),
-            gate.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let permit = gate.acquire_owned().await;
-            let mut c = Conn::open(&addr).await?;
-            c.send(
-                "GET",
-                &format!("{path}?offset=-1&live=sse"),
-                &[("Accept", "text/event-stream")],
-                b"",
-            )
-            .await?;
-            let r = c.head().await?;
-            drop(permit);
-            if r.status != 200 {
-                return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
-                    format!("SSE status {}", r.status).into(),
-                );
-            }
-            connected.fetch_add(1, Ordering::AcqRel);
-            let chunked = r
-                .header("transfer-encoding")
-                .is_some_and(|t| t.contains("chunked"));
-            let mut carry: Vec<u8> = Vec::new();
-            let mut ts = Vec::new();
-            let mut buf = vec![0u8; 64 << 10];
-            loop {
-                let read = async {
-                    if chunked {
-                        match c.chunk_len().await? {
-                            None => Ok::<usize, Box<dyn std::error::Error + Send + Sync>>(0),
-                            Some(n) => {
-                                if buf.len() < n {
-                                    buf.resize(n, 0);
-                                }
-                                c.io.read_exact(&mut buf[..n]).await?;
-                                c.crlf().await?;
-                                Ok(n)
-                            }
-                        }
-                    } else {
-                        Ok(c.io.read(&mut buf).await?)
-                    }
-                };
-                let Ok(Ok(n)) = tokio::time::timeout_at(deadline.into(), read).await else {
-                    break;
-                };
-                if n == 0 {
-                    break;
-                }
-                let now = base.elapsed().as_nanos() as u64;
-                carry.extend_from_slice(&buf[..n]);
-                ts.clear();
-                let used = markers(&carry, &mut ts);
-                carry.drain(..used);
-                if !ts.is_empty() {
-                    let mut l = lat
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    l.extend(ts.iter().map(|t| now.saturating_sub(*t) as f64 / 1e6));
-                }
-                received.fetch_add(ts.len() as u64, Ordering::Relaxed);
-            }
-            Ok(())
+        tasks.push(spawn_subscriber(Subscriber {
+            addr: addr.to_owned(),
+            path: path.clone(),
+            lat: lat.clone(),
+            connected: connected.clone(),
+            received: received.clone(),
+            gate: gate.clone(),
+            deadline,
+            base,
         }));
     }
     // Wait (bounded) until every subscriber is connected.
@@ -448,6 +485,104 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
             ",\"subscribers\":{ok_subs},\"appends\":{sent},\"expected\":{expected},\"received\":{got},\"append_p50_ms\":{:.3}",
             pct(&ack, 0.5)
         ),
+    ))
+}
+
+/// Waits (bounded by `limit`) until `path` exists.
+async fn wait_for_file(path: &std::path::Path, limit: Duration) -> Res<()> {
+    let until = Instant::now() + limit;
+    while !path.exists() {
+        if Instant::now() >= until {
+            return Err(format!("{} did not appear within {limit:?}", path.display()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// `fanout-steps`: the fan-out in lock step, for counting instructions
+/// (`scripts/bench-instructions`): N subscribers, then appends one at a time, each sent only
+/// after every subscriber read the one before, so every append is one wake of every subscriber
+/// and the server's work is the same from run to run. With `--sync-dir D` it hands off to the
+/// script around the measured appends: after the warm-up ones it creates `D/ready` and waits for
+/// `D/go`; after the measured ones it creates `D/done` and waits for `D/exit` before closing the
+/// connections (so their teardown is not measured).
+async fn fanout_steps(a: &Args, addr: &str, base: Instant) -> Res<String> {
+    let path = path_of(&a.s("stream", "bench/fanout"));
+    let subs = a.n("subscribers", 200)? as usize;
+    let appends = a.n("appends", 200)?;
+    let warmup = a.n("warmup", 20)?;
+    let sync = a.kv.get("sync-dir").map(std::path::PathBuf::from);
+    let limit = Duration::from_secs(a.n("timeout-secs", 600)?);
+    let mut w = Conn::open(addr).await?;
+    create(&mut w, &path, "text/plain").await?;
+    let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let connected = Arc::new(AtomicUsize::new(0));
+    let received = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + limit;
+    let gate = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut tasks = Vec::new();
+    for _ in 0..subs {
+        tasks.push(spawn_subscriber(Subscriber {
+            addr: addr.to_owned(),
+            path: path.clone(),
+            lat: lat.clone(),
+            connected: connected.clone(),
+            received: received.clone(),
+            gate: gate.clone(),
+            deadline,
+            base,
+        }));
+    }
+    while connected.load(Ordering::Acquire) < subs {
+        if Instant::now() >= deadline {
+            return Err("not every subscriber connected".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Every subscriber's first frames (retry, the up-to-date control) are out before the first
+    // append: give them a moment, as nothing counts them.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut measured_secs = 0.0;
+    for i in 0..warmup + appends {
+        if i == warmup
+            && let Some(d) = &sync
+        {
+            std::fs::write(d.join("ready"), b"")?;
+            wait_for_file(&d.join("go"), limit).await?;
+        }
+        let t0 = Instant::now();
+        let t = base.elapsed().as_nanos() as u64;
+        append(&mut w, &path, "text/plain", format!("T{t:020}").as_bytes()).await?;
+        let want = (i + 1) * subs as u64;
+        while received.load(Ordering::Acquire) < want {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "append {i}: {} of {want} events",
+                    received.load(Ordering::Acquire)
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        if i >= warmup {
+            measured_secs += t0.elapsed().as_secs_f64();
+        }
+    }
+    if let Some(d) = &sync {
+        std::fs::write(d.join("done"), b"")?;
+        wait_for_file(&d.join("exit"), limit).await?;
+    }
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let got = received.load(Ordering::Acquire);
+    Ok(format!(
+        "{{\"subscribers\":{subs},\"warmup\":{warmup},\"appends\":{appends},\"events\":{},\"received\":{got},\"measured_secs\":{measured_secs:.3}}}",
+        appends * subs as u64
     ))
 }
 
@@ -666,6 +801,7 @@ async fn main() {
         let addr = loopback_addr(&a.s("url", "http://127.0.0.1:4437"))?;
         match a.mode.as_str() {
             "fanout" => fanout(&a, &addr, base).await,
+            "fanout-steps" => fanout_steps(&a, &addr, base).await,
             "longpoll" => longpoll(&a, &addr).await,
             "catchup" => catchup(&a, &addr).await,
             "fill" => fill(&a, &addr).await,

@@ -102,6 +102,8 @@ use crate::stats::{Counters, Stats};
 pub(crate) use append::Attempt;
 use expiry::reaper;
 use names::Names;
+#[cfg(feature = "http")]
+pub(crate) use read::Watch;
 use recovery::{Replayed, replay_shard, restore_trash, store_manifest};
 use shard::{Shard, new_journal_file};
 use stream::Stream;

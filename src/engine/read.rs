@@ -262,16 +262,17 @@ impl Engine {
     }
 
     /// Waits (without blocking a thread) until [`Engine::wait_ready`] holds for a live stream.
-    /// The listener is registered before each look, so no notification is missed.
     pub(crate) async fn wait(&self, name: &StreamName, after: Offset) -> Result<()> {
         let s = self.live(name)?;
-        loop {
-            let l = s.event.listen();
-            if Self::wait_ready(&s, after) {
-                return Ok(());
-            }
-            l.await;
-        }
+        wait_on(&s, after).await;
+        Ok(())
+    }
+
+    #[cfg(feature = "http")]
+    /// A live stream held for waiting on it again and again (an SSE connection's): see
+    /// [`Watch`].
+    pub(crate) fn watch(&self, name: &StreamName) -> Result<Watch> {
+        Ok(Watch(self.live(name)?))
     }
 
     /// [`Engine::wait`] on this thread, for at most `timeout`: false if it timed out.
@@ -294,6 +295,54 @@ impl Engine {
         }
     }
 }
+/// Waits until [`Engine::wait_ready`] holds for `s`. A look that finds it ready costs no
+/// listener (a waiter just woken returns at once); otherwise the listener is registered before
+/// the next look, so no notification is missed.
+async fn wait_on(s: &Stream, after: Offset) {
+    loop {
+        if Engine::wait_ready(s, after) {
+            return;
+        }
+        let l = s.event.listen();
+        if Engine::wait_ready(s, after) {
+            return;
+        }
+        l.await;
+    }
+}
+
+#[cfg(feature = "http")]
+/// One incarnation of a live stream, held by a reader that waits on it over and over (an SSE
+/// connection): [`Engine::wait`] without the registry lookup, and the durable tail at a glance.
+///
+/// Holding it keeps the stream open (eviction passes over a stream anyone holds). It never
+/// follows a recreated stream: a delete wakes its waiters, and their next read by name (which
+/// checks the incarnation) ends them.
+pub(crate) struct Watch(Arc<Stream>);
+
+#[cfg(feature = "http")]
+impl Watch {
+    /// Resolves once the durable tail is past `after`, or the stream is closed, deleted,
+    /// soft-deleted or expired (as [`Engine::wait`]).
+    pub(crate) async fn wait(&self, after: Offset) {
+        wait_on(&self.0, after).await;
+    }
+
+    /// The durable tail and whether the stream is closed there, as a read at the tail would
+    /// report them now; `None` once the stream is deleted, soft-deleted or expired (a read by
+    /// name then answers the error).
+    pub(crate) fn tail(&self) -> Option<(Offset, bool)> {
+        let (tail, closed, dead) = {
+            let v = self.0.visible.lock();
+            (v.tail, v.closed, v.deleted || v.soft_deleted)
+        };
+        if dead || self.0.core.lock().gone || self.0.expired() {
+            return None;
+        }
+        Some((tail, closed))
+    }
+}
+
 /// Wraps a JSON stream's stored messages (`m1,m2,`) as an array (`[m1,m2]`) without copying them.
 fn json_array(mut pieces: Vec<Bytes>) -> Vec<Bytes> {
     // Drop the separator after the last message.

@@ -207,9 +207,9 @@ impl Stream {
         self.visible.lock().clone()
     }
 
-    /// Whether the stream has expired as of now.
+    /// Whether the stream has expired as of now (a stream that never expires reads no clock).
     pub(super) fn expired(&self) -> bool {
-        self.expired_at(now_ms())
+        !matches!(self.config.expiry, Expiry::Never) && self.expired_at(now_ms())
     }
 
     /// Whether the stream has expired at `now` (ms since the epoch): its sliding TTL ran out

@@ -55,8 +55,6 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use bytes::{Buf, Bytes, BytesMut};
-use futures_util::FutureExt;
-use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -690,13 +688,25 @@ async fn send_body<S: Io>(
     pieces.push(Piece::Out(0, out.len()));
     let mut ended = false;
     while !ended {
-        let next = if let Some(next) = body.frame().now_or_never() {
-            next
-        } else {
-            write_pieces(socket, out, &pieces).await?;
-            pieces.clear();
-            out.clear();
-            body.frame().await
+        let next = match std::future::poll_fn(|cx| {
+            Poll::Ready(http_body::Body::poll_frame(Pin::new(&mut *body), cx))
+        })
+        .await
+        {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
+                let (wrote, yielded) = unyielding(write_pieces(socket, out, &pieces)).await;
+                wrote?;
+                pieces.clear();
+                out.clear();
+                if yielded {
+                    // The task was polled meanwhile: a wake-up the body sent may be spent.
+                    std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut *body), cx))
+                        .await
+                } else {
+                    after_wake(body).await
+                }
+            }
         };
         match next {
             Some(Ok(frame)) => {
@@ -734,6 +744,36 @@ async fn send_body<S: Io>(
         pieces.push(Piece::Out(from, out.len()));
     }
     write_pieces(socket, out, &pieces).await
+}
+
+/// Runs `f` to its end; with its output, whether it ever returned `Pending` (the task was then
+/// polled again before it ended).
+async fn unyielding<F: Future>(f: F) -> (F::Output, bool) {
+    let mut f = std::pin::pin!(f);
+    let mut yielded = false;
+    let out = std::future::poll_fn(|cx| {
+        let r = f.as_mut().poll(cx);
+        yielded |= r.is_pending();
+        r
+    })
+    .await;
+    (out, yielded)
+}
+
+/// The body's next frame, polled only once the task is woken. Right after a poll that found
+/// the body pending, made with this task's waker, and no other poll of the task since: the body
+/// wakes the task when it has a frame (a wake-up during the current poll makes the task run
+/// again), and polling again at once would only register every wait of the body anew (for an
+/// SSE connection: its stream, its timer, the server's shutdown).
+async fn after_wake(body: &mut Body) -> Option<Result<http_body::Frame<Bytes>, axum::Error>> {
+    let mut first = true;
+    std::future::poll_fn(|cx| {
+        if std::mem::take(&mut first) {
+            return Poll::Pending;
+        }
+        http_body::Body::poll_frame(Pin::new(&mut *body), cx)
+    })
+    .await
 }
 
 /// Appends `n` in lowercase hexadecimal (a chunk's size line).

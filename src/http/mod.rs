@@ -52,6 +52,7 @@ mod body;
 mod bootstrap;
 mod cursor;
 mod error;
+mod fanout;
 mod h1;
 mod keys;
 mod limits;
@@ -206,6 +207,8 @@ pub(crate) struct AppState {
     pub(crate) edge: Arc<limits::EdgeCounters>,
     /// The live readers per stream, for `max_live_readers_per_stream`.
     pub(crate) live: Arc<limits::LiveReaders>,
+    /// The frames last rendered for each stream with SSE subscribers, shared among them.
+    pub(crate) tails: Arc<fanout::Tails>,
     /// Whether a `debug` line is logged per request: the level is checked once, when the state
     /// is made, so a server without debug logging formats nothing per request.
     log_requests: bool,
@@ -284,6 +287,7 @@ fn app_state(
         keys: Arc::new(keys::Keys::load_or_create(store_root).map_err(|e| e.to_string())),
         edge: Arc::default(),
         live: Arc::default(),
+        tails: Arc::default(),
         log_requests: tracing::enabled!(tracing::Level::DEBUG),
         immutable_cache,
         metrics: Arc::default(),

@@ -9,9 +9,11 @@
 //! (which the browser sends when it reconnects to the same URL) reads from that offset instead
 //! of the URL's.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::SystemTime;
 
 use axum::body::Body;
@@ -22,13 +24,16 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 use tokio::time::{Instant, Sleep};
 
+use crate::engine::Watch;
 use crate::headers::{InvalidHeader, parse_read_from};
+use crate::name::Digits;
 use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
 
 use super::AppState;
 use super::auth::CREDENTIAL_EXPIRED_EVENT;
 use super::cursor::{interval_at, response_cursor};
-use super::error::ApiError;
+use super::error::{ApiError, Op};
+use super::fanout::{Frame, FrameKey, TailRef};
 use super::limits::LiveSlot;
 use super::names::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, X_ACCEL_BUFFERING};
 use super::read::{ReadParams, has_data, read_chunk, read_woken};
@@ -92,13 +97,19 @@ fn encoding_for(content_type: &str) -> Encoding {
     }
 }
 
-/// The pieces of a body in one buffer.
-fn joined(body: &[Bytes]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(body.iter().map(Bytes::len).sum());
-    for b in body {
-        v.extend_from_slice(b);
+/// The body as one slice: the piece itself when there is one, else the pieces joined.
+fn joined(body: &[Bytes]) -> Cow<'_, [u8]> {
+    match body {
+        [] => Cow::Borrowed(&[]),
+        [one] => Cow::Borrowed(one),
+        _ => {
+            let mut v = Vec::with_capacity(body.iter().map(Bytes::len).sum());
+            for b in body {
+                v.extend_from_slice(b);
+            }
+            Cow::Owned(v)
+        }
     }
-    v
 }
 
 /// The last (up to) four bytes of a body made of pieces.
@@ -117,9 +128,34 @@ fn last_bytes(body: &[Bytes]) -> Vec<u8> {
 /// Appends `id: {next}`, the event's resume position. Offsets are digits and `_`: never a line
 /// break or the NUL that would make a browser ignore the id.
 fn id_line(out: &mut Vec<u8>, next: Offset) {
-    use std::io::Write as _;
-    // Writing into a Vec cannot fail.
-    let _ = writeln!(out, "id: {next}");
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(Digits::offset(next).as_str().as_bytes());
+    out.push(b'\n');
+}
+
+/// The bytes of a `data` event and its `control` event beyond the payload's own (field names,
+/// `id:` lines, the control JSON), with room to spare: what a frame's buffer starts with.
+const FRAME_OVERHEAD: usize = 256;
+
+/// A chunk with data as it goes out: its `data` event, then its `control` event with `cursor`,
+/// in one buffer sized for both.
+fn data_frame(chunk: &ReadChunk, encoding: Encoding, cursor: u64) -> Bytes {
+    let len = chunk.body_len();
+    let payload = match encoding {
+        Encoding::Base64 => len.div_ceil(3).saturating_mul(4),
+        // A `data:` prefix per line; a body of short lines grows more, and the Vec grows then.
+        Encoding::Text => len.saturating_add(len / 8),
+    };
+    let mut out = Vec::with_capacity(payload.saturating_add(FRAME_OVERHEAD));
+    data_event(&mut out, &chunk.body, encoding, chunk.next);
+    control_event(
+        &mut out,
+        chunk.next,
+        Some(cursor),
+        chunk.up_to_date,
+        chunk.closed,
+    );
+    Bytes::from(out)
 }
 
 /// Appends an `event: data` whose payload is `body`, with `id: {next}`, the offset after it: a
@@ -127,19 +163,20 @@ fn id_line(out: &mut Vec<u8>, next: Offset) {
 /// before it.
 fn data_event(out: &mut Vec<u8>, body: &[Bytes], encoding: Encoding, next: Offset) {
     out.extend_from_slice(b"event: data\n");
+    let joined = joined(body);
     match encoding {
         Encoding::Base64 => {
-            let joined = joined(body);
             out.extend_from_slice(b"data:");
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(joined)
-                    .as_bytes(),
-            );
+            let at = out.len();
+            let len = base64::encoded_len(joined.len(), true)
+                .expect("an event's data (at most SSE_EVENT_BYTES) has a base64 length");
+            out.resize(at + len, 0);
+            base64::engine::general_purpose::STANDARD
+                .encode_slice(&joined, &mut out[at..])
+                .expect("the buffer was sized for the encoding");
             out.push(b'\n');
         }
         Encoding::Text => {
-            let joined = joined(body);
             // Every line break (CRLF, CR or LF) ends a `data:` line, so a payload can never end
             // the event or inject another one; the client joins the lines with LF.
             let mut rest: &[u8] = &joined;
@@ -186,15 +223,14 @@ fn control_event(
     up_to_date: bool,
     closed: bool,
 ) {
-    use std::io::Write as _;
-    // Writing into a Vec cannot fail.
-    let _ = write!(
-        out,
-        "event: control\ndata:{{\"streamNextOffset\":\"{next}\""
-    );
+    out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
+    out.extend_from_slice(Digits::offset(next).as_str().as_bytes());
+    out.push(b'"');
     // The cursor is omitted once the stream is closed: the client must not reconnect.
     if let (Some(cursor), false) = (cursor, closed) {
-        let _ = write!(out, ",\"streamCursor\":\"{cursor}\"");
+        out.extend_from_slice(b",\"streamCursor\":\"");
+        out.extend_from_slice(Digits::u64(cursor).as_str().as_bytes());
+        out.push(b'"');
     }
     if up_to_date || closed {
         out.extend_from_slice(b",\"upToDate\":true");
@@ -228,13 +264,17 @@ fn incomplete_utf8_tail(b: &[u8]) -> usize {
 /// The state of one SSE connection.
 #[expect(
     clippy::struct_excessive_bools,
-    reason = "four independent facts about one connection (JSON content, told up to date, ended, just woken), each read on its own"
+    reason = "independent facts about one connection (JSON content, told up to date, ended, just woken, shutdown armed), each read on its own"
 )]
 struct Sse {
     /// The server's shared state.
     app: AppState,
     /// The stream read.
     name: StreamName,
+    /// The stream held for waiting on it (no lookup per wait).
+    watch: Watch,
+    /// The frames last rendered for the stream, shared with its other subscribers.
+    tail: TailRef,
     /// The incarnation the connection started on; a recreated stream ends the connection.
     incarnation: Incarnation,
     /// How data events carry the bytes.
@@ -265,6 +305,8 @@ struct Sse {
     last_sent: Instant,
     /// Resolves when the server shuts down; created once per connection.
     shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// `shutdown` was polled once: it holds the task's waker until the server shuts down.
+    shutdown_armed: bool,
     /// The stream's end was sent: the connection ends.
     done: bool,
     /// `Store::wait` just woke the connection: the next read is of fresh, loaded data.
@@ -317,6 +359,22 @@ impl Sse {
         read_chunk(&self.app, &self.name, req).await.ok()
     }
 
+    /// The frame this connection's read at `next` would render now, if its stream's tail
+    /// keeps it (`fanout.rs`); the connection then stands where the frame leaves it.
+    fn shared(&mut self, cursor: u64) -> Option<Bytes> {
+        let key = FrameKey {
+            start: self.next,
+            max_bytes: self.max_bytes,
+            cursor,
+        };
+        let frame = self.tail.get(&key, self.watch.tail())?;
+        self.woken = false;
+        self.next = frame.next;
+        self.announced = frame.up_to_date;
+        self.done = frame.closed;
+        Some(frame.bytes)
+    }
+
     /// The next frame of the event stream, `None` when the connection should end.
     async fn step(&mut self) -> Option<Bytes> {
         loop {
@@ -337,25 +395,37 @@ impl Sse {
                     }
                     continue;
                 }
-                None => self.read().await?,
+                None => {
+                    // Another subscriber at the same place may have rendered it already.
+                    if let Some(frame) = self.shared(self.cursor()) {
+                        return Some(frame);
+                    }
+                    self.read().await?
+                }
             };
             let chunk = self.whole_characters(chunk).await?;
-            let mut out = Vec::new();
+            // Taken after the read (as a read's own cursor would be): a frame kept for this
+            // key is what this connection would render.
+            let cursor = self.cursor();
             if has_data(&chunk) {
                 self.next = chunk.next;
                 self.announced = chunk.up_to_date;
                 self.done = chunk.closed;
-                let cursor = self.cursor();
-                data_event(&mut out, &chunk.body, self.encoding, chunk.next);
-                control_event(
-                    &mut out,
-                    chunk.next,
-                    Some(cursor),
-                    chunk.up_to_date,
-                    chunk.closed,
-                );
-                return Some(Bytes::from(out));
+                let bytes = data_frame(&chunk, self.encoding, cursor);
+                self.tail.put(Frame {
+                    key: FrameKey {
+                        start: chunk.start,
+                        max_bytes: self.max_bytes,
+                        cursor,
+                    },
+                    next: chunk.next,
+                    up_to_date: chunk.up_to_date,
+                    closed: chunk.closed,
+                    bytes: bytes.clone(),
+                });
+                return Some(bytes);
             }
+            let mut out = Vec::new();
             self.next = chunk.next;
             if chunk.closed {
                 self.done = true;
@@ -364,7 +434,7 @@ impl Sse {
             }
             if !self.announced {
                 self.announced = true;
-                control_event(&mut out, chunk.next, Some(self.cursor()), true, false);
+                control_event(&mut out, chunk.next, Some(cursor), true, false);
                 return Some(Bytes::from(out));
             }
             if let Err(frame) = self.sleep().await {
@@ -376,16 +446,41 @@ impl Sse {
     /// Waits at the tail until the stream changes (`Ok`), or answers what ends the wait
     /// instead: the keep-alive comment, or `None` to end the connection.
     async fn sleep(&mut self) -> Result<(), Option<Bytes>> {
-        let wait = self.app.store.wait(&self.name, self.next);
+        /// What ended a wait.
+        enum Woke {
+            Stream,
+            Timer,
+            Shutdown,
+        }
+        let wait = self.watch.wait(self.next);
         tokio::pin!(wait);
         loop {
-            tokio::select! {
-                woke = &mut wait => {
-                    woke.map_err(|_| None)?;
+            // The stream first: polled alone when it is what woke the connection.
+            let woke = std::future::poll_fn(|cx| {
+                if wait.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Stream);
+                }
+                if self.timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Timer);
+                }
+                // The shutdown signal keeps the waker of the first poll until it fires (the
+                // connection's task, the same for every poll), so after that it is only looked
+                // at: polled again once it is set.
+                if !self.shutdown_armed || *self.app.shutdown.borrow() {
+                    self.shutdown_armed = true;
+                    if self.shutdown.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Shutdown);
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            match woke {
+                Woke::Stream => {
                     self.woken = true;
                     return Ok(());
                 }
-                () = &mut self.timer => {
+                Woke::Timer => {
                     let now = Instant::now();
                     if now >= self.deadline {
                         return Err(None);
@@ -397,7 +492,7 @@ impl Sse {
                     }
                     self.timer.as_mut().reset(due.min(self.deadline));
                 }
-                () = &mut self.shutdown => return Err(None),
+                Woke::Shutdown => return Err(None),
             }
         }
     }
@@ -459,6 +554,12 @@ pub(super) async fn respond(
     )
     .await?;
     let encoding = encoding_for(&first.content_type);
+    let watch = app
+        .store
+        .engine()
+        .watch(&name)
+        .map_err(|e| ApiError::Store(e, Op::Read))?;
+    let tail = app.tails.join(&name, &first.incarnation);
     let mut r = Reply::new(StatusCode::OK)
         .fixed(
             header::CONTENT_TYPE,
@@ -483,6 +584,8 @@ pub(super) async fn respond(
     let state = Sse {
         app: app.clone(),
         name,
+        watch,
+        tail,
         incarnation: first.incarnation.clone(),
         encoding,
         json: is_json(&first.content_type),
@@ -497,13 +600,15 @@ pub(super) async fn respond(
         )),
         last_sent: start,
         shutdown: Box::pin(async move { down.shutting_down().await }),
+        shutdown_armed: false,
         done: false,
         woken: false,
         _reader: app.metrics.sse_reader(),
         pending: Some(first),
         _slot: slot,
     };
-    let events = futures_util::stream::unfold(state, |mut s| async move {
+    // Boxed: the state moves into and out of every step's future, as a pointer.
+    let events = futures_util::stream::unfold(Box::new(state), |mut s| async move {
         let frame = s.step().await?;
         s.sent(Instant::now());
         Some((Ok::<_, Infallible>(frame), s))

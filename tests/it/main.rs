@@ -39,6 +39,8 @@ mod http_sendfile;
 #[cfg(feature = "http")]
 mod http_slow;
 #[cfg(feature = "http")]
+mod http_sse_fanout;
+#[cfg(feature = "http")]
 mod http_sse_resume;
 #[cfg(feature = "http")]
 mod http_support;

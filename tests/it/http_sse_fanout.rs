@@ -1,0 +1,409 @@
+//! SSE fan-out over real sockets: subscribers of one stream share the frames rendered for the
+//! same place (`fanout.rs`), so these tests check that sharing never hands a subscriber anything
+//! but its own events: subscribers at different offsets, with different `max_bytes` or cursors,
+//! on text and base64 streams, and one that falls far behind, each get exactly the stream's
+//! bytes from where they started, in order, every data event followed by its control event.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use brook::Options;
+use brook::http::ServerConfig;
+
+use crate::http_support::{R, Server, config};
+
+/// A server whose SSE connections outlive every test here.
+async fn server() -> R<Server> {
+    Server::start_with(
+        Options::default(),
+        ServerConfig {
+            sse_max_duration: Duration::from_mins(2),
+            ..config()
+        },
+    )
+    .await
+}
+
+/// One SSE subscriber on a raw socket, so a test decides when it reads.
+struct Sub {
+    io: TcpStream,
+    /// Bytes read and not yet de-chunked.
+    raw: Vec<u8>,
+    /// The de-chunked body so far.
+    body: Vec<u8>,
+    /// The final chunk arrived: the server ended the event stream.
+    ended: bool,
+    /// How far [`Sub::until`] has looked in `body`.
+    seen: usize,
+}
+
+impl Sub {
+    /// Opens `GET {path_and_query}` with `live=sse` and reads the response head.
+    async fn open(s: &Server, path_and_query: &str) -> R<Sub> {
+        let addr = s.base.trim_start_matches("http://").to_owned();
+        let sock = tokio::net::TcpSocket::new_v4()?;
+        // A small receive window: a subscriber that stops reading is soon held back by the
+        // server rather than by the kernel's buffers.
+        sock.set_recv_buffer_size(16 << 10)?;
+        let mut io = sock.connect(addr.parse()?).await?;
+        io.write_all(
+            format!(
+                "GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await?;
+        let mut sub = Sub {
+            io,
+            raw: Vec::new(),
+            body: Vec::new(),
+            ended: false,
+            seen: 0,
+        };
+        let end = loop {
+            if let Some(i) = sub.raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            sub.fill().await?;
+        };
+        let head = String::from_utf8_lossy(&sub.raw[..end]).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("transfer-encoding: chunked"), "{head}");
+        sub.raw.drain(..end);
+        Ok(sub)
+    }
+
+    /// Reads once more from the socket (bounded by 10 s).
+    async fn fill(&mut self) -> R {
+        let mut buf = vec![0u8; 16 << 10];
+        let n = tokio::time::timeout(Duration::from_secs(10), self.io.read(&mut buf))
+            .await
+            .map_err(|_| {
+                format!(
+                    "nothing to read for 10 s; the body so far ends {:?}",
+                    String::from_utf8_lossy(&self.body[self.body.len().saturating_sub(300)..])
+                )
+            })??;
+        assert!(n > 0, "the connection closed before the event stream ended");
+        self.raw.extend_from_slice(&buf[..n]);
+        Ok(())
+    }
+
+    /// Moves every whole chunk from `raw` to `body`.
+    fn dechunk(&mut self) -> R {
+        loop {
+            let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
+                return Ok(());
+            };
+            let n = usize::from_str_radix(std::str::from_utf8(&self.raw[..eol])?, 16)?;
+            if n == 0 {
+                self.ended = true;
+                return Ok(());
+            }
+            if self.raw.len() < eol + 2 + n + 2 {
+                return Ok(());
+            }
+            self.body.extend_from_slice(&self.raw[eol + 2..eol + 2 + n]);
+            self.raw.drain(..eol + 2 + n + 2);
+        }
+    }
+
+    /// Reads until the body holds `needle` after what earlier calls found (bounded: 10 s per
+    /// read).
+    async fn until(&mut self, needle: &str) -> R {
+        let needle = needle.as_bytes();
+        self.dechunk()?;
+        loop {
+            if let Some(i) = self.body[self.seen..]
+                .windows(needle.len())
+                .position(|w| w == needle)
+            {
+                self.seen += i + needle.len();
+                return Ok(());
+            }
+            self.seen = self.body.len().saturating_sub(needle.len());
+            self.fill().await?;
+            self.dechunk()?;
+        }
+    }
+
+    /// Reads until the server ends the event stream (its final control event, on a closed
+    /// stream); the events.
+    async fn until_closed(&mut self) -> R<Vec<Event>> {
+        self.dechunk()?;
+        while !self.ended {
+            self.fill().await?;
+            self.dechunk()?;
+        }
+        Ok(parse(std::str::from_utf8(&self.body)?))
+    }
+}
+
+/// One SSE event as a client dispatches it.
+#[derive(Debug)]
+struct Event {
+    kind: String,
+    /// The `data:` lines joined with LF.
+    data: String,
+    id: Option<String>,
+}
+
+/// The events of an SSE body (blocks end at a blank line; one optional space after a colon).
+fn parse(body: &str) -> Vec<Event> {
+    let mut events = Vec::new();
+    for block in body.split("\n\n") {
+        let (mut kind, mut data, mut id) = (None, Vec::new(), None);
+        for line in block.lines() {
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "event" => kind = Some(value.to_owned()),
+                "data" => data.push(value),
+                "id" => id = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+        if let Some(kind) = kind {
+            events.push(Event {
+                kind,
+                data: data.join("\n"),
+                id,
+            });
+        }
+    }
+    events
+}
+
+/// What a subscriber was told: the payloads of its data events (decoded when `base64`), each
+/// checked to be followed by a control event whose `streamNextOffset` is both events' `id`; the
+/// cursors of its control events; and the last control event.
+fn payloads(events: &[Event], base64: bool) -> R<(Vec<Vec<u8>>, Vec<u64>, serde_json::Value)> {
+    let mut data = Vec::new();
+    let mut cursors = Vec::new();
+    let mut last = serde_json::Value::Null;
+    let mut i = 0;
+    while i < events.len() {
+        let e = &events[i];
+        if e.kind == "data" {
+            let control = events
+                .get(i + 1)
+                .ok_or("a data event without its control")?;
+            assert_eq!(control.kind, "control", "{events:?}");
+            assert_eq!(e.id, control.id, "data and control ids");
+            data.push(if base64 {
+                base64::engine::general_purpose::STANDARD.decode(&e.data)?
+            } else {
+                e.data.clone().into_bytes()
+            });
+            i += 1;
+            continue;
+        }
+        assert_eq!(e.kind, "control", "{events:?}");
+        let c: serde_json::Value = serde_json::from_str(&e.data)?;
+        assert_eq!(
+            c["streamNextOffset"].as_str(),
+            e.id.as_deref(),
+            "control id is its offset"
+        );
+        if let Some(cur) = c["streamCursor"].as_str() {
+            cursors.push(cur.parse()?);
+        }
+        last = c;
+        i += 1;
+    }
+    Ok((data, cursors, last))
+}
+
+/// Subscribers of one text stream at the tail, from the start, from the middle, with a small
+/// `max_bytes` and with a cursor ahead of the clock, and of one binary stream, all read while
+/// appends arrive: each gets the stream's bytes from its own start exactly, its own cursors, and
+/// the final `streamClosed`.
+#[tokio::test]
+async fn subscribers_at_different_places_get_their_own_events() -> R {
+    let s = server().await?;
+    let text = "/fan/text";
+    let bin = "/fan/bin";
+    s.create(text, "text/plain").await?;
+    s.create(bin, "application/octet-stream").await?;
+    let mut expected = String::new();
+    for i in 0..5 {
+        let m = format!("early {i}\n");
+        s.post(text, &[("content-type", "text/plain")], &m).await?;
+        expected.push_str(&m);
+    }
+    let middle = s.tail(text).await?;
+    let from_middle = expected.len();
+    let mut tail_subs = Vec::new();
+    for _ in 0..6 {
+        tail_subs.push(Sub::open(&s, &format!("{text}?offset={middle}&live=sse")).await?);
+    }
+    let mut start = Sub::open(&s, &format!("{text}?offset=-1&live=sse")).await?;
+    let mut small = Sub::open(&s, &format!("{text}?offset=-1&live=sse&max_bytes=4")).await?;
+    let ahead_cursor = u64::from(u32::MAX);
+    let mut ahead = Sub::open(
+        &s,
+        &format!("{text}?offset={middle}&live=sse&cursor={ahead_cursor}"),
+    )
+    .await?;
+    let mut bin_subs = Vec::new();
+    for _ in 0..3 {
+        bin_subs.push(Sub::open(&s, &format!("{bin}?offset=-1&live=sse")).await?);
+    }
+    let mut bin_expected = Vec::new();
+    for i in 0..40u32 {
+        let m = format!("late {i}\nwith a second line\n");
+        s.post(text, &[("content-type", "text/plain")], &m).await?;
+        expected.push_str(&m);
+        let b: Vec<u8> = (0..=(i % 7) as u8)
+            .map(|k| k.wrapping_mul(37) ^ 0xA5)
+            .collect();
+        let r = s
+            .client
+            .post(s.url(bin))
+            .header("content-type", "application/octet-stream")
+            .body(b.clone())
+            .send()
+            .await?;
+        assert_eq!(r.status(), 204);
+        bin_expected.extend_from_slice(&b);
+        if i % 10 == 0 {
+            // Some subscribers read as they go, some only at the end.
+            for sub in &mut tail_subs[..3] {
+                sub.until(&format!("late {i}")).await?;
+            }
+        }
+    }
+    for p in [text, bin] {
+        let r = s.post(p, &[("stream-closed", "true")], "").await?;
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    let final_offset = s.tail(text).await?;
+
+    let check_text = |events: Vec<Event>, from: usize, max: Option<usize>| -> R<Vec<u64>> {
+        let (data, cursors, last) = payloads(&events, false)?;
+        let got: String = data
+            .iter()
+            .map(|d| String::from_utf8(d.clone()))
+            .collect::<Result<_, _>>()?;
+        assert_eq!(got, expected[from..], "the stream's text from the start");
+        if let Some(max) = max {
+            assert!(data.iter().all(|d| d.len() <= max), "max_bytes respected");
+        }
+        assert_eq!(last["streamClosed"], true, "{last}");
+        assert_eq!(
+            last["streamNextOffset"].as_str(),
+            Some(final_offset.as_str())
+        );
+        Ok(cursors)
+    };
+    let mut interval = None;
+    for sub in &mut tail_subs {
+        let cursors = check_text(sub.until_closed().await?, from_middle, None)?;
+        assert!(!cursors.is_empty());
+        interval.get_or_insert(cursors[0]);
+        assert!(cursors.iter().all(|c| *c < ahead_cursor), "{cursors:?}");
+    }
+    check_text(start.until_closed().await?, 0, None)?;
+    check_text(small.until_closed().await?, 0, Some(4))?;
+    let cursors = check_text(ahead.until_closed().await?, from_middle, None)?;
+    assert!(
+        !cursors.is_empty() && cursors.iter().all(|c| *c > ahead_cursor),
+        "a connection's cursor stays its own: {cursors:?}"
+    );
+    for sub in &mut bin_subs {
+        let (data, _, last) = payloads(&sub.until_closed().await?, true)?;
+        assert_eq!(data.concat(), bin_expected, "the binary stream's bytes");
+        assert_eq!(last["streamClosed"], true);
+    }
+    Ok(())
+}
+
+/// A subscriber that reads nothing while hundreds of appends go by (its socket fills, the
+/// server holds its place) still gets every message, in order, once it reads; the subscribers
+/// that kept up got the same.
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_gets_every_event_in_order() -> R {
+    let s = server().await?;
+    let p = "/fan/behind";
+    s.create(p, "application/json").await?;
+    let mut slow = Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?;
+    let mut quick = Vec::new();
+    for _ in 0..3 {
+        quick.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    // About 5 MB in all: more than the kernel buffers between the server and a reader hold.
+    let pad = "x".repeat(16_000);
+    let n = 300u64;
+    for i in 0..n {
+        let r = s
+            .post(
+                p,
+                &[("content-type", "application/json")],
+                &format!(r#"{{"n":{i},"pad":"{pad}"}}"#),
+            )
+            .await?;
+        assert_eq!(r.status, 204, "{}", r.text());
+        for q in &mut quick {
+            q.until(&format!(r#""n":{i},"#)).await?;
+        }
+    }
+    s.post(p, &[("stream-closed", "true")], "").await?;
+    let numbers = |events: Vec<Event>| -> R<Vec<u64>> {
+        let (data, _, last) = payloads(&events, false)?;
+        assert_eq!(last["streamClosed"], true, "{last}");
+        let mut out = Vec::new();
+        for d in data {
+            let v: serde_json::Value = serde_json::from_slice(&d)?;
+            for m in v.as_array().ok_or("a JSON data event is an array")? {
+                out.push(m["n"].as_u64().ok_or("n")?);
+            }
+        }
+        Ok(out)
+    };
+    let all: Vec<u64> = (0..n).collect();
+    assert_eq!(
+        numbers(slow.until_closed().await?)?,
+        all,
+        "the slow subscriber"
+    );
+    for q in &mut quick {
+        assert_eq!(numbers(q.until_closed().await?)?, all, "a quick subscriber");
+    }
+    Ok(())
+}
+
+/// The server's shutdown ends its subscribers at once, also ones that went back to waiting at
+/// the tail many times since they connected (well within the keep-alive, 15 s, that would
+/// otherwise be the next thing to wake them).
+#[tokio::test]
+async fn shutdown_ends_subscribers_that_waited_many_times() -> R {
+    let s = server().await?;
+    let p = "/fan/down";
+    s.create(p, "text/plain").await?;
+    let mut subs = Vec::new();
+    for _ in 0..3 {
+        subs.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    for i in 0..5 {
+        s.post(p, &[("content-type", "text/plain")], &format!("m{i};"))
+            .await?;
+        for sub in &mut subs {
+            sub.until(&format!("m{i};")).await?;
+        }
+    }
+    // Dropping the server shuts it down.
+    drop(s);
+    for sub in &mut subs {
+        let events = tokio::time::timeout(Duration::from_secs(5), sub.until_closed()).await??;
+        let (data, _, last) = payloads(&events, false)?;
+        assert_eq!(data.concat(), b"m0;m1;m2;m3;m4;");
+        assert_ne!(
+            last["streamClosed"], true,
+            "ended by the shutdown, not a closure"
+        );
+    }
+    Ok(())
+}
