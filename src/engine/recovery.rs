@@ -151,13 +151,17 @@ pub(super) fn replay_shard(
     for (_, path) in &files {
         scans.push(journal::scan(path, id as u32)?);
     }
-    // A torn end in a file that is not the newest: an unsynced Buffered rotation when the file
-    // after it says so (then it and every later file were never synced, and the journal ends
-    // at the tear), else a synced record was damaged.
-    if let Some(t) = scans.iter().position(|s| s.torn)
-        && t + 1 < scans.len()
+    // A file that is not the newest but ends torn, or short of where the next file starts:
+    // an unsynced Buffered rotation when the next file says so (then this file's tail and
+    // every later file were never synced, and the journal ends here), else a torn end is a
+    // damaged synced record.
+    let unsynced_end = |t: usize| {
+        let (this, next) = (&scans[t], &scans[t + 1]);
+        (this.torn || this.end_lsn < next.base_lsn) && next.flags & journal::FLAG_PREV_UNSYNCED != 0
+    };
+    if let Some(t) = (0..scans.len().saturating_sub(1)).find(|&t| scans[t].torn || unsynced_end(t))
     {
-        if scans[t + 1].flags & journal::FLAG_PREV_UNSYNCED == 0 {
+        if !unsynced_end(t) {
             return Err(Error::corrupt(
                 &files[t].1,
                 "corrupt record in a journal file that is not the newest",

@@ -505,13 +505,15 @@ fn journal_header(base_lsn: u64, flags: u32) -> Vec<u8> {
     h
 }
 
-/// A Buffered rotation does not sync the old journal file, so a power loss may leave it torn
-/// with the next file on disk: recovery ends the journal at the tear and drops the later file,
-/// but only when that file's header says its predecessor was unsynced; otherwise the torn
-/// older file is a damaged synced record (`Corrupt`).
+/// A Buffered rotation does not sync the old journal file, so a power loss may leave it torn,
+/// or short of where the next file starts, with the next file on disk: recovery ends the
+/// journal there and drops the later file (never replaying records past a gap), but only when
+/// that file's header says its predecessor was unsynced; otherwise a torn older file is a
+/// damaged synced record (`Corrupt`).
 #[test]
 fn a_torn_file_before_an_unsynced_rotation_ends_the_journal() -> R {
-    for flagged in [true, false] {
+    // (next file flagged, first file torn rather than cut short at a frame boundary)
+    for (flagged, torn) in [(true, true), (false, true), (true, false)] {
         let dir = tempfile::tempdir()?;
         let opts = Options::default()
             .with_durability(Durability::Buffered)
@@ -552,7 +554,8 @@ fn a_torn_file_before_an_unsynced_rotation_ends_the_journal() -> R {
         }
         assert_eq!(frames.len(), 3, "the frames of b, c and d");
         let last = frames[2].clone();
-        std::fs::write(file, &bytes[..last.start + 5])?;
+        let cut = if torn { last.start + 5 } else { last.start };
+        std::fs::write(file, &bytes[..cut])?;
         let next_base = base + (bytes.len() as u64 - 24);
         let mut next = journal_header(next_base, u32::from(flagged));
         next.extend_from_slice(&bytes[last]);
