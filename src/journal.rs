@@ -30,6 +30,12 @@ pub(crate) const VERSION: u32 = 1;
 pub(crate) const HEADER_LEN: u64 = 24;
 const FRAME_HEADER: usize = 8;
 
+/// The journal's writer grows its file in steps of this many bytes (`set_len`, zeros) ahead of
+/// its writes, so a batch's `fdatasync` does not also have to make a new file size durable:
+/// about a third less time per sync on this machine's ext4. Recovery reads a zero tail as a
+/// clean end, so at most this much is read past a file's last record.
+pub(crate) const JOURNAL_STEP: u64 = 4 << 20;
+
 /// Header flag: the file before this one was not synced when this one was started (a Buffered
 /// rotation), so it may end torn after a power loss even though it is not the newest. Recovery
 /// then ends the journal at that tear and drops this file and every later one, which were never
@@ -414,6 +420,10 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
         pos += FRAME_HEADER + len;
         records.push((base_lsn + pos as u64 - HEADER_LEN, rec));
     }
+    if torn && bytes[pos..].iter().all(|&b| b == 0) {
+        // Space the writer set aside and never wrote (see `JOURNAL_STEP`): a clean end.
+        torn = false;
+    }
     Ok(Scanned {
         base_lsn,
         records,
@@ -503,6 +513,19 @@ mod tests {
         let s = scan(&path, 0).unwrap();
         assert_eq!(s.records.len(), 3);
         assert!(s.torn);
+        // Space set aside and never written (zeros) is a clean end; a torn frame before
+        // zeros is still torn.
+        let mut spare = buf.clone();
+        spare.resize(buf.len() + 4096, 0);
+        std::fs::write(&path, &spare).unwrap();
+        let s = scan(&path, 0).unwrap();
+        assert_eq!((s.records.len(), s.torn), (4, false));
+        assert_eq!(s.end_lsn, 100 + buf.len() as u64 - HEADER_LEN);
+        let mut torn = flipped.clone();
+        torn.resize(buf.len() + 4096, 0);
+        std::fs::write(&path, &torn).unwrap();
+        let s = scan(&path, 0).unwrap();
+        assert_eq!((s.records.len(), s.torn), (3, true));
     }
 
     /// A large one-message body's frame CRC, folded from the body's own CRC, is the frame's

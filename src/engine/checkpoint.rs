@@ -66,6 +66,7 @@ impl Shard {
             w.path = journal::file_path(&self.dir, lsn);
             w.file_base = lsn;
             w.written = 0;
+            w.alloc = journal::HEADER_LEN;
             w.fresh = true;
         }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();

@@ -94,6 +94,9 @@ pub(super) struct Writer {
     pub(super) end_lsn: u64,
     /// Bytes written since the last rotation.
     pub(super) written: u64,
+    /// The current file's length: its header and records, then zeros set aside for the
+    /// next batches (grown in [`journal::JOURNAL_STEP`]s).
+    pub(super) alloc: u64,
     /// The file was created by a rotation and its directory entry is not durable yet.
     pub(super) fresh: bool,
     /// Buffers swapped with the queue's, so a batch allocates nothing.
@@ -207,6 +210,7 @@ impl Shard {
                 file_base: end,
                 end_lsn: end,
                 written: 0,
+                alloc: journal::HEADER_LEN,
                 fresh: false,
                 spare_buf: Vec::with_capacity(64 << 10),
                 spare_items: Vec::new(),
@@ -372,6 +376,7 @@ impl Shard {
             let cut = fs::set_len(&w.file, &w.path, end)
                 .and_then(|()| w.file.seek(std::io::SeekFrom::Start(end)).map(drop))
                 .and_then(|()| fs::sync_data(&w.file, &w.path));
+            w.alloc = end;
             if let Err(e) = cut {
                 drop(w);
                 self.poison(e.into());
@@ -600,10 +605,20 @@ impl Shard {
     ) -> std::result::Result<(), (Error, bool)> {
         // Step 3: one write for the batch, then the records' effects on the streams' files.
         self.counters.batch_records.observe(items.len() as f64);
+        let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
+        let need = start + buf.len() as u64;
+        if need > w.alloc {
+            // Set space aside first (a size change rides with the next sync, not every one).
+            let alloc = need.next_multiple_of(journal::JOURNAL_STEP);
+            if let Err(e) = fs::set_len(&w.file, &w.path, alloc) {
+                return Err((e.into(), false));
+            }
+            w.alloc = alloc;
+        }
         if let Err(e) = fs::check_write(&w.path).and_then(|()| w.file.write_all(buf)) {
-            let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
             let cut = fs::set_len(&w.file, &w.path, start)
                 .and_then(|()| w.file.seek(std::io::SeekFrom::Start(start)).map(drop));
+            w.alloc = start;
             return Err((e.into(), cut.is_err()));
         }
         self.apply_and_sync(w, buf, items).map_err(|e| (e, true))
