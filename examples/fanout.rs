@@ -335,6 +335,57 @@ struct Subscriber {
     base: Instant,
 }
 
+/// The subscribers of a fan-out run and what they count together.
+struct Subscribers {
+    /// Delivery latencies (ms) of every marker read.
+    lat: Arc<std::sync::Mutex<Vec<f64>>>,
+    /// Subscribers whose response head arrived (200).
+    connected: Arc<AtomicUsize>,
+    /// Markers read by every subscriber.
+    received: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<Res<()>>>,
+}
+
+impl Subscribers {
+    /// Starts `n` subscribers of `path` (at most 64 connecting at once).
+    fn spawn(n: usize, addr: &str, path: &str, deadline: Instant, base: Instant) -> Subscribers {
+        let lat = Arc::new(std::sync::Mutex::new(Vec::with_capacity(1 << 20)));
+        let connected = Arc::new(AtomicUsize::new(0));
+        let received = Arc::new(AtomicU64::new(0));
+        let gate = Arc::new(tokio::sync::Semaphore::new(64));
+        let tasks = (0..n)
+            .map(|_| {
+                spawn_subscriber(Subscriber {
+                    addr: addr.to_owned(),
+                    path: path.to_owned(),
+                    lat: lat.clone(),
+                    connected: connected.clone(),
+                    received: received.clone(),
+                    gate: gate.clone(),
+                    deadline,
+                    base,
+                })
+            })
+            .collect();
+        Subscribers {
+            lat,
+            connected,
+            received,
+            tasks,
+        }
+    }
+
+    /// Ends every subscriber and waits for its task.
+    async fn stop(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
 /// Opens `live=sse` from the start of the stream and counts the markers of every event it
 /// reads, until the connection ends, the deadline passes or the task is aborted.
 fn spawn_subscriber(sub: Subscriber) -> tokio::task::JoinHandle<Res<()>> {
@@ -421,25 +472,13 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
     let secs = a.n("secs", 8)?;
     let mut w = Conn::open(addr).await?;
     create(&mut w, &path, "text/plain").await?;
-    let lat: Arc<std::sync::Mutex<Vec<f64>>> =
-        Arc::new(std::sync::Mutex::new(Vec::with_capacity(1 << 20)));
-    let connected = Arc::new(AtomicUsize::new(0));
-    let received = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(secs + 30);
-    let mut tasks = Vec::new();
-    let gate = Arc::new(tokio::sync::Semaphore::new(64));
-    for _ in 0..subs {
-        tasks.push(spawn_subscriber(Subscriber {
-            addr: addr.to_owned(),
-            path: path.clone(),
-            lat: lat.clone(),
-            connected: connected.clone(),
-            received: received.clone(),
-            gate: gate.clone(),
-            deadline,
-            base,
-        }));
-    }
+    let subscribers = Subscribers::spawn(subs, addr, &path, deadline, base);
+    let (lat, connected, received) = (
+        subscribers.lat.clone(),
+        subscribers.connected.clone(),
+        subscribers.received.clone(),
+    );
     // Wait (bounded) until every subscriber is connected.
     let connect_deadline = Instant::now() + Duration::from_mins(1);
     while connected.load(Ordering::Acquire) < subs && Instant::now() < connect_deadline {
@@ -466,12 +505,7 @@ async fn fanout(a: &Args, addr: &str, base: Instant) -> Res<String> {
     while received.load(Ordering::Relaxed) < expected && Instant::now() < settle {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    for t in &tasks {
-        t.abort();
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
+    subscribers.stop().await;
     let got = received.load(Ordering::Relaxed);
     let v = std::mem::take(
         &mut *lat
@@ -516,24 +550,9 @@ async fn fanout_steps(a: &Args, addr: &str, base: Instant) -> Res<String> {
     let limit = Duration::from_secs(a.n("timeout-secs", 600)?);
     let mut w = Conn::open(addr).await?;
     create(&mut w, &path, "text/plain").await?;
-    let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let connected = Arc::new(AtomicUsize::new(0));
-    let received = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + limit;
-    let gate = Arc::new(tokio::sync::Semaphore::new(64));
-    let mut tasks = Vec::new();
-    for _ in 0..subs {
-        tasks.push(spawn_subscriber(Subscriber {
-            addr: addr.to_owned(),
-            path: path.clone(),
-            lat: lat.clone(),
-            connected: connected.clone(),
-            received: received.clone(),
-            gate: gate.clone(),
-            deadline,
-            base,
-        }));
-    }
+    let subscribers = Subscribers::spawn(subs, addr, &path, deadline, base);
+    let (connected, received) = (subscribers.connected.clone(), subscribers.received.clone());
     while connected.load(Ordering::Acquire) < subs {
         if Instant::now() >= deadline {
             return Err("not every subscriber connected".into());
@@ -573,12 +592,7 @@ async fn fanout_steps(a: &Args, addr: &str, base: Instant) -> Res<String> {
         std::fs::write(d.join("done"), b"")?;
         wait_for_file(&d.join("exit"), limit).await?;
     }
-    for t in &tasks {
-        t.abort();
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
+    subscribers.stop().await;
     let got = received.load(Ordering::Acquire);
     Ok(format!(
         "{{\"subscribers\":{subs},\"warmup\":{warmup},\"appends\":{appends},\"events\":{},\"received\":{got},\"measured_secs\":{measured_secs:.3}}}",

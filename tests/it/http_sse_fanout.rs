@@ -151,30 +151,18 @@ struct Event {
     id: Option<String>,
 }
 
-/// The events of an SSE body (blocks end at a blank line; one optional space after a colon).
+/// The events of an SSE body: the blocks with an `event:` field.
 fn parse(body: &str) -> Vec<Event> {
-    let mut events = Vec::new();
-    for block in body.split("\n\n") {
-        let (mut kind, mut data, mut id) = (None, Vec::new(), None);
-        for line in block.lines() {
-            let (field, value) = line.split_once(':').unwrap_or((line, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "event" => kind = Some(value.to_owned()),
-                "data" => data.push(value),
-                "id" => id = Some(value.to_owned()),
-                _ => {}
-            }
-        }
-        if let Some(kind) = kind {
-            events.push(Event {
-                kind,
-                data: data.join("\n"),
-                id,
-            });
-        }
-    }
-    events
+    crate::http_support::sse_blocks(body)
+        .into_iter()
+        .filter_map(|b| {
+            Some(Event {
+                kind: b.kind?,
+                data: b.data.unwrap_or_default(),
+                id: b.id,
+            })
+        })
+        .collect()
 }
 
 /// What a subscriber was told: the payloads of its data events (decoded when `base64`), each

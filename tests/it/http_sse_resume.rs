@@ -24,35 +24,21 @@ struct Event {
     id: Option<String>,
 }
 
-/// An SSE body parsed by the WHATWG rules brook relies on: blocks end at a blank line; `event`,
-/// `data`, `id` and `retry` fields (one optional space after the colon); comments skipped. The
-/// `retry:` values seen, and the events with data.
+/// An SSE body's `retry:` values, and its events with data (`message` unless named), parsed by
+/// the WHATWG rules brook relies on (`http_support::sse_blocks`).
 fn parse(body: &str) -> (Vec<u64>, Vec<Event>) {
-    let mut retries = Vec::new();
-    let mut events = Vec::new();
-    for block in body.split("\n\n") {
-        let mut kind = None;
-        let mut data: Vec<&str> = Vec::new();
-        let mut id = None;
-        for line in block.lines() {
-            let (field, value) = line.split_once(':').unwrap_or((line, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "event" => kind = Some(value.to_owned()),
-                "data" => data.push(value),
-                "id" => id = Some(value.to_owned()),
-                "retry" => retries.push(value.parse().expect("retry is digits")),
-                _ => {}
-            }
-        }
-        if !data.is_empty() {
-            events.push(Event {
-                kind: kind.unwrap_or_else(|| "message".into()),
-                data: data.join("\n"),
-                id,
-            });
-        }
-    }
+    let blocks = crate::http_support::sse_blocks(body);
+    let retries = blocks.iter().filter_map(|b| b.retry).collect();
+    let events = blocks
+        .into_iter()
+        .filter_map(|b| {
+            Some(Event {
+                data: b.data?,
+                kind: b.kind.unwrap_or_else(|| "message".into()),
+                id: b.id,
+            })
+        })
+        .collect();
     (retries, events)
 }
 

@@ -358,3 +358,43 @@ pub async fn read_until_cut_off<S: tokio::io::AsyncRead + Unpin>(
     }
     Ok((got, started.elapsed()))
 }
+
+/// One block of an SSE body, by the WHATWG rules brook relies on: blocks end at a blank line;
+/// `event`, `data`, `id` and `retry` fields (one optional space after the colon); comments and
+/// other fields skipped.
+pub struct SseBlock {
+    /// The `event:` field, if the block had one.
+    pub kind: Option<String>,
+    /// The `data:` lines joined with LF; `None` if the block had none.
+    pub data: Option<String>,
+    /// The `id:` field, if the block had one.
+    pub id: Option<String>,
+    /// The `retry:` field, if the block had one (it must be digits).
+    pub retry: Option<u64>,
+}
+
+/// Every block of an SSE body (see [`SseBlock`]).
+pub fn sse_blocks(body: &str) -> Vec<SseBlock> {
+    let mut blocks = Vec::new();
+    for block in body.split("\n\n") {
+        let (mut kind, mut data, mut id, mut retry) = (None, Vec::new(), None, None);
+        for line in block.lines() {
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "event" => kind = Some(value.to_owned()),
+                "data" => data.push(value),
+                "id" => id = Some(value.to_owned()),
+                "retry" => retry = Some(value.parse().expect("retry is digits")),
+                _ => {}
+            }
+        }
+        blocks.push(SseBlock {
+            kind,
+            data: (!data.is_empty()).then(|| data.join("\n")),
+            id,
+            retry,
+        });
+    }
+    blocks
+}
