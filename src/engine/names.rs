@@ -121,19 +121,11 @@ impl Names {
     fn build(&self, buf: &[u8]) {
         let mut set = BTreeSet::new();
         for (add, name) in frames(buf) {
-            if add {
-                set.insert(name.to_owned());
-            } else {
-                set.remove(name);
-            }
+            change(&mut set, add, name);
         }
         let mut g = self.inner.lock();
         for (add, name) in std::mem::take(&mut g.pending) {
-            if add {
-                set.insert(name);
-            } else {
-                set.remove(&name);
-            }
+            change(&mut set, add, &name);
         }
         g.set = Some(set);
         drop(g);
@@ -211,6 +203,15 @@ impl Names {
         g.file = OpenOptions::new().append(true).open(&self.path)?;
         g.frames = len;
         Ok(())
+    }
+}
+
+/// Adds `name` to `set` (`add`) or removes it.
+fn change(set: &mut BTreeSet<String>, add: bool, name: &str) {
+    if add {
+        set.insert(name.to_owned());
+    } else {
+        set.remove(name);
     }
 }
 
