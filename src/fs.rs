@@ -34,6 +34,37 @@ fn syncfs(file: &File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Starts writing back the dirty pages of `file` in `[offset, offset + len)` and returns without
+/// waiting for them (`sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE`; elsewhere than Linux,
+/// nothing). A hint, never a durability point: bytes are durable only
+/// after a sync, and a write-back error shows at that sync. Called as a journal or segment log
+/// grows, it spreads the disk's work over the time the bytes were written, so a checkpoint's
+/// `syncfs` finds little left to write and the journal syncs that fall beside it do not queue
+/// behind one burst of a whole checkpoint's data.
+pub(crate) fn start_writeback(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (
+            libc::off64_t::try_from(offset),
+            libc::off64_t::try_from(len),
+        ) else {
+            return;
+        };
+        #[expect(
+            unsafe_code,
+            reason = "sync_file_range(2) on an open descriptor we own; no memory is shared"
+        )]
+        // SAFETY: `file` is an open descriptor for the duration of the call; the call only
+        // queues the file's pages for writing.
+        let _ = unsafe {
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
 /// Sends up to `len` bytes of `file`, from `offset`, to the socket `out` with `sendfile(2)`: the
 /// kernel hands the file's page-cache pages to the socket, and no byte passes through user
 /// memory. Returns the bytes sent (0 at the end of the file); a socket that is not ready fails

@@ -252,7 +252,7 @@ fn encode_append(e: &mut Enc, r: &AppendRecord) -> usize {
     let at = e.buf.len();
     e.buf.extend_from_slice(&r.body.data);
     e.u32(r.body.ends.len() as u32);
-    for end in &r.body.ends {
+    for end in r.body.ends.iter() {
         e.u32(*end);
     }
     e.u8(u8::from(r.close));

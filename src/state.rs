@@ -73,7 +73,7 @@ pub(crate) struct StreamState {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Body {
     pub(crate) data: Bytes,
-    pub(crate) ends: Vec<u32>,
+    pub(crate) ends: Ends,
     /// The CRC-32 of `data` when the body is one message, once someone computed it: the
     /// journal's encoder computes it for a large body (and folds it into the frame's CRC), and
     /// the segment index, which keeps each message's CRC, takes it from here instead of hashing
@@ -81,12 +81,49 @@ pub(crate) struct Body {
     pub(crate) crc: std::sync::OnceLock<u32>,
 }
 
+/// The messages' ends of a [`Body`], relative to its start, strictly increasing; read as a
+/// slice. A one-message body (every append to a byte stream) keeps its one end inline, so it
+/// allocates nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ends {
+    /// One message, ending here.
+    One(u32),
+    /// Any number of messages (none for an empty body).
+    Many(Vec<u32>),
+}
+
+impl Default for Ends {
+    fn default() -> Self {
+        Ends::Many(Vec::new())
+    }
+}
+
+impl std::ops::Deref for Ends {
+    type Target = [u32];
+
+    fn deref(&self) -> &[u32] {
+        match self {
+            Ends::One(end) => std::slice::from_ref(end),
+            Ends::Many(ends) => ends,
+        }
+    }
+}
+
+impl From<Vec<u32>> for Ends {
+    fn from(ends: Vec<u32>) -> Self {
+        match ends.as_slice() {
+            [end] => Ends::One(*end),
+            _ => Ends::Many(ends),
+        }
+    }
+}
+
 impl Body {
     /// A body of `data` whose messages end at `ends`.
-    pub(crate) fn new(data: Bytes, ends: Vec<u32>) -> Body {
+    pub(crate) fn new(data: Bytes, ends: impl Into<Ends>) -> Body {
         Body {
             data,
-            ends,
+            ends: ends.into(),
             crc: std::sync::OnceLock::new(),
         }
     }
@@ -113,7 +150,7 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
     }
     if !json {
         let len = u32::try_from(data.len()).map_err(|_| Error::TooLarge("append body".into()))?;
-        return Ok(Body::new(data, vec![len]));
+        return Ok(Body::new(data, Ends::One(len)));
     }
     let text = std::str::from_utf8(&data).map_err(|e| Error::InvalidJson(e.to_string()))?;
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
@@ -722,7 +759,7 @@ mod tests {
     fn json_bodies_flatten_one_level() {
         let b = prepare_body(true, Bytes::from_static(br#" [ {"a":1}, [1,2] ] "#), false).unwrap();
         assert_eq!(&b.data[..], br#"{"a":1},[1,2],"#);
-        assert_eq!(b.ends, vec![8, 14]);
+        assert_eq!(*b.ends, [8, 14]);
         assert!(matches!(
             prepare_body(true, Bytes::from_static(b"[]"), false),
             Err(Error::EmptyJsonArray)

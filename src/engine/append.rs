@@ -172,7 +172,8 @@ impl Engine {
             .state
             .order_of_checks(core.gone, req.expect.as_ref(), &check)
             .map_err(|e| Refusal::checked(e, shard, core.last_lsn))?;
-        s.touch();
+        // The lookup that found `s` (`live`, or `try_append`'s) stamped it just now.
+        s.touch_as_used();
         match decision {
             Decision::Answer(status) => {
                 let echo = req

@@ -67,12 +67,14 @@ impl Shard {
             w.file_base = lsn;
             w.written = 0;
             w.alloc = journal::HEADER_LEN;
+            w.unstarted = 0;
             w.fresh = true;
         }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
         let mut streams = Vec::with_capacity(dirty.len());
         for s in dirty {
-            let d = s.data.lock();
+            let mut d = s.data.lock();
+            d.in_dirty = false;
             if !d.deleted {
                 let (lsn, state) = (d.applied_lsn, d.state.clone());
                 drop(d);
@@ -91,8 +93,10 @@ impl Shard {
     fn redirty<'a>(&self, streams: impl Iterator<Item = &'a Arc<Stream>>) {
         let mut dirty = self.dirty.lock();
         for s in streams {
-            if !s.data.lock().deleted && !dirty.contains_key(s.name.as_str()) {
+            let mut d = s.data.lock();
+            if !d.deleted && !dirty.contains_key(s.name.as_str()) {
                 dirty.insert(s.name.as_str().to_owned(), s.clone());
+                d.in_dirty = true;
             }
         }
     }

@@ -240,8 +240,9 @@ impl Engine {
                 let mut dirty = shard.dirty.lock();
                 for (name, s) in &registry {
                     let dirty_now = s.shard == id && {
-                        let d = s.data.lock();
-                        d.applied_lsn > d.checkpointed_lsn
+                        let mut d = s.data.lock();
+                        d.in_dirty = d.applied_lsn > d.checkpointed_lsn;
+                        d.in_dirty
                     };
                     if dirty_now {
                         dirty.insert(name.clone(), s.clone());

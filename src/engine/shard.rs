@@ -53,6 +53,10 @@ const HEAL_RETRY: Duration = Duration::from_millis(200);
 /// A journal sync slower than this is logged (at warn): the disk is struggling.
 const SLOW_SYNC: Duration = Duration::from_millis(100);
 
+/// Buffered mode: once this many journal bytes were written since their write-back was last
+/// started, the kernel is asked to start writing them (without waiting: `fs::start_writeback`).
+const WRITEBACK_AT: u64 = 1 << 20;
+
 /// A record waiting in the queue, with the LSN just past its frame.
 pub(super) struct Queued {
     pub(super) stream: Arc<Stream>,
@@ -99,8 +103,13 @@ pub(super) struct Writer {
     pub(super) alloc: u64,
     /// The file was created by a rotation and its directory entry is not durable yet.
     pub(super) fresh: bool,
-    /// Buffers swapped with the queue's, so a batch allocates nothing.
+    /// Buffered mode: bytes written at the current file's end whose write-back has not been
+    /// started (see [`WRITEBACK_AT`]).
+    pub(super) unstarted: u64,
+    /// Buffers swapped with the queue's, and the last batch's signal (see `Batch::renew`), so
+    /// a batch allocates nothing.
     spare_buf: Vec<u8>,
+    spare_batch: Option<Arc<Batch>>,
     spare_items: Vec<Queued>,
     /// The streams of the batch being committed, each once.
     touched: Vec<Arc<Stream>>,
@@ -212,7 +221,9 @@ impl Shard {
                 written: 0,
                 alloc: journal::HEADER_LEN,
                 fresh: false,
+                unstarted: 0,
                 spare_buf: Vec::with_capacity(64 << 10),
+                spare_batch: None,
                 spare_items: Vec::new(),
                 touched: Vec::new(),
             }),
@@ -377,6 +388,7 @@ impl Shard {
                 .and_then(|()| w.file.seek(std::io::SeekFrom::Start(end)).map(drop))
                 .and_then(|()| fs::sync_data(&w.file, &w.path));
             w.alloc = end;
+            w.unstarted = 0;
             if let Err(e) = cut {
                 drop(w);
                 self.poison(e.into());
@@ -456,7 +468,7 @@ impl Shard {
             w.spare_buf.clear();
             let buf = std::mem::replace(&mut q.buf, std::mem::take(&mut w.spare_buf));
             let items = std::mem::replace(&mut q.items, std::mem::take(&mut w.spare_items));
-            let batch = std::mem::replace(&mut q.batch, Batch::new());
+            let batch = std::mem::replace(&mut q.batch, Batch::renew(&mut w.spare_batch));
             (buf, items, batch)
         };
         if self.failed() {
@@ -485,6 +497,7 @@ impl Shard {
         w.spare_buf = buf;
         w.spare_items = items;
         w.spare_items.clear();
+        w.spare_batch = Some(batch);
         true
     }
 
@@ -621,6 +634,15 @@ impl Shard {
             w.alloc = start;
             return Err((e.into(), cut.is_err()));
         }
+        if self.options.durability == Durability::Buffered {
+            // Nothing syncs these bytes before the checkpoint's `syncfs`: have the kernel
+            // write them as they come, so that sync does not meet a whole file at once.
+            w.unstarted += buf.len() as u64;
+            if w.unstarted >= WRITEBACK_AT {
+                fs::start_writeback(&w.file, need - w.unstarted, w.unstarted);
+                w.unstarted = 0;
+            }
+        }
         self.apply_and_sync(w, buf, items).map_err(|e| (e, true))
     }
 
@@ -649,17 +671,24 @@ impl Shard {
                     reclaim.push((it.lsn, it.stream.clone(), after.swap_remove(i)));
                 }
             }
-            let deleted = it.stream.data.lock().deleted;
+            let (deleted, was_dirty) = {
+                let mut d = it.stream.data.lock();
+                let was = d.in_dirty;
+                d.in_dirty = !d.deleted;
+                (d.deleted, was)
+            };
             match &it.record {
                 Record::Create { .. } => self.names.add(it.stream.name.as_str())?,
                 Record::Delete { .. } if deleted => self.names.remove(it.stream.name.as_str())?,
                 _ => {}
             }
-            let mut dirty = self.dirty.lock();
             if deleted {
-                dirty.remove(it.stream.name.as_str());
-            } else if !dirty.contains_key(it.stream.name.as_str()) {
-                dirty.insert(it.stream.name.as_str().to_owned(), it.stream.clone());
+                self.dirty.lock().remove(it.stream.name.as_str());
+            } else if !was_dirty {
+                self.dirty
+                    .lock()
+                    .entry(it.stream.name.as_str().to_owned())
+                    .or_insert_with(|| it.stream.clone());
             }
             if !w.touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
                 w.touched.push(it.stream.clone());

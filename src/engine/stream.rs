@@ -70,6 +70,10 @@ pub(super) struct Data {
     pub(super) generation: u64,
     /// The delete was applied: the directory is in the trash.
     pub(super) deleted: bool,
+    /// The stream is in its shard's dirty set (`Shard::dirty`), or the thread that set this is
+    /// about to put it there; `false` says nothing (the set is then looked at under its lock).
+    /// Spares a committed record a lookup by name in the set when its stream is already there.
+    pub(super) in_dirty: bool,
 }
 
 /// The reader side of a stream: the public parts of the applied state as of the last sync.
@@ -158,6 +162,7 @@ impl Stream {
                 checkpointed_lsn: lsn,
                 generation,
                 deleted: false,
+                in_dirty: false,
             }),
             visible: Mutex::new(vis),
             event: Event::new(),
@@ -234,6 +239,14 @@ impl Stream {
     /// Records an access (a read or write): restarts a sliding TTL.
     pub(super) fn touch(&self) {
         self.last_access_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Records an access at the time of the lookup that found the stream for it (every lookup
+    /// stamps `last_used`, and a stream loaded for it starts with the time of its load), so one
+    /// clock read per append serves both.
+    pub(super) fn touch_as_used(&self) {
+        self.last_access_ms
+            .store(self.last_used.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Records a lookup, for least-recently-used eviction.

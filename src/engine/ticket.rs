@@ -51,6 +51,21 @@ impl Batch {
         })
     }
 
+    /// The signal for the next batch: `spare` (a finished batch) made pending again when no
+    /// one holds it any more (its writers all saw it finish and let go), else a new one. A
+    /// writer that commits its own appends one at a time then allocates no signal.
+    pub(super) fn renew(spare: &mut Option<Arc<Batch>>) -> Arc<Batch> {
+        if let Some(mut b) = spare.take()
+            && let Some(unheld) = Arc::get_mut(&mut b)
+        {
+            unheld.state = AtomicU8::new(PENDING);
+            unheld.event = Event::new();
+            unheld.listened = AtomicBool::new(false);
+            return b;
+        }
+        Batch::new()
+    }
+
     /// Marks the batch durable (`ok`) or failed and wakes its writers. On failure the shard's
     /// cause must already be recorded, so a woken writer finds it.
     pub(super) fn finish(&self, ok: bool) {

@@ -100,6 +100,9 @@ struct Segment {
     /// (before the sync that lets the journal go). Bodies of [`WRITE_THROUGH`] bytes or more
     /// are written at once.
     unwritten: Vec<u8>,
+    /// The log's bytes, from the segment's start, whose write-back has been started (see
+    /// [`WRITEBACK_AT`]).
+    started: u64,
 }
 
 impl Drop for Segment {
@@ -114,6 +117,11 @@ impl Drop for Segment {
 /// A segment's write buffer is written to its log once it holds this much: the bound on the
 /// memory a stream's unwritten appends take.
 const FLUSH_AT: usize = 16 << 10;
+
+/// Once this many bytes were written to a log since its write-back was last started, the
+/// kernel is asked to start writing them to the disk (without waiting: `fs::start_writeback`),
+/// so a checkpoint's `syncfs` does not find a whole checkpoint's segment bytes dirty at once.
+const WRITEBACK_AT: u64 = 1 << 20;
 
 /// Bodies at least this long are written to the log at once (after what is buffered), not
 /// copied into the segment's write buffer.
@@ -198,6 +206,7 @@ impl Segment {
             verified: 0,
             read_map: None,
             unwritten: Vec::new(),
+            started: 0,
         })
     }
 
@@ -260,6 +269,7 @@ impl Segment {
             verified: 0,
             read_map: None,
             unwritten: Vec::new(),
+            started: 0,
         })
     }
 
@@ -338,6 +348,7 @@ impl Segment {
         if body.data.len() >= WRITE_THROUGH {
             self.flush()?;
             self.local_log()?.write_all_at(&body.data, rel)?;
+            self.written_to(rel + body.data.len() as u64);
         } else {
             self.unwritten.extend_from_slice(&body.data);
         }
@@ -383,7 +394,19 @@ impl Segment {
         let rel = self.end - self.base.bytes - self.unwritten.len() as u64;
         self.local_log()?.write_all_at(&self.unwritten, rel)?;
         self.unwritten.clear();
+        self.written_to(self.end - self.base.bytes);
         Ok(())
+    }
+
+    /// The log holds its bytes up to `end` (from the segment's start): starts their write-back
+    /// once [`WRITEBACK_AT`] of them are not yet started.
+    fn written_to(&mut self, end: u64) {
+        if end.saturating_sub(self.started) >= WRITEBACK_AT
+            && let Some(log) = &self.log
+        {
+            fs::start_writeback(log, self.started, end - self.started);
+            self.started = end;
+        }
     }
 
     /// The first message of this segment that starts at or after byte position `pos` (its
