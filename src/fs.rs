@@ -37,10 +37,12 @@ fn syncfs(file: &File) -> std::io::Result<()> {
 /// Starts writing back the dirty pages of `file` in `[offset, offset + len)` and returns without
 /// waiting for them (`sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE`; elsewhere than Linux,
 /// nothing). A hint, never a durability point: bytes are durable only
-/// after a sync, and a write-back error shows at that sync. Called as a journal or segment log
-/// grows, it spreads the disk's work over the time the bytes were written, so a checkpoint's
-/// `syncfs` finds little left to write and the journal syncs that fall beside it do not queue
-/// behind one burst of a whole checkpoint's data.
+/// after a sync, and a write-back error shows at that sync. It may block while the disk is busy
+/// (it allocates blocks and queues the writes), so the engine calls it only from a shard's
+/// checkpoint thread, for ranges its committers noted as a journal or segment log grew: the
+/// disk's work is spread over the time the bytes were written, a checkpoint's `syncfs` finds
+/// little left to write, and the journal syncs that fall beside it do not queue behind one
+/// burst of a whole checkpoint's data.
 pub(crate) fn start_writeback(file: &File, offset: u64, len: u64) {
     #[cfg(target_os = "linux")]
     {

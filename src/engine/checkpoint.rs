@@ -43,6 +43,16 @@ pub(super) struct Checkpoints {
     pub(super) busy: bool,
     /// Shutdown: the checkpoint thread exits once no job is left.
     pub(super) stop: bool,
+    /// Ranges of files whose write-back the committers want started (see
+    /// `Shard::start_writeback_later`), for the checkpoint thread between jobs.
+    writeback: Vec<Writeback>,
+}
+
+/// A range of a journal or segment log written since its write-back was last started.
+pub(super) struct Writeback {
+    pub(super) file: Arc<File>,
+    pub(super) offset: u64,
+    pub(super) len: u64,
 }
 
 impl Shard {
@@ -68,6 +78,7 @@ impl Shard {
             w.written = 0;
             w.alloc = journal::HEADER_LEN;
             w.unstarted = 0;
+            w.shared_file = None;
             w.fresh = true;
         }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
@@ -108,6 +119,13 @@ impl Shard {
         self.poisoned_error()
     }
 
+    /// Asks the checkpoint thread to start the write-back of `range` when it is not running a
+    /// job (`fs::start_writeback`, which may block on a busy disk, never on a committer's path).
+    pub(super) fn start_writeback_later(&self, range: Writeback) {
+        self.checkpoints.lock().writeback.push(range);
+        self.checkpoints_cv.notify_all();
+    }
+
     /// Hands a rotated job to the checkpoint thread (which must be idle: see `busy`).
     pub(super) fn post_checkpoint(&self, job: CheckpointJob) {
         let mut c = self.checkpoints.lock();
@@ -140,13 +158,26 @@ impl Shard {
                 let mut c = self.checkpoints.lock();
                 loop {
                     if let Some(job) = c.job.take() {
-                        break job;
+                        // The job's `syncfs` writes these ranges anyway (and may delete the
+                        // journal file some are in).
+                        c.writeback.clear();
+                        break Some(job);
                     }
                     if c.stop {
                         return;
                     }
+                    if !c.writeback.is_empty() {
+                        break None;
+                    }
                     self.checkpoints_cv.wait(&mut c);
                 }
+            };
+            let Some(job) = job else {
+                let ranges = std::mem::take(&mut self.checkpoints.lock().writeback);
+                for r in ranges {
+                    fs::start_writeback(&r.file, r.offset, r.len);
+                }
+                continue;
             };
             if self.poisoned().is_none()
                 && let Err(e) = self.checkpoint(&syncer, &job)

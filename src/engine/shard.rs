@@ -29,10 +29,11 @@ use crate::error::{Error, Result};
 use crate::fs;
 use crate::journal::{self, Record};
 use crate::options::{Durability, Options};
+use crate::segment::SegmentSet;
 use crate::stats::Counters;
 
 use super::apply::{apply, discard_all};
-use super::checkpoint::Checkpoints;
+use super::checkpoint::{Checkpoints, Writeback};
 use super::names::Names;
 use super::stream::Stream;
 use super::ticket::{Batch, Ticket};
@@ -54,7 +55,7 @@ const HEAL_RETRY: Duration = Duration::from_millis(200);
 const SLOW_SYNC: Duration = Duration::from_millis(100);
 
 /// Buffered mode: once this many journal bytes were written since their write-back was last
-/// started, the kernel is asked to start writing them (without waiting: `fs::start_writeback`).
+/// asked for, the checkpoint thread is asked to start it (`fs::start_writeback`).
 const WRITEBACK_AT: u64 = 1 << 20;
 
 /// A record waiting in the queue, with the LSN just past its frame.
@@ -104,8 +105,10 @@ pub(super) struct Writer {
     /// The file was created by a rotation and its directory entry is not durable yet.
     pub(super) fresh: bool,
     /// Buffered mode: bytes written at the current file's end whose write-back has not been
-    /// started (see [`WRITEBACK_AT`]).
+    /// asked for (see [`WRITEBACK_AT`]), and the current file's descriptor shared with the
+    /// checkpoint thread that starts it (made at the first such request for the file).
     pub(super) unstarted: u64,
+    pub(super) shared_file: Option<Arc<File>>,
     /// Buffers swapped with the queue's, and the last batch's signal (see `Batch::renew`), so
     /// a batch allocates nothing.
     spare_buf: Vec<u8>,
@@ -222,6 +225,7 @@ impl Shard {
                 alloc: journal::HEADER_LEN,
                 fresh: false,
                 unstarted: 0,
+                shared_file: None,
                 spare_buf: Vec::with_capacity(64 << 10),
                 spare_batch: None,
                 spare_items: Vec::new(),
@@ -389,6 +393,7 @@ impl Shard {
                 .and_then(|()| fs::sync_data(&w.file, &w.path));
             w.alloc = end;
             w.unstarted = 0;
+            w.shared_file = None;
             if let Err(e) = cut {
                 drop(w);
                 self.poison(e.into());
@@ -639,7 +644,16 @@ impl Shard {
             // write them as they come, so that sync does not meet a whole file at once.
             w.unstarted += buf.len() as u64;
             if w.unstarted >= WRITEBACK_AT {
-                fs::start_writeback(&w.file, need - w.unstarted, w.unstarted);
+                if w.shared_file.is_none() {
+                    w.shared_file = w.file.try_clone().ok().map(Arc::new);
+                }
+                if let Some(file) = &w.shared_file {
+                    self.start_writeback_later(Writeback {
+                        file: file.clone(),
+                        offset: need - w.unstarted,
+                        len: w.unstarted,
+                    });
+                }
                 w.unstarted = 0;
             }
         }
@@ -716,9 +730,13 @@ impl Shard {
         }
         // Step 5: publish, wake readers and writers, then drop what the batch made obsolete.
         for s in &w.touched {
-            let d = s.data.lock();
+            let mut d = s.data.lock();
             s.visible.lock().refresh(&d.state, d.deleted);
+            let written = d.segs.as_mut().and_then(SegmentSet::take_writeback);
             drop(d);
+            if let Some((file, offset, len)) = written {
+                self.start_writeback_later(Writeback { file, offset, len });
+            }
             s.event.notify(usize::MAX);
             self.hook.touched(&s.name);
         }

@@ -100,9 +100,12 @@ struct Segment {
     /// (before the sync that lets the journal go). Bodies of [`WRITE_THROUGH`] bytes or more
     /// are written at once.
     unwritten: Vec<u8>,
-    /// The log's bytes, from the segment's start, whose write-back has been started (see
+    /// The log's bytes, from the segment's start, whose write-back was asked for (see
     /// [`WRITEBACK_AT`]).
     started: u64,
+    /// A range of the log (from, to; from the segment's start) to start writing back, once
+    /// the engine takes it ([`SegmentSet::take_writeback`]).
+    writeback: Option<(u64, u64)>,
 }
 
 impl Drop for Segment {
@@ -118,9 +121,10 @@ impl Drop for Segment {
 /// memory a stream's unwritten appends take.
 const FLUSH_AT: usize = 16 << 10;
 
-/// Once this many bytes were written to a log since its write-back was last started, the
-/// kernel is asked to start writing them to the disk (without waiting: `fs::start_writeback`),
-/// so a checkpoint's `syncfs` does not find a whole checkpoint's segment bytes dirty at once.
+/// Once this many bytes were written to a log since its write-back was last asked for, the
+/// range is handed to the engine, whose checkpoint thread has the kernel start writing it
+/// (`fs::start_writeback`), so a checkpoint's `syncfs` does not find a whole checkpoint's
+/// segment bytes dirty at once.
 const WRITEBACK_AT: u64 = 1 << 20;
 
 /// Bodies at least this long are written to the log at once (after what is buffered), not
@@ -207,6 +211,7 @@ impl Segment {
             read_map: None,
             unwritten: Vec::new(),
             started: 0,
+            writeback: None,
         })
     }
 
@@ -270,6 +275,7 @@ impl Segment {
             read_map: None,
             unwritten: Vec::new(),
             started: 0,
+            writeback: None,
         })
     }
 
@@ -398,13 +404,12 @@ impl Segment {
         Ok(())
     }
 
-    /// The log holds its bytes up to `end` (from the segment's start): starts their write-back
-    /// once [`WRITEBACK_AT`] of them are not yet started.
+    /// The log holds its bytes up to `end` (from the segment's start): once [`WRITEBACK_AT`]
+    /// of them were not asked for, notes their range for [`SegmentSet::take_writeback`].
     fn written_to(&mut self, end: u64) {
-        if end.saturating_sub(self.started) >= WRITEBACK_AT
-            && let Some(log) = &self.log
-        {
-            fs::start_writeback(log, self.started, end - self.started);
+        if end.saturating_sub(self.started) >= WRITEBACK_AT {
+            let from = self.writeback.map_or(self.started, |(from, _)| from);
+            self.writeback = Some((from, end));
             self.started = end;
         }
     }
@@ -634,6 +639,14 @@ impl SegmentSet {
             Some(s) => s.write(&self.dir, body),
             None => Err(Error::corrupt(&self.dir, "stream has no segment")),
         }
+    }
+
+    /// The last segment's log and the range of it written since its write-back was last asked
+    /// for, once that is [`WRITEBACK_AT`] or more (absolute file offsets in the log).
+    pub(crate) fn take_writeback(&mut self) -> Option<(Arc<File>, u64, u64)> {
+        let seg = self.segs.last_mut()?;
+        let (from, to) = seg.writeback.take()?;
+        Some((seg.log.clone()?, from, to - from))
     }
 
     /// Writes the bytes appended since the last flush to the log file, and gives the write
