@@ -745,17 +745,29 @@ async fn send_body<S: Io>(
                 wrote?;
                 pieces.clear();
                 out.clear();
+                if let Some(seat) = seat {
+                    // A seated body is polled once per wake-up, and every time it is pending
+                    // again it comes back here: one that asked to park must be parked, or
+                    // nothing would wake it for its stream.
+                    if !yielded {
+                        if seat.park() {
+                            // The stream's writer writes the body's live frames until the
+                            // task wakes; then the task takes them over, the rest of an
+                            // unfinished chunk first.
+                            woken().await;
+                            let rest = seat.reclaim();
+                            if !rest.is_empty() {
+                                socket.write_all(&rest).await?;
+                            }
+                        } else {
+                            woken().await;
+                        }
+                    }
+                    // After a write that had to wait, at once: a wake-up may be spent.
+                    continue;
+                }
                 if yielded {
                     // The task was polled meanwhile: a wake-up the body sent may be spent.
-                    std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut *body), cx))
-                        .await
-                } else if let Some(seat) = seat.filter(|s| s.park()) {
-                    // The stream's writer writes the body's live frames until the task wakes.
-                    woken().await;
-                    let rest = seat.reclaim();
-                    if !rest.is_empty() {
-                        socket.write_all(&rest).await?;
-                    }
                     std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut *body), cx))
                         .await
                 } else {

@@ -597,3 +597,36 @@ async fn deleting_the_stream_ends_parked_subscribers() -> R {
     }
     Ok(())
 }
+
+/// A subscriber whose socket filled while it did not read catches up on its own, and once back
+/// at the tail it is served again at once: each new event arrives well within the keep-alive
+/// interval (15 s), which is all that would wake a connection that waits without being
+/// parked at its stream's writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_caught_up_is_served_again_at_once() -> R {
+    let s = server().await?;
+    let p = "/fan/caught-up";
+    s.create(p, "text/plain").await?;
+    let mut slow = Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?;
+    let mut quick = Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?;
+    // About 5 MB per round: more than the kernel's buffers hold, so the writer finds the slow
+    // subscriber's socket full and hands it back to its own task.
+    let pad = "z".repeat(64_000);
+    for round in 0..3 {
+        for j in 0..80 {
+            let m = format!("<{round}.{j}>{pad}");
+            s.post(p, &[("content-type", "text/plain")], &m).await?;
+            quick.until(&format!("<{round}.{j}>")).await?;
+        }
+        slow.until(&format!("<{round}.79>")).await?;
+        for k in 0..3 {
+            let tick = format!("tick {round}.{k};");
+            s.post(p, &[("content-type", "text/plain")], &tick).await?;
+            quick.until(&tick).await?;
+            tokio::time::timeout(Duration::from_secs(3), slow.until(&tick))
+                .await
+                .map_err(|_| format!("{tick} did not reach the subscriber that caught up"))??;
+        }
+    }
+    Ok(())
+}
