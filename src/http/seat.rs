@@ -257,13 +257,22 @@ pub(crate) struct Source {
     pub(crate) encoding: Encoding,
 }
 
+/// What a writer's task has yet to take: seats newly parked, and whether it runs at all.
+#[derive(Default)]
+struct Newcomers {
+    /// Seats parked since the task last looked.
+    seats: Vec<Arc<Seat>>,
+    /// The task runs (it takes the seats, or a new one is started for them).
+    running: bool,
+}
+
 /// A tail's writer: its newcomers, whether its task runs, and the signal that wakes it.
 #[derive(Default)]
 pub(crate) struct Writer {
     /// What it reads and renders with.
     pub(crate) source: std::sync::OnceLock<Source>,
-    /// Seats parked since the task last looked; whether the task runs.
-    state: Mutex<(Vec<Arc<Seat>>, bool)>,
+    /// Seats parked since the task last looked, and whether the task runs.
+    state: Mutex<Newcomers>,
     /// Wakes the task: a newcomer, or a seat let go.
     kick: Notify,
 }
@@ -273,8 +282,8 @@ impl Writer {
     /// running.
     fn admit(&self, seat: &Arc<Seat>) {
         let mut st = self.state.lock();
-        st.0.push(seat.clone());
-        let start = !std::mem::replace(&mut st.1, true);
+        st.seats.push(seat.clone());
+        let start = !std::mem::replace(&mut st.running, true);
         drop(st);
         if start {
             tokio::spawn(run(seat.tail.clone()));
@@ -318,9 +327,9 @@ fn frame_for(
         tail.share(frame.clone());
         frame
     };
-    let mut hex = itoa_hex(frame.bytes.len());
-    let mut chunk = Vec::with_capacity(hex.len() + frame.bytes.len() + 4);
-    chunk.append(&mut hex);
+    // The size line is at most 16 hex digits.
+    let mut chunk = Vec::with_capacity(frame.bytes.len() + 20);
+    super::h1::extend_hex(&mut chunk, frame.bytes.len());
     chunk.extend_from_slice(b"\r\n");
     chunk.extend_from_slice(&frame.bytes);
     chunk.extend_from_slice(b"\r\n");
@@ -328,13 +337,6 @@ fn frame_for(
         frame,
         chunk: Bytes::from(chunk),
     })
-}
-
-/// `n` in lowercase hexadecimal (a chunk's size line).
-fn itoa_hex(n: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(16);
-    super::h1::extend_hex(&mut v, n);
-    v
 }
 
 /// One pass's view: the stream's tail, the time, and the frames rendered so far.
@@ -422,8 +424,8 @@ async fn run(tail: Arc<Tail>) {
         // Never so: a tail's first connection sets its source before it has a seat. Were it
         // so, every seat goes back to its connection.
         let mut st = tail.writer.state.lock();
-        st.1 = false;
-        let seats = std::mem::take(&mut st.0);
+        st.running = false;
+        let seats = std::mem::take(&mut st.seats);
         drop(st);
         for seat in seats {
             let waker = seat.state.lock().hand_back();
@@ -439,7 +441,7 @@ async fn run(tail: Arc<Tail>) {
     let mut frames = Vec::new();
     let mut wake = Vec::new();
     loop {
-        seats.append(&mut tail.writer.state.lock().0);
+        seats.append(&mut tail.writer.state.lock().seats);
         let mut pass = Pass {
             tail: &tail,
             source,
@@ -477,11 +479,11 @@ async fn run(tail: Arc<Tail>) {
         }
         {
             let mut st = tail.writer.state.lock();
-            if !st.0.is_empty() {
+            if !st.seats.is_empty() {
                 continue;
             }
             if seats.is_empty() {
-                st.1 = false;
+                st.running = false;
                 return;
             }
         }
