@@ -77,7 +77,8 @@ struct SeatState {
     /// A second descriptor of the socket, while the connection's loop lends it (`None`: not
     /// lent, or released).
     tcp: Option<TcpStream>,
-    /// Where the connection's next frame starts (while `asked`: the body's own otherwise).
+    /// Where the connection's next frame starts: current while `asked` (the body asked, or the
+    /// writer moved it since); otherwise the body's own place is.
     next: Offset,
     /// The body asked to park since it last settled: `next` is current.
     asked: bool,
@@ -127,8 +128,8 @@ pub(crate) struct Settled {
 }
 
 impl Seat {
-    /// A seat at `tail` for a connection reading with `max_bytes`, cursors at least
-    /// `cursor_floor`, ending at `deadline`.
+    /// A seat at `tail` for a connection reading with `max_bytes` from `next`, its cursors at
+    /// least `cursor_floor`, ending at `deadline`.
     pub(crate) fn new(
         tail: Arc<Tail>,
         max_bytes: Option<u64>,
