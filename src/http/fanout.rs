@@ -13,19 +13,24 @@
 //!
 //! [`Tails`] maps each stream with SSE subscribers to its [`Tail`]; a connection holds its tail
 //! through a [`TailRef`], and the entry goes when the last one does. A recreated stream (another
-//! incarnation) gets a new tail; connections on the old one keep theirs until they end.
+//! incarnation) gets a new tail; connections on the old one keep theirs until they end. A tail
+//! also holds its stream's writer (`seat.rs`), which writes the frames to the connections parked
+//! at it.
 //!
 //! Memory: a tail keeps at most [`TAIL_FRAMES`] frames, and only while two or more connections
 //! hold it (a lone subscriber keeps none), so the frames kept add at most two events' worth
 //! (each at most `SSE_EVENT_BYTES` of data, base64 a third larger) per live SSE reader.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::{Incarnation, Offset, StreamName};
+
+use super::seat::Writer;
 
 /// How many frames a tail keeps: subscribers a few appends apart (or with different
 /// `max_bytes` or cursors) still share, and a lookup is a scan of this many keys.
@@ -63,6 +68,10 @@ pub(crate) struct Tail {
     incarnation: Incarnation,
     /// Up to [`TAIL_FRAMES`] frames, the newest last.
     frames: Mutex<Vec<Frame>>,
+    /// The connections holding it ([`TailRef`]s; changed only under the map's lock).
+    holders: AtomicUsize,
+    /// The writer of the connections parked at this tail.
+    pub(crate) writer: Writer,
 }
 
 impl Tail {
@@ -77,6 +86,14 @@ impl Tail {
             return None;
         }
         Some(f.clone())
+    }
+
+    /// Keeps `frame` for the connections on this tail; none is kept while one connection or
+    /// none holds it (nobody else could take it).
+    pub(crate) fn share(&self, frame: Frame) {
+        if self.holders.load(Ordering::Relaxed) > 1 {
+            self.keep(frame);
+        }
     }
 
     /// Keeps `frame` (in place of one with the same key, else of the oldest).
@@ -117,12 +134,14 @@ impl std::ops::Deref for TailRef {
 }
 
 impl TailRef {
-    /// Keeps `frame` for the other connections on this tail; none is kept while this is the
-    /// only one (nobody could take it).
+    /// Keeps `frame` for the other connections on this tail (see [`Tail::share`]).
     pub(crate) fn put(&self, frame: Frame) {
-        if Arc::strong_count(&self.tail) > 1 {
-            self.tail.keep(frame);
-        }
+        self.tail.share(frame);
+    }
+
+    /// The tail itself (for a connection's seat at its writer).
+    pub(crate) fn shared(&self) -> Arc<Tail> {
+        self.tail.clone()
     }
 }
 
@@ -131,12 +150,13 @@ impl Drop for TailRef {
     /// map entry when this was the last hold on a tail the map still names.
     fn drop(&mut self) {
         let mut map = self.tails.map.lock();
-        if Arc::strong_count(&self.tail) == 2 {
+        let left = self.tail.holders.fetch_sub(1, Ordering::Relaxed) - 1;
+        if left == 1 {
             self.tail.frames.lock().clear();
         }
-        // Under the map lock no other connection can take a new hold through the map, so a
-        // count of one is final.
-        if Arc::strong_count(&self.tail) == 1
+        // Under the map lock no other connection can take a new hold through the map, so no
+        // holder left is final.
+        if left == 0
             && map
                 .get(&self.name)
                 .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.tail)))
@@ -157,11 +177,14 @@ impl Tails {
                 let t = Arc::new(Tail {
                     incarnation: incarnation.clone(),
                     frames: Mutex::new(Vec::with_capacity(TAIL_FRAMES)),
+                    holders: AtomicUsize::new(0),
+                    writer: Writer::default(),
                 });
                 map.insert(name.clone(), Arc::downgrade(&t));
                 t
             }
         };
+        tail.holders.fetch_add(1, Ordering::Relaxed);
         drop(map);
         TailRef {
             tail,

@@ -39,6 +39,11 @@
 //! large mapped pieces leave by `sendfile` (the [`Socket`] decides). Pipelined requests are
 //! served in order from the read buffer.
 //!
+//! An SSE body on plain TCP carries a seat at its stream's writer (`seat.rs`): once the body
+//! waits at the tail and what it sent has left, the loop parks the seat and sleeps, the writer
+//! writes the live frames straight to the socket, and any wake-up of the task takes the seat
+//! back before the loop writes or polls the body again.
+//!
 //! Timeouts are hyper's: waiting for a request's head (an idle keep-alive connection included)
 //! is bounded by [`ServerConfig::header_read_timeout`](super::ServerConfig::header_read_timeout),
 //! measured by one timer per connection that is re-armed only when it fires (no timer per
@@ -46,6 +51,7 @@
 
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
+use std::net::TcpStream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -62,6 +68,8 @@ use tokio::time::Instant;
 use super::admin::RouteKind;
 use super::error::ApiError;
 use super::reply::Answer;
+use super::seat::{Seat, SeatHandle};
+use super::socket::Socket;
 use super::{AppState, Open, reply};
 
 /// The largest request head (request line and headers) this loop reads; a longer one is
@@ -120,9 +128,25 @@ enum NotHere {
 
 /// The IO this loop serves: a plain [`Socket`](super::socket::Socket) (which sends large mapped
 /// pieces by `sendfile`) or a TLS stream over one.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// A second descriptor of the TCP socket, when what is written to it is what the peer
+    /// reads (plain TCP): an SSE connection's stream writer may then write to it while the
+    /// connection is parked (`seat.rs`).
+    fn tcp(&self) -> Option<TcpStream>;
+}
 
-impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+impl Io for Socket {
+    fn tcp(&self) -> Option<TcpStream> {
+        self.share().ok()
+    }
+}
+
+impl Io for tokio_rustls::server::TlsStream<Socket> {
+    /// None: every byte is encrypted on the connection's own task.
+    fn tcp(&self) -> Option<TcpStream> {
+        None
+    }
+}
 
 /// Serves `socket` until the peer closes it, a timeout ends it, the server shuts down, or a
 /// request hands it to hyper. `open` counts the connection until this returns; `alive` tells
@@ -566,18 +590,20 @@ async fn respond<S: Io>(
     mut close: bool,
 ) -> io::Result<bool> {
     out.clear();
-    // Whether the handler set `Content-Length` or `Date` itself (a typed head never does).
-    let (status, mut body, declared, dated) = match answer {
+    // Whether the handler set `Content-Length` or `Date` itself (a typed head never does), and
+    // an SSE body's seat at its stream's writer.
+    let (status, mut body, declared, dated, seat) = match answer {
         Answer::Typed(reply, body) => {
             status_line(out, reply.status());
             reply.write_lines(out);
-            (reply.status(), body, false, false)
+            (reply.status(), body, false, false, None)
         }
         Answer::Built(res) => {
-            let (parts, body) = res.into_parts();
+            let (mut parts, body) = res.into_parts();
             status_line(out, parts.status);
             let (declared, dated) = map_lines(out, parts.status, &parts.headers, &mut close);
-            (parts.status, body, declared, dated)
+            let seat = parts.extensions.remove::<SeatHandle>();
+            (parts.status, body, declared, dated, seat)
         }
     };
     let may_have_body = !is_head && !bodiless(status);
@@ -611,8 +637,25 @@ async fn respond<S: Io>(
         socket.write_all(out).await?;
         return Ok(close);
     }
-    send_body(socket, out, &mut body, chunked).await?;
+    // The stream's writer may write an SSE body's live frames on plain TCP (chunked framing).
+    let seat = seat
+        .filter(|_| chunked)
+        .and_then(|SeatHandle(seat)| Some((socket.tcp()?, seat)))
+        .map(|(tcp, seat)| {
+            seat.enable(tcp);
+            Lent(seat)
+        });
+    send_body(socket, out, &mut body, chunked, seat.as_ref().map(|l| &l.0)).await?;
     Ok(close)
+}
+
+/// A seat lent the connection's socket, taken back when the response ends, however it ends.
+struct Lent(Arc<Seat>);
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        self.0.release();
+    }
 }
 
 /// Appends the status line to `out`.
@@ -677,12 +720,15 @@ enum Piece {
 
 /// Sends the head in `out` and then `body`: every frame that is ready goes in the same write;
 /// when the body has to wait for its next frame (SSE), what is ready leaves first. Chunked
-/// framing when `chunked`.
+/// framing when `chunked`. With a `seat` (an SSE body on plain TCP), a body that asked to park
+/// is parked once what was ready has left, and taken back at the task's next wake-up, before
+/// anything else is written (`seat.rs`).
 async fn send_body<S: Io>(
     socket: &mut S,
     out: &mut Vec<u8>,
     body: &mut Body,
     chunked: bool,
+    seat: Option<&Arc<Seat>>,
 ) -> io::Result<()> {
     let mut pieces: Vec<Piece> = Vec::with_capacity(4);
     pieces.push(Piece::Out(0, out.len()));
@@ -699,6 +745,27 @@ async fn send_body<S: Io>(
                 wrote?;
                 pieces.clear();
                 out.clear();
+                if let Some(seat) = seat {
+                    // A seated body is polled once per wake-up, and every time it is pending
+                    // again it comes back here: one that asked to park must be parked, or
+                    // nothing would wake it for its stream.
+                    if !yielded {
+                        if seat.park() {
+                            // The stream's writer writes the body's live frames until the
+                            // task wakes; then the task takes them over, the rest of an
+                            // unfinished chunk first.
+                            woken().await;
+                            let rest = seat.reclaim();
+                            if !rest.is_empty() {
+                                socket.write_all(&rest).await?;
+                            }
+                        } else {
+                            woken().await;
+                        }
+                    }
+                    // After a write that had to wait, at once: a wake-up may be spent.
+                    continue;
+                }
                 if yielded {
                     // The task was polled meanwhile: a wake-up the body sent may be spent.
                     std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut *body), cx))
@@ -776,8 +843,21 @@ async fn after_wake(body: &mut Body) -> Option<Result<http_body::Frame<Bytes>, a
     .await
 }
 
+/// Resolves at the task's next wake-up (pending once, when first polled).
+async fn woken() {
+    let mut first = true;
+    std::future::poll_fn(|_| {
+        if std::mem::take(&mut first) {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+}
+
 /// Appends `n` in lowercase hexadecimal (a chunk's size line).
-fn extend_hex(out: &mut Vec<u8>, n: usize) {
+pub(crate) fn extend_hex(out: &mut Vec<u8>, n: usize) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1);
     for i in (0..digits).rev() {

@@ -39,8 +39,9 @@
 //! loop) and [`router`]; `route.rs` turns a path into a `Route` and calls its handler;
 //! `request.rs` reads headers and the query; `reply.rs` builds responses, problem+json bodies and
 //! the CORS headers; `error.rs` maps every refusal to a status. The handlers:
-//! `write.rs` (create, append, close, delete), `read.rs` (catch-up, long-poll, HEAD), `sse.rs`,
-//! `snapshot.rs` (snapshots and retention), `bootstrap.rs`. `body.rs` reads request bodies and
+//! `write.rs` (create, append, close, delete), `read.rs` (catch-up, long-poll, HEAD), `sse.rs`
+//! (with `fanout.rs`, the frames a stream's subscribers share, and `seat.rs`, the per-stream
+//! writer of their live tail), `snapshot.rs` (snapshots and retention), `bootstrap.rs`. `body.rs` reads request bodies and
 //! shapes read bodies; `cursor.rs` computes live-read cursors; `socket.rs` is the connection's IO
 //! (`sendfile(2)` of mapped slices). The edge facing the internet: `tls.rs` (certificates for
 //! TLS with HTTP/2 by ALPN, reloadable), `auth.rs` (access control: who may do what on which
@@ -61,6 +62,7 @@ mod read;
 mod reply;
 mod request;
 mod route;
+mod seat;
 mod snapshot;
 mod socket;
 mod sse;

@@ -16,6 +16,11 @@
 //! (the socket's buffers full all along), the next write fails with `TimedOut` and hyper closes
 //! the connection. Without it, a reader that never reads would hold its connection, and the
 //! frames queued for it, for as long as it likes.
+//!
+//! An SSE connection parked at its stream's writer (`seat.rs`) is written by that writer's
+//! task through a second descriptor of the same socket ([`Socket::share`]), with non-blocking
+//! writes, while the connection's own task sleeps; the seat's lock decides which of the two
+//! may write.
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
@@ -65,6 +70,16 @@ impl Socket {
             #[cfg(test)]
             file_bytes: 0,
         }
+    }
+
+    /// A second descriptor of the connection's socket (`dup`), for an SSE connection's stream
+    /// writer (`seat.rs`): non-blocking like this one (the flag belongs to the socket), and to
+    /// be written only while the connection's seat says so and dropped when its response ends
+    /// (the socket stays open while it lives).
+    pub(crate) fn share(&self) -> io::Result<std::net::TcpStream> {
+        Ok(std::net::TcpStream::from(
+            self.tcp.as_fd().try_clone_to_owned()?,
+        ))
     }
 
     /// Passes a write's outcome on, timing how long writes stay pending: a write that is still

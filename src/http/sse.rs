@@ -12,7 +12,9 @@
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::SystemTime;
 
@@ -38,6 +40,7 @@ use super::limits::LiveSlot;
 use super::names::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, X_ACCEL_BUFFERING};
 use super::read::{ReadParams, has_data, read_chunk, read_woken};
 use super::reply::Reply;
+use super::seat::{Seat, SeatHandle, Source};
 
 /// The request header an `EventSource` sends on reconnection: the last `id:` it saw.
 const LAST_EVENT_ID: &str = "last-event-id";
@@ -81,7 +84,7 @@ fn resume_from(headers: &HeaderMap, offset: Option<ReadFrom>) -> Result<ReadFrom
 
 /// How SSE data events carry the stream's bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Encoding {
+pub(crate) enum Encoding {
     /// `text/*` and `application/json`: UTF-8 text, one `data:` line per line.
     Text,
     /// Everything else: standard base64, one line per event.
@@ -156,6 +159,27 @@ fn data_frame(chunk: &ReadChunk, encoding: Encoding, cursor: u64) -> Bytes {
         chunk.closed,
     );
     Bytes::from(out)
+}
+
+/// The frame of a chunk with data, for a connection reading with `max_bytes` and sending
+/// `cursor`: what it sends, and where it leaves the connection.
+pub(crate) fn render(
+    chunk: &ReadChunk,
+    encoding: Encoding,
+    max_bytes: Option<u64>,
+    cursor: u64,
+) -> Frame {
+    Frame {
+        key: FrameKey {
+            start: chunk.start,
+            max_bytes,
+            cursor,
+        },
+        next: chunk.next,
+        up_to_date: chunk.up_to_date,
+        closed: chunk.closed,
+        bytes: data_frame(chunk, encoding, cursor),
+    }
 }
 
 /// Appends an `event: data` whose payload is `body`, with `id: {next}`, the offset after it: a
@@ -261,6 +285,16 @@ fn incomplete_utf8_tail(b: &[u8]) -> usize {
     0
 }
 
+/// What ended an SSE connection's wait at the tail.
+enum Woke {
+    /// The stream changed (or the writer handed the connection back).
+    Stream,
+    /// The connection's timer (keep-alive or deadline).
+    Timer,
+    /// The server is shutting down.
+    Shutdown,
+}
+
 /// The state of one SSE connection.
 #[expect(
     clippy::struct_excessive_bools,
@@ -275,6 +309,9 @@ struct Sse {
     watch: Watch,
     /// The frames last rendered for the stream, shared with its other subscribers.
     tail: TailRef,
+    /// The connection's seat at the stream's writer (`seat.rs`): used when its loop lent the
+    /// socket (brook's HTTP/1.1 loop on plain TCP), else the connection waits on the stream.
+    seat: Arc<Seat>,
     /// The incarnation the connection started on; a recreated stream ends the connection.
     incarnation: Incarnation,
     /// How data events carry the bytes.
@@ -411,18 +448,9 @@ impl Sse {
                 self.next = chunk.next;
                 self.announced = chunk.up_to_date;
                 self.done = chunk.closed;
-                let bytes = data_frame(&chunk, self.encoding, cursor);
-                self.tail.put(Frame {
-                    key: FrameKey {
-                        start: chunk.start,
-                        max_bytes: self.max_bytes,
-                        cursor,
-                    },
-                    next: chunk.next,
-                    up_to_date: chunk.up_to_date,
-                    closed: chunk.closed,
-                    bytes: bytes.clone(),
-                });
+                let frame = render(&chunk, self.encoding, self.max_bytes, cursor);
+                let bytes = frame.bytes.clone();
+                self.tail.put(frame);
                 return Some(bytes);
             }
             let mut out = Vec::new();
@@ -446,11 +474,8 @@ impl Sse {
     /// Waits at the tail until the stream changes (`Ok`), or answers what ends the wait
     /// instead: the keep-alive comment, or `None` to end the connection.
     async fn sleep(&mut self) -> Result<(), Option<Bytes>> {
-        /// What ended a wait.
-        enum Woke {
-            Stream,
-            Timer,
-            Shutdown,
+        if self.seat.enabled() {
+            return self.sleep_parked().await;
         }
         let wait = self.watch.wait(self.next);
         tokio::pin!(wait);
@@ -481,20 +506,97 @@ impl Sse {
                     return Ok(());
                 }
                 Woke::Timer => {
-                    let now = Instant::now();
-                    if now >= self.deadline {
-                        return Err(None);
+                    let keepalive = self.app.config.sse_keepalive;
+                    let fired = Self::timer_fired(
+                        &mut self.timer,
+                        self.deadline,
+                        self.last_sent,
+                        keepalive,
+                    );
+                    if let ControlFlow::Break(frame) = fired {
+                        return Err(frame);
                     }
-                    let due = self.last_sent + self.app.config.sse_keepalive;
-                    if now >= due {
-                        // The frame's `sent` moves the timer on.
-                        return Err(Some(Bytes::from_static(b": keep-alive\n\n")));
-                    }
-                    self.timer.as_mut().reset(due.min(self.deadline));
                 }
                 Woke::Shutdown => return Err(None),
             }
         }
+    }
+
+    /// [`Sse::sleep`] parked at the stream's writer (`seat.rs`): the connection's loop parks the
+    /// seat once this returns pending, and the writer sends the frames of new data for it
+    /// while the socket takes them. This wakes (its loop having taken the seat back) when the
+    /// writer hands it back (`Ok`: read at `next`), or for its timer or the shutdown as
+    /// [`Sse::sleep`] does.
+    async fn sleep_parked(&mut self) -> Result<(), Option<Bytes>> {
+        let seat = self.seat.clone();
+        loop {
+            let woke = std::future::poll_fn(|cx| {
+                let settled = seat.settle();
+                if let Some(next) = settled.next {
+                    self.next = next;
+                }
+                if let Some(at) = settled.sent {
+                    self.last_sent = at;
+                }
+                if settled.done || settled.back {
+                    self.done |= settled.done;
+                    return Poll::Ready(Woke::Stream);
+                }
+                if self.timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Timer);
+                }
+                if !self.shutdown_armed || *self.app.shutdown.borrow() {
+                    self.shutdown_armed = true;
+                    if self.shutdown.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Shutdown);
+                    }
+                }
+                seat.ask(self.next, cx.waker());
+                Poll::Pending
+            })
+            .await;
+            match woke {
+                Woke::Stream => {
+                    self.woken = true;
+                    return Ok(());
+                }
+                Woke::Timer => {
+                    let keepalive = self.app.config.sse_keepalive;
+                    let fired = Self::timer_fired(
+                        &mut self.timer,
+                        self.deadline,
+                        self.last_sent,
+                        keepalive,
+                    );
+                    if let ControlFlow::Break(frame) = fired {
+                        return Err(frame);
+                    }
+                }
+                Woke::Shutdown => return Err(None),
+            }
+        }
+    }
+
+    /// The connection's `timer` fired: `Break` ends the wait (with the keep-alive comment due
+    /// `keepalive` after `last_sent`, or with `None` at the `deadline`); otherwise the timer is
+    /// set for its next stop.
+    fn timer_fired(
+        timer: &mut Pin<Box<Sleep>>,
+        deadline: Instant,
+        last_sent: Instant,
+        keepalive: std::time::Duration,
+    ) -> ControlFlow<Option<Bytes>> {
+        let now = Instant::now();
+        if now >= deadline {
+            return ControlFlow::Break(None);
+        }
+        let due = last_sent + keepalive;
+        if now >= due {
+            // The frame's `sent` moves the timer on.
+            return ControlFlow::Break(Some(Bytes::from_static(b": keep-alive\n\n")));
+        }
+        timer.as_mut().reset(due.min(deadline));
+        ControlFlow::Continue(())
     }
 
     /// The last frame of a connection at its deadline: the `credential-expired` event when its
@@ -514,6 +616,13 @@ impl Sse {
         if self.timer.deadline() < now {
             self.timer.as_mut().reset(next);
         }
+    }
+}
+
+impl Drop for Sse {
+    /// The writer lets the seat go (and the socket it was lent).
+    fn drop(&mut self) {
+        self.seat.release();
     }
 }
 
@@ -581,18 +690,34 @@ pub(super) async fn respond(
     let lifetime = start + app.config.sse_max_duration;
     let deadline = credential.map_or(lifetime, |c| c.min(lifetime));
     let down = app.clone();
+    let cursor_floor = response_cursor(p.cursor, SystemTime::now());
+    tail.writer.source.get_or_init(|| Source {
+        app: app.clone(),
+        name: name.clone(),
+        incarnation: first.incarnation.clone(),
+        encoding,
+    });
+    let seat = Seat::new(
+        tail.shared(),
+        max_bytes,
+        cursor_floor,
+        deadline,
+        first.start,
+    );
+    let handle = SeatHandle(seat.clone());
     let state = Sse {
         app: app.clone(),
         name,
         watch,
         tail,
+        seat,
         incarnation: first.incarnation.clone(),
         encoding,
         json: is_json(&first.content_type),
         max_bytes,
         next: first.start,
         announced: false,
-        cursor_floor: response_cursor(p.cursor, SystemTime::now()),
+        cursor_floor,
         deadline,
         credential,
         timer: Box::pin(tokio::time::sleep_until(
@@ -616,7 +741,10 @@ pub(super) async fn respond(
     let retry = futures_util::stream::once(std::future::ready(Ok::<_, Infallible>(
         Bytes::from_static(RETRY_FRAME),
     )));
-    Ok(r.body(Body::from_stream(retry.chain(events))))
+    let mut res = r.body(Body::from_stream(retry.chain(events)));
+    // brook's HTTP/1.1 loop finds the seat here and lends it the socket (`seat.rs`).
+    res.extensions_mut().insert(handle);
+    Ok(res)
 }
 
 #[cfg(test)]

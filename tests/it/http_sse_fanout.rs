@@ -395,3 +395,238 @@ async fn shutdown_ends_subscribers_that_waited_many_times() -> R {
     }
     Ok(())
 }
+
+/// A stream's live tail is written to its parked subscribers by one writer (`seat.rs`) while
+/// subscribers come and go: ones that leave mid-stream (their sockets closed) take nothing
+/// with them, ones that join at the tail get exactly what follows their start, and after every
+/// subscriber left, a new one is served again.
+#[tokio::test]
+async fn subscribers_joining_and_leaving_mid_stream_get_exactly_their_part() -> R {
+    let s = server().await?;
+    let p = "/fan/churn";
+    s.create(p, "text/plain").await?;
+    let post = |i: u32| format!("m{i};");
+    let mut stay = Vec::new();
+    for _ in 0..4 {
+        stay.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    let mut leave = Vec::new();
+    for _ in 0..4 {
+        leave.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    let mut expected = String::new();
+    let mut joined: Vec<(Sub, usize)> = Vec::new();
+    for i in 0..60u32 {
+        let m = post(i);
+        s.post(p, &[("content-type", "text/plain")], &m).await?;
+        expected.push_str(&m);
+        for sub in &mut stay {
+            sub.until(&m).await?;
+        }
+        if i == 20 {
+            // Half leave without a word, half after reading up to here.
+            for (k, mut sub) in leave.drain(..).enumerate() {
+                if k % 2 == 0 {
+                    sub.until(&m).await?;
+                }
+                drop(sub);
+            }
+        }
+        if i % 15 == 7 {
+            let tail = s.tail(p).await?;
+            let sub = Sub::open(&s, &format!("{p}?offset={tail}&live=sse")).await?;
+            joined.push((sub, expected.len()));
+        }
+    }
+    s.post(p, &[("stream-closed", "true")], "").await?;
+    let text = |events: &[Event]| -> R<String> {
+        let (data, _, last) = payloads(events, false)?;
+        assert_eq!(last["streamClosed"], true, "{last}");
+        Ok(data
+            .iter()
+            .map(|d| String::from_utf8(d.clone()))
+            .collect::<Result<_, _>>()?)
+    };
+    for sub in &mut stay {
+        assert_eq!(
+            text(&sub.until_closed().await?)?,
+            expected,
+            "a subscriber that stayed"
+        );
+    }
+    for (sub, from) in &mut joined {
+        assert_eq!(
+            text(&sub.until_closed().await?)?,
+            expected[*from..],
+            "a subscriber that joined at the tail"
+        );
+    }
+    drop((stay, joined));
+    // Every subscriber of the old stream left: a new stream's subscribers are served afresh.
+    let q = "/fan/churn2";
+    s.create(q, "text/plain").await?;
+    let mut late = Sub::open(&s, &format!("{q}?offset=-1&live=sse")).await?;
+    let mut late2 = Sub::open(&s, &format!("{q}?offset=-1&live=sse")).await?;
+    for i in 0..5 {
+        let m = post(i);
+        s.post(q, &[("content-type", "text/plain")], &m).await?;
+        late.until(&m).await?;
+        late2.until(&m).await?;
+    }
+    Ok(())
+}
+
+/// A parked subscriber that stops reading while large events go by does not hold back the
+/// others (each of them gets every event as it is appended), and is cut off once the server's
+/// writes to it have made no progress for the write stall limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_subscriber_that_stops_reading_holds_back_nobody() -> R {
+    let s = Server::start_with(
+        Options::default(),
+        ServerConfig {
+            sse_max_duration: Duration::from_mins(2),
+            write_stall_timeout: Duration::from_millis(500),
+            ..config()
+        },
+    )
+    .await?;
+    let p = "/fan/stalled";
+    s.create(p, "text/plain").await?;
+    let mut stalled = Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?;
+    let mut quick = Vec::new();
+    for _ in 0..3 {
+        quick.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    // Let every subscriber reach the tail and park.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // About 13 MB: more than the kernel's buffers between the server and the stalled reader
+    // hold, so the server's writes to it stop making progress.
+    let pad = "y".repeat(64_000);
+    let started = std::time::Instant::now();
+    for i in 0..200u32 {
+        let m = format!("<{i}>{pad}");
+        s.post(p, &[("content-type", "text/plain")], &m).await?;
+        for q in &mut quick {
+            q.until(&format!("<{i}>")).await?;
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the quick subscribers were held back: {:?}",
+        started.elapsed()
+    );
+    let (got, took) = crate::http_support::read_until_cut_off(&mut stalled.io).await?;
+    assert!(
+        took < Duration::from_secs(20),
+        "the stalled reader was never cut off"
+    );
+    assert!(
+        got < 200 * 64_000,
+        "received {got} bytes: the stalled reader was not cut off"
+    );
+    Ok(())
+}
+
+/// Parked subscribers still get their keep-alive comments when the stream is idle, and end at
+/// their deadline (the connection's lifetime) with no event lost or repeated in between.
+#[tokio::test]
+async fn parked_subscribers_get_keep_alives_and_end_at_their_deadline() -> R {
+    let s = Server::start_with(
+        Options::default(),
+        ServerConfig {
+            sse_max_duration: Duration::from_millis(1500),
+            sse_keepalive: Duration::from_millis(200),
+            ..config()
+        },
+    )
+    .await?;
+    let p = "/fan/idle";
+    s.create(p, "text/plain").await?;
+    let mut subs = Vec::new();
+    for _ in 0..3 {
+        subs.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    let started = std::time::Instant::now();
+    let mut expected = String::new();
+    for i in 0..3 {
+        let m = format!("m{i};");
+        s.post(p, &[("content-type", "text/plain")], &m).await?;
+        expected.push_str(&m);
+        for sub in &mut subs {
+            sub.until(&m).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(350)).await;
+    }
+    for sub in &mut subs {
+        let events = sub.until_closed().await?;
+        assert!(started.elapsed() >= Duration::from_secs(1), "ended early");
+        let (data, _, last) = payloads(&events, false)?;
+        let got: String = data
+            .iter()
+            .map(|d| String::from_utf8(d.clone()))
+            .collect::<Result<_, _>>()?;
+        assert_eq!(got, expected);
+        assert_ne!(last["streamClosed"], true, "ended by its deadline");
+        let body = std::str::from_utf8(&sub.body)?;
+        assert!(body.contains(": keep-alive\n\n"), "{body}");
+    }
+    Ok(())
+}
+
+/// Deleting a stream ends its parked subscribers.
+#[tokio::test]
+async fn deleting_the_stream_ends_parked_subscribers() -> R {
+    let s = server().await?;
+    let p = "/fan/deleted";
+    s.create(p, "text/plain").await?;
+    let mut subs = Vec::new();
+    for _ in 0..3 {
+        subs.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    s.post(p, &[("content-type", "text/plain")], "m0;").await?;
+    for sub in &mut subs {
+        sub.until("m0;").await?;
+    }
+    let r = s.delete(p, &[]).await?;
+    assert_eq!(r.status, 204, "{}", r.text());
+    for sub in &mut subs {
+        let events = tokio::time::timeout(Duration::from_secs(5), sub.until_closed()).await??;
+        let (data, _, last) = payloads(&events, false)?;
+        assert_eq!(data.concat(), b"m0;");
+        assert_ne!(last["streamClosed"], true);
+    }
+    Ok(())
+}
+
+/// A subscriber whose socket filled while it did not read catches up on its own, and once back
+/// at the tail it is served again at once: each new event arrives well within the keep-alive
+/// interval (15 s), which is all that would wake a connection that waits without being
+/// parked at its stream's writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_caught_up_is_served_again_at_once() -> R {
+    let s = server().await?;
+    let p = "/fan/caught-up";
+    s.create(p, "text/plain").await?;
+    let mut slow = Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?;
+    let mut quick = Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?;
+    // About 5 MB per round: more than the kernel's buffers hold, so the writer finds the slow
+    // subscriber's socket full and hands it back to its own task.
+    let pad = "z".repeat(64_000);
+    for round in 0..3 {
+        for j in 0..80 {
+            let m = format!("<{round}.{j}>{pad}");
+            s.post(p, &[("content-type", "text/plain")], &m).await?;
+            quick.until(&format!("<{round}.{j}>")).await?;
+        }
+        slow.until(&format!("<{round}.79>")).await?;
+        for k in 0..3 {
+            let tick = format!("tick {round}.{k};");
+            s.post(p, &[("content-type", "text/plain")], &tick).await?;
+            quick.until(&tick).await?;
+            tokio::time::timeout(Duration::from_secs(3), slow.until(&tick))
+                .await
+                .map_err(|_| format!("{tick} did not reach the subscriber that caught up"))??;
+        }
+    }
+    Ok(())
+}
