@@ -686,23 +686,24 @@ impl Shard {
                 }
             }
             let (deleted, was_dirty) = {
-                let mut d = it.stream.data.lock();
-                let was = d.in_dirty;
-                d.in_dirty = !d.deleted;
-                (d.deleted, was)
+                let d = it.stream.data.lock();
+                (d.deleted, d.in_dirty)
             };
             match &it.record {
                 Record::Create { .. } => self.names.add(it.stream.name.as_str())?,
                 Record::Delete { .. } if deleted => self.names.remove(it.stream.name.as_str())?,
                 _ => {}
             }
+            // The flag follows the set, never leads it (see `Data::in_dirty`).
             if deleted {
                 self.dirty.lock().remove(it.stream.name.as_str());
+                it.stream.data.lock().in_dirty = false;
             } else if !was_dirty {
                 self.dirty
                     .lock()
                     .entry(it.stream.name.as_str().to_owned())
                     .or_insert_with(|| it.stream.clone());
+                it.stream.data.lock().in_dirty = true;
             }
             if !w.touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
                 w.touched.push(it.stream.clone());

@@ -70,9 +70,10 @@ pub(super) struct Data {
     pub(super) generation: u64,
     /// The delete was applied: the directory is in the trash.
     pub(super) deleted: bool,
-    /// The stream is in its shard's dirty set (`Shard::dirty`), or the thread that set this is
-    /// about to put it there; `false` says nothing (the set is then looked at under its lock).
-    /// Spares a committed record a lookup by name in the set when its stream is already there.
+    /// The stream is in its shard's dirty set (`Shard::dirty`): set only after it was put
+    /// there, cleared when the set lets it go (a rotation takes it, a delete is applied);
+    /// `false` says nothing (the set is then looked at under its lock). Spares a committed
+    /// record a lookup by name in the set when its stream is already there.
     pub(super) in_dirty: bool,
 }
 
