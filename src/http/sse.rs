@@ -286,6 +286,7 @@ fn incomplete_utf8_tail(b: &[u8]) -> usize {
 }
 
 /// What ended an SSE connection's wait at the tail.
+#[derive(Clone, Copy)]
 enum Woke {
     /// The stream changed (or the writer handed the connection back).
     Stream,
@@ -500,24 +501,15 @@ impl Sse {
                 Poll::Pending
             })
             .await;
-            match woke {
-                Woke::Stream => {
+            let keepalive = self.app.config.sse_keepalive;
+            let (deadline, last_sent) = (self.deadline, self.last_sent);
+            if let ControlFlow::Break(end) =
+                Self::after_wake(woke, &mut self.timer, deadline, last_sent, keepalive)
+            {
+                if end.is_ok() {
                     self.woken = true;
-                    return Ok(());
                 }
-                Woke::Timer => {
-                    let keepalive = self.app.config.sse_keepalive;
-                    let fired = Self::timer_fired(
-                        &mut self.timer,
-                        self.deadline,
-                        self.last_sent,
-                        keepalive,
-                    );
-                    if let ControlFlow::Break(frame) = fired {
-                        return Err(frame);
-                    }
-                }
-                Woke::Shutdown => return Err(None),
+                return end;
             }
         }
     }
@@ -555,25 +547,36 @@ impl Sse {
                 Poll::Pending
             })
             .await;
-            match woke {
-                Woke::Stream => {
+            let keepalive = self.app.config.sse_keepalive;
+            let (deadline, last_sent) = (self.deadline, self.last_sent);
+            if let ControlFlow::Break(end) =
+                Self::after_wake(woke, &mut self.timer, deadline, last_sent, keepalive)
+            {
+                if end.is_ok() {
                     self.woken = true;
-                    return Ok(());
                 }
-                Woke::Timer => {
-                    let keepalive = self.app.config.sse_keepalive;
-                    let fired = Self::timer_fired(
-                        &mut self.timer,
-                        self.deadline,
-                        self.last_sent,
-                        keepalive,
-                    );
-                    if let ControlFlow::Break(frame) = fired {
-                        return Err(frame);
-                    }
-                }
-                Woke::Shutdown => return Err(None),
+                return end;
             }
+        }
+    }
+
+    /// What a wait does on `woke` (both [`Sse::sleep`] and [`Sse::sleep_parked`]): `Break` ends
+    /// it (`Ok`: the stream woke it, read again; `Err`: the keep-alive comment to send, or
+    /// `None` to end), `Continue` waits on (the timer was set for its next stop).
+    fn after_wake(
+        woke: Woke,
+        timer: &mut Pin<Box<Sleep>>,
+        deadline: Instant,
+        last_sent: Instant,
+        keepalive: std::time::Duration,
+    ) -> ControlFlow<Result<(), Option<Bytes>>> {
+        match woke {
+            Woke::Stream => ControlFlow::Break(Ok(())),
+            Woke::Timer => match Self::timer_fired(timer, deadline, last_sent, keepalive) {
+                ControlFlow::Break(frame) => ControlFlow::Break(Err(frame)),
+                ControlFlow::Continue(()) => ControlFlow::Continue(()),
+            },
+            Woke::Shutdown => ControlFlow::Break(Err(None)),
         }
     }
 
