@@ -14,7 +14,6 @@
 //! ```
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -114,13 +113,14 @@ pub(crate) fn write(
     state: &StreamState,
 ) -> Result<()> {
     let buf = encode(generation, applied_lsn, state);
-    let mut f: File = crate::fs::open_create(
+    let f: File = crate::fs::open_create(
         OpenOptions::new().create(true).write(true).truncate(false),
         &slot_path(dir, generation % 2),
     )?;
+    // The slot is not cut to the new image's length: its header gives the length, so bytes of a
+    // longer earlier image past it are never read, and a `set_len` per checkpoint per stream
+    // costs a metadata change each time.
     f.write_all_at(&buf, 0)?;
-    f.set_len(buf.len() as u64)?;
-    f.flush()?;
     Ok(())
 }
 

@@ -260,7 +260,11 @@ async fn read_head<S: Io>(
                 ));
             }
         }
-        if buf.capacity() - buf.len() < 1024 {
+        // An empty buffer with less than half its room left takes back its whole allocation
+        // (copying nothing, once the previous request's views of it are gone), so a head and a
+        // body of a few KiB arrive in one read rather than in two with the first part moved to
+        // the front between them.
+        if buf.capacity() - buf.len() < 1024 || (buf.is_empty() && buf.capacity() < READ_BUF / 2) {
             buf.reserve(READ_BUF);
         }
         tokio::select! {

@@ -356,6 +356,15 @@ impl Segment {
             self.local_log()?.write_all_at(&body.data, rel)?;
             self.written_to(rel + body.data.len() as u64);
         } else {
+            let need = self.unwritten.len() + body.data.len();
+            if need > self.unwritten.capacity() {
+                // Room for a few more bodies like this one (up to a flush's worth), so the
+                // buffer is not copied again at every doubling while bodies of a few KiB fill it.
+                let want = (4 * body.data.len())
+                    .min(FLUSH_AT + body.data.len())
+                    .max(need);
+                self.unwritten.reserve(want - self.unwritten.len());
+            }
             self.unwritten.extend_from_slice(&body.data);
         }
         let n = body.ends.len() as u64;
