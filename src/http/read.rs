@@ -24,7 +24,7 @@ use super::names::{
     STREAM_UP_TO_DATE,
 };
 use super::reply::{Answer, Reply};
-use super::request::{expected_incarnation, none_match, query_params, single};
+use super::request::{expected_incarnation, none_match, query_values};
 use super::{AppState, blocking, sse};
 
 /// The query parameter of a read that ends on a message boundary in a byte stream too.
@@ -64,12 +64,21 @@ pub(super) struct ReadParams {
 /// The GET's query, validated: at most one of each parameter, `live` known, a live read with an
 /// offset, `max_bytes` positive.
 fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
-    let q = query_params(parts);
-    let from = match single(&q, QUERY_OFFSET)? {
+    let [offset, live, cursor, max_bytes, boundary] = query_values(
+        parts,
+        [
+            QUERY_OFFSET,
+            QUERY_LIVE,
+            QUERY_CURSOR,
+            QUERY_MAX_BYTES,
+            QUERY_BOUNDARY,
+        ],
+    );
+    let from = match offset.single()? {
         None => None,
         Some(o) => Some(parse_read_from(o)?),
     };
-    let live = match single(&q, QUERY_LIVE)? {
+    let live = match live.single()? {
         None | Some("" | "false") => Live::CatchUp,
         Some("long-poll") => Live::LongPoll,
         Some("sse") => Live::Sse,
@@ -87,8 +96,8 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
         ));
     }
     // A malformed cursor is treated as absent: it only shapes cache keys.
-    let cursor = single(&q, QUERY_CURSOR)?.and_then(|c| c.parse::<u64>().ok());
-    let max_bytes = match single(&q, QUERY_MAX_BYTES)? {
+    let cursor = cursor.single()?.and_then(|c| c.parse::<u64>().ok());
+    let max_bytes = match max_bytes.single()? {
         None => None,
         Some(m) => match parse_canonical_u64(m.as_bytes()) {
             Some(n) if n > 0 => Some(n),
@@ -100,7 +109,7 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
             }
         },
     };
-    let whole_messages = match single(&q, QUERY_BOUNDARY)? {
+    let whole_messages = match boundary.single()? {
         None => false,
         Some("message") => true,
         Some(_) => {
