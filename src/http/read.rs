@@ -11,7 +11,6 @@ use crate::headers::{
     QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, format_expires_at,
     parse_canonical_u64, parse_read_from,
 };
-use crate::name::Digits;
 use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
 use super::auth::CredentialExpiry;
@@ -23,7 +22,7 @@ use super::names::{
     STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL,
     STREAM_UP_TO_DATE,
 };
-use super::reply::{Answer, Reply};
+use super::reply::{Answer, ReadTag, Reply};
 use super::request::{expected_incarnation, none_match, query_values};
 use super::{AppState, blocking, sse};
 
@@ -133,22 +132,14 @@ pub(super) fn has_data(chunk: &ReadChunk) -> bool {
     chunk.data_len > 0 || chunk.next != chunk.start
 }
 
-/// `"{incarnation}:{start}:{next}"`, with `:c` when the chunk reaches the end of a closed
-/// stream: the tag changes when the stream is closed, so a 304 never hides the closure.
-fn etag(chunk: &ReadChunk) -> String {
-    let inc = chunk.incarnation.as_str();
-    let mut tag = String::with_capacity(inc.len() + 72);
-    tag.push('"');
-    tag.push_str(inc);
-    tag.push(':');
-    tag.push_str(Digits::offset(chunk.start).as_str());
-    tag.push(':');
-    tag.push_str(Digits::offset(chunk.next).as_str());
-    if chunk.closed {
-        tag.push_str(":c");
+/// The entity tag of `chunk` (see [`ReadTag`]).
+fn etag(chunk: &ReadChunk) -> ReadTag {
+    ReadTag {
+        incarnation: chunk.incarnation.clone(),
+        start: chunk.start,
+        next: chunk.next,
+        closed: chunk.closed,
     }
-    tag.push('"');
-    tag
 }
 
 /// `Cache-Control` of a catch-up chunk that never changes: one read at an explicit offset that
@@ -297,14 +288,15 @@ async fn catch_up(
     }
     let tag = etag(&chunk);
     let caching = catch_up_caching(app, from, &chunk);
-    if none_match(&parts.headers, &tag) {
+    if parts.headers.contains_key(header::IF_NONE_MATCH) && none_match(&parts.headers, &tag.text())
+    {
         let r = chunk_reply(StatusCode::NOT_MODIFIED, &mut chunk)
-            .text(header::ETAG, tag)
+            .tag(header::ETAG, tag)
             .fixed(header::CACHE_CONTROL, caching);
         return Ok(r.answer_empty());
     }
     let r = chunk_reply(StatusCode::OK, &mut chunk)
-        .text(header::ETAG, tag)
+        .tag(header::ETAG, tag)
         .fixed(header::CACHE_CONTROL, caching)
         .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
     Ok(r.answer(Pieces::new(chunk.body).into_body()))
@@ -344,7 +336,7 @@ async fn long_poll(
         if has_data(&chunk) {
             let tag = etag(&chunk);
             let r = chunk_reply(StatusCode::OK, &mut chunk)
-                .text(header::ETAG, tag)
+                .tag(header::ETAG, tag)
                 .fixed(header::CACHE_CONTROL, NO_STORE)
                 .number(STREAM_CURSOR, cursor)
                 .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
