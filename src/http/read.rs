@@ -391,11 +391,15 @@ pub(crate) async fn head(
     name: StreamName,
     parts: &Parts,
 ) -> Result<Answer, ApiError> {
-    let info = app
-        .blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
-            store.head(name, &Guard::from(expect.cloned()))
-        })
-        .await?;
+    // An open stream is described right here (a look at memory); the rest goes to a blocking
+    // thread, which may load it from disk.
+    let expect = expected_incarnation(&parts.headers)?;
+    let info = if let Some(info) = app.store.engine().try_head(&name, expect.as_ref()) {
+        info.map_err(|e| ApiError::Store(e, Op::Read))?
+    } else {
+        let store = app.store.clone();
+        blocking(Op::Read, move || store.head(&name, &Guard::from(expect))).await?
+    };
     let mut r = Reply::new(StatusCode::OK)
         .text(header::CONTENT_TYPE, info.content_type)
         .offset(STREAM_NEXT_OFFSET, info.tail)
