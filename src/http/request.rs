@@ -167,43 +167,35 @@ pub(crate) fn query_values<'a, const N: usize>(
     let Some(q) = parts.uri.query() else {
         return found;
     };
-    // One pass over the bytes: each `&` ends a pair; the pair's first `=` ends its key; a `%`
-    // or `+` in a key or value says it needs decoding (a key without one is compared as it is:
-    // no name has one).
-    let mut from = 0;
-    let mut eq = None;
-    let (mut key_coded, mut value_coded) = (false, false);
-    for (i, b) in q.bytes().chain(std::iter::once(b'&')).enumerate() {
-        match b {
-            b'&' => {
-                if i > from {
-                    let key_end = eq.unwrap_or(i);
-                    let key = q.get(from..key_end).unwrap_or_default();
-                    let value = eq.and_then(|e| q.get(e + 1..i)).unwrap_or_default();
-                    let slot = if key_coded {
-                        let key = percent_decode(key);
-                        found.iter_mut().find(|f| f.name == key)
-                    } else {
-                        found.iter_mut().find(|f| f.name == key)
-                    };
-                    if let Some(slot) = slot {
-                        if slot.first.is_some() {
-                            slot.repeated = true;
-                        } else if value_coded {
-                            slot.first = Some(percent_decode(value));
-                        } else {
-                            slot.first = Some(Cow::Borrowed(value));
-                        }
-                    }
-                }
-                from = i + 1;
-                eq = None;
-                (key_coded, value_coded) = (false, false);
+    let coded = |s: &str| s.bytes().any(|c| c == b'%' || c == b'+');
+    let mut rest = Some(q);
+    while let Some(r) = rest {
+        // Split at ASCII bytes, so never inside a character.
+        let (kv, more) = match r.bytes().position(|c| c == b'&') {
+            Some(i) => (&r[..i], Some(&r[i + 1..])),
+            None => (r, None),
+        };
+        rest = more;
+        if kv.is_empty() {
+            continue;
+        }
+        let (key, value) = match kv.bytes().position(|c| c == b'=') {
+            Some(i) => (&kv[..i], &kv[i + 1..]),
+            None => (kv, ""),
+        };
+        // No name has a `%` or `+`: a key without one is compared as it is.
+        let slot = if coded(key) {
+            let key = percent_decode(key);
+            found.iter_mut().find(|f| f.name == key)
+        } else {
+            found.iter_mut().find(|f| f.name == key)
+        };
+        if let Some(slot) = slot {
+            if slot.first.is_some() {
+                slot.repeated = true;
+            } else {
+                slot.first = Some(percent_decode(value));
             }
-            b'=' if eq.is_none() => eq = Some(i),
-            b'%' | b'+' if eq.is_none() => key_coded = true,
-            b'%' | b'+' => value_coded = true,
-            _ => {}
         }
     }
     found
