@@ -296,6 +296,12 @@ impl Digits {
         self.len += digits.len();
     }
 
+    /// The text's bytes (ASCII digits and `_`), without [`Digits::as_str`]'s UTF-8 check.
+    #[cfg(feature = "http")]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
     /// The text.
     pub(crate) fn as_str(&self) -> &str {
         // Only ASCII digits and `_` were written.

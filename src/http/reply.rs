@@ -64,9 +64,9 @@ impl ReadTag {
         out.push(b'"');
         out.extend_from_slice(inc);
         out.push(b':');
-        out.extend_from_slice(Digits::offset(self.start).as_str().as_bytes());
+        out.extend_from_slice(Digits::offset(self.start).as_bytes());
         out.push(b':');
-        out.extend_from_slice(Digits::offset(self.next).as_str().as_bytes());
+        out.extend_from_slice(Digits::offset(self.next).as_bytes());
         if self.closed {
             out.extend_from_slice(b":c");
         }
@@ -94,8 +94,8 @@ impl Value {
                 out.extend_from_slice(s.as_bytes());
             }
             Value::Fixed(v) => out.extend_from_slice(v.as_bytes()),
-            Value::Offset(o) => out.extend_from_slice(Digits::offset(*o).as_str().as_bytes()),
-            Value::Number(n) => out.extend_from_slice(Digits::u64(*n).as_str().as_bytes()),
+            Value::Offset(o) => out.extend_from_slice(Digits::offset(*o).as_bytes()),
+            Value::Number(n) => out.extend_from_slice(Digits::u64(*n).as_bytes()),
             // Printable ASCII by construction (`Incarnation::new` checks a caller's token, the
             // engine makes its own of hex digits and `-`), so no check per response.
             Value::Incarnation(i) => out.extend_from_slice(i.as_str().as_bytes()),
