@@ -11,9 +11,10 @@
 //! fanout-steps --stream S --subscribers 200 --appends 200 --warmup 20 [--sync-dir D]
 //!          the same in lock step (each append only after every subscriber read the one
 //!          before), for scripts/bench-instructions: a fixed count of events
-//! longpoll --stream S --clients 10 --rounds 50
+//! longpoll --stream S --clients 10 --rounds 50 [--warmup 0 --park-ms 30 --sync-dir D]
 //!          clients park a `live=long-poll` read at the tail, then one append; wake latency
-//!          (append sent -> long-poll answer read)
+//!          (append sent -> long-poll answer read); with `--sync-dir`, for
+//!          scripts/bench-instructions: the measured rounds between its files, as fanout-steps
 //! catchup  --stream S --clients 16 --secs 8
 //!          clients read the whole stream from `offset=-1`, following Stream-Next-Offset until
 //!          Stream-Up-To-Date, over and over; bytes/s of response bodies
@@ -600,11 +601,20 @@ async fn fanout_steps(a: &Args, addr: &str, base: Instant) -> Res<String> {
     ))
 }
 
+/// `longpoll`: each round, a HEAD for the tail, every client's long-poll from it, a pause
+/// (`--park-ms`) for them to park, then one append, which answers them all. `--warmup` rounds
+/// come first, uncounted; with `--sync-dir D` it hands off to the script around the measured
+/// rounds as `fanout-steps` does (`D/ready`, `D/go`, `D/done`, `D/exit`), and fails when a
+/// measured long-poll was not answered 200.
 async fn longpoll(a: &Args, addr: &str) -> Res<String> {
     let stream = a.s("stream", "bench/longpoll");
     let path = path_of(&stream);
     let clients = a.n("clients", 10)? as usize;
     let rounds = a.n("rounds", 50)?;
+    let warmup = a.n("warmup", 0)?;
+    let park = Duration::from_millis(a.n("park-ms", 30)?);
+    let sync = a.kv.get("sync-dir").map(std::path::PathBuf::from);
+    let limit = Duration::from_secs(a.n("timeout-secs", 600)?);
     let mut w = Conn::open(addr).await?;
     create(&mut w, &path, "text/plain").await?;
     let mut conns = Vec::new();
@@ -614,7 +624,15 @@ async fn longpoll(a: &Args, addr: &str) -> Res<String> {
     let mut lat = Vec::new();
     let mut missed = 0u64;
     let mut sink = Vec::new();
-    for i in 0..rounds {
+    for i in 0..warmup + rounds {
+        if i == warmup {
+            lat.clear();
+            missed = 0;
+            if let Some(d) = &sync {
+                std::fs::write(d.join("ready"), b"")?;
+                wait_for_file(&d.join("go"), limit).await?;
+            }
+        }
         let h = w.call("HEAD", &path, &[], b"", &mut sink).await?;
         let tail = h
             .header("stream-next-offset")
@@ -625,7 +643,7 @@ async fn longpoll(a: &Args, addr: &str) -> Res<String> {
             c.send("GET", &q, &[], b"").await?;
         }
         // Let every request park in the server.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(park).await;
         let t0 = Instant::now();
         append(&mut w, &path, "text/plain", format!("round {i}").as_bytes()).await?;
         let mut waits = Vec::new();
@@ -648,6 +666,13 @@ async fn longpoll(a: &Args, addr: &str) -> Res<String> {
                 missed += 1;
                 conns.push(Conn::open(addr).await?);
             }
+        }
+    }
+    if let Some(d) = &sync {
+        std::fs::write(d.join("done"), b"")?;
+        wait_for_file(&d.join("exit"), limit).await?;
+        if missed > 0 {
+            return Err(format!("{missed} long-polls were not answered 200").into());
         }
     }
     Ok(latency_json(

@@ -296,6 +296,12 @@ impl Digits {
         self.len += digits.len();
     }
 
+    /// The text's bytes (ASCII digits and `_`), without [`Digits::as_str`]'s UTF-8 check.
+    #[cfg(feature = "http")]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
     /// The text.
     pub(crate) fn as_str(&self) -> &str {
         // Only ASCII digits and `_` were written.
@@ -318,11 +324,11 @@ impl FromStr for Offset {
         if b.len() != 33 || b[16] != b'_' {
             return Err(bad());
         }
+        // 16 digits are at most 10^16 - 1: no overflow.
         let part = |p: &[u8]| -> Option<u64> {
-            if !p.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            std::str::from_utf8(p).ok()?.parse().ok()
+            p.iter().try_fold(0u64, |n, &d| {
+                d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0'))
+            })
         };
         match (part(&b[..16]), part(&b[17..])) {
             (Some(messages), Some(bytes)) => Ok(Offset { messages, bytes }),

@@ -239,6 +239,29 @@ impl Engine {
         Ok(s.info(&s.visible()))
     }
 
+    #[cfg(feature = "http")]
+    /// [`Engine::head`] without any blocking step, for async callers: `None` when it could
+    /// block (the stream is not open) or has more to do than describe it (it is deleted,
+    /// soft-deleted or expired); the caller then asks [`Engine::head`] on a blocking thread.
+    pub(crate) fn try_head(
+        &self,
+        name: &StreamName,
+        expect: Option<&Incarnation>,
+    ) -> Option<Result<StreamInfo>> {
+        let s = self.registry.lock().get(name.as_str()).cloned()?;
+        {
+            let core = s.core.lock();
+            if core.gone || core.state.soft_deleted {
+                return None;
+            }
+        }
+        if s.expired() {
+            return None;
+        }
+        s.mark_used();
+        Some(s.check_expect(expect).map(|()| s.info(&s.visible())))
+    }
+
     /// Counts as an access of a live stream: renews a sliding TTL.
     pub(crate) fn touch(&self, name: &StreamName) -> Result<()> {
         self.live(name)?.touch();

@@ -155,6 +155,22 @@ impl Metrics {
         }
     }
 
+    /// [`Metrics::request`] for a request that started at `started`: the clock is read only
+    /// for the latency an append observes.
+    pub(crate) fn request_since(
+        &self,
+        kind: RouteKind,
+        status: StatusCode,
+        started: std::time::Instant,
+    ) {
+        let took = if kind == RouteKind::Append {
+            started.elapsed()
+        } else {
+            Duration::ZERO
+        };
+        self.request(kind, status, took);
+    }
+
     /// Counts one refusal with problem `code`.
     pub(crate) fn error(&self, code: &'static str) {
         *self.errors.lock().entry(code).or_insert(0) += 1;

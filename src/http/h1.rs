@@ -662,8 +662,17 @@ impl Drop for Lent {
     }
 }
 
-/// Appends the status line to `out`.
+/// Appends the status line to `out` (the commonest ones as constants).
 fn status_line(out: &mut Vec<u8>, status: StatusCode) {
+    let common: &[u8] = match status.as_u16() {
+        200 => b"HTTP/1.1 200 OK\r\n",
+        204 => b"HTTP/1.1 204 No Content\r\n",
+        _ => b"",
+    };
+    if !common.is_empty() {
+        out.extend_from_slice(common);
+        return;
+    }
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');

@@ -199,6 +199,10 @@ pub(crate) struct AppState {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Keeps the shutdown channel open for routers built without [`serve`].
     _shutdown_tx: Arc<watch::Sender<bool>>,
+    /// Notified (every waiter) right after `shutdown` turns `true`: what
+    /// [`AppState::shutting_down`] waits on, a waiter list cheaper to join and leave than the
+    /// watch channel's (a long-poll joins and leaves it once per request).
+    shutdown_notify: Arc<tokio::sync::Notify>,
     /// Connections open on [`serve`]'s listener (see `write::append`: in Buffered mode an
     /// append on the only connection commits at once; one among several first lets the others'
     /// appends join its batch).
@@ -229,9 +233,13 @@ impl AppState {
 
     /// Resolves once the server is shutting down; never, for a router without [`serve`].
     pub(crate) async fn shutting_down(&self) {
-        let mut rx = self.shutdown.clone();
-        // `wait_for` fails only when the sender is gone, which this state keeps alive.
-        let _ = rx.wait_for(|down| *down).await;
+        // Made before the look at the flag: a `notify_waiters` after that look (the flag turns
+        // true first) wakes it though it was not polled yet.
+        let notified = self.shutdown_notify.notified();
+        if *self.shutdown.borrow() {
+            return;
+        }
+        notified.await;
     }
 
     /// Runs one engine call on `name` on the blocking pool, with the store and the request's
@@ -285,6 +293,7 @@ fn app_state(
         config: Arc::new(config),
         shutdown: rx,
         _shutdown_tx: Arc::new(tx),
+        shutdown_notify: Arc::default(),
         connections: Arc::default(),
         keys: Arc::new(keys::Keys::load_or_create(store_root).map_err(|e| e.to_string())),
         edge: Arc::default(),
@@ -432,6 +441,7 @@ pub async fn serve_with_admin(
     drop(listener);
     // Live readers watch this and answer (204, end of SSE) at once.
     let _ = signal.send(true);
+    app.shutdown_notify.notify_waiters();
     drop(alive);
     let drained = async {
         graceful.shutdown().await;
@@ -697,7 +707,7 @@ async fn respond(
             }
         }
     };
-    app.metrics.request(kind, res.status(), started.elapsed());
+    app.metrics.request_since(kind, res.status(), started);
     if let Some((method, path)) = logged {
         log_request(&method, &path, &res, started.elapsed());
     }

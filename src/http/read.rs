@@ -11,7 +11,6 @@ use crate::headers::{
     QUERY_CURSOR, QUERY_LIVE, QUERY_MAX_BYTES, QUERY_OFFSET, format_expires_at,
     parse_canonical_u64, parse_read_from,
 };
-use crate::name::Digits;
 use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, StreamName};
 
 use super::auth::CredentialExpiry;
@@ -23,8 +22,8 @@ use super::names::{
     STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET, STREAM_TTL,
     STREAM_UP_TO_DATE,
 };
-use super::reply::{Answer, Reply};
-use super::request::{expected_incarnation, none_match, query_params, single};
+use super::reply::{Answer, ReadTag, Reply};
+use super::request::{expected_incarnation, none_match, query_values};
 use super::{AppState, blocking, sse};
 
 /// The query parameter of a read that ends on a message boundary in a byte stream too.
@@ -64,12 +63,21 @@ pub(super) struct ReadParams {
 /// The GET's query, validated: at most one of each parameter, `live` known, a live read with an
 /// offset, `max_bytes` positive.
 fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
-    let q = query_params(parts);
-    let from = match single(&q, QUERY_OFFSET)? {
+    let [offset, live, cursor, max_bytes, boundary] = query_values(
+        parts,
+        [
+            QUERY_OFFSET,
+            QUERY_LIVE,
+            QUERY_CURSOR,
+            QUERY_MAX_BYTES,
+            QUERY_BOUNDARY,
+        ],
+    );
+    let from = match offset.single()? {
         None => None,
         Some(o) => Some(parse_read_from(o)?),
     };
-    let live = match single(&q, QUERY_LIVE)? {
+    let live = match live.single()? {
         None | Some("" | "false") => Live::CatchUp,
         Some("long-poll") => Live::LongPoll,
         Some("sse") => Live::Sse,
@@ -87,8 +95,8 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
         ));
     }
     // A malformed cursor is treated as absent: it only shapes cache keys.
-    let cursor = single(&q, QUERY_CURSOR)?.and_then(|c| c.parse::<u64>().ok());
-    let max_bytes = match single(&q, QUERY_MAX_BYTES)? {
+    let cursor = cursor.single()?.and_then(|c| c.parse::<u64>().ok());
+    let max_bytes = match max_bytes.single()? {
         None => None,
         Some(m) => match parse_canonical_u64(m.as_bytes()) {
             Some(n) if n > 0 => Some(n),
@@ -100,7 +108,7 @@ fn read_params(parts: &Parts) -> Result<ReadParams, ApiError> {
             }
         },
     };
-    let whole_messages = match single(&q, QUERY_BOUNDARY)? {
+    let whole_messages = match boundary.single()? {
         None => false,
         Some("message") => true,
         Some(_) => {
@@ -124,22 +132,14 @@ pub(super) fn has_data(chunk: &ReadChunk) -> bool {
     chunk.data_len > 0 || chunk.next != chunk.start
 }
 
-/// `"{incarnation}:{start}:{next}"`, with `:c` when the chunk reaches the end of a closed
-/// stream: the tag changes when the stream is closed, so a 304 never hides the closure.
-fn etag(chunk: &ReadChunk) -> String {
-    let inc = chunk.incarnation.as_str();
-    let mut tag = String::with_capacity(inc.len() + 72);
-    tag.push('"');
-    tag.push_str(inc);
-    tag.push(':');
-    tag.push_str(Digits::offset(chunk.start).as_str());
-    tag.push(':');
-    tag.push_str(Digits::offset(chunk.next).as_str());
-    if chunk.closed {
-        tag.push_str(":c");
+/// The entity tag of `chunk` (see [`ReadTag`]).
+fn etag(chunk: &ReadChunk) -> ReadTag {
+    ReadTag {
+        incarnation: chunk.incarnation.clone(),
+        start: chunk.start,
+        next: chunk.next,
+        closed: chunk.closed,
     }
-    tag.push('"');
-    tag
 }
 
 /// `Cache-Control` of a catch-up chunk that never changes: one read at an explicit offset that
@@ -288,14 +288,15 @@ async fn catch_up(
     }
     let tag = etag(&chunk);
     let caching = catch_up_caching(app, from, &chunk);
-    if none_match(&parts.headers, &tag) {
+    if parts.headers.contains_key(header::IF_NONE_MATCH) && none_match(&parts.headers, &tag.text())
+    {
         let r = chunk_reply(StatusCode::NOT_MODIFIED, &mut chunk)
-            .text(header::ETAG, tag)
+            .tag(header::ETAG, tag)
             .fixed(header::CACHE_CONTROL, caching);
         return Ok(r.answer_empty());
     }
     let r = chunk_reply(StatusCode::OK, &mut chunk)
-        .text(header::ETAG, tag)
+        .tag(header::ETAG, tag)
         .fixed(header::CACHE_CONTROL, caching)
         .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
     Ok(r.answer(Pieces::new(chunk.body).into_body()))
@@ -335,7 +336,7 @@ async fn long_poll(
         if has_data(&chunk) {
             let tag = etag(&chunk);
             let r = chunk_reply(StatusCode::OK, &mut chunk)
-                .text(header::ETAG, tag)
+                .tag(header::ETAG, tag)
                 .fixed(header::CACHE_CONTROL, NO_STORE)
                 .number(STREAM_CURSOR, cursor)
                 .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
@@ -390,11 +391,15 @@ pub(crate) async fn head(
     name: StreamName,
     parts: &Parts,
 ) -> Result<Answer, ApiError> {
-    let info = app
-        .blocking_on_stream(name, &parts.headers, Op::Read, |store, name, expect| {
-            store.head(name, &Guard::from(expect.cloned()))
-        })
-        .await?;
+    // An open stream is described right here (a look at memory); the rest goes to a blocking
+    // thread, which may load it from disk.
+    let expect = expected_incarnation(&parts.headers)?;
+    let info = if let Some(info) = app.store.engine().try_head(&name, expect.as_ref()) {
+        info.map_err(|e| ApiError::Store(e, Op::Read))?
+    } else {
+        let store = app.store.clone();
+        blocking(Op::Read, move || store.head(&name, &Guard::from(expect))).await?
+    };
     let mut r = Reply::new(StatusCode::OK)
         .text(header::CONTENT_TYPE, info.content_type)
         .offset(STREAM_NEXT_OFFSET, info.tail)

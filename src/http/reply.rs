@@ -38,6 +38,48 @@ enum Value {
     Number(u64),
     /// A stream's incarnation token (printable ASCII, so always a valid value).
     Incarnation(Incarnation),
+    /// A read's entity tag.
+    Tag(ReadTag),
+}
+
+/// A read's strong entity tag, `"{incarnation}:{start}:{next}"`, with `:c` when the read
+/// reaches the end of a closed stream (so a 304 never hides the closure). Printable ASCII, so
+/// always a valid header value.
+pub(crate) struct ReadTag {
+    /// The stream's incarnation.
+    pub(crate) incarnation: Incarnation,
+    /// Where the read starts.
+    pub(crate) start: Offset,
+    /// Where it ends.
+    pub(crate) next: Offset,
+    /// Whether the stream is closed at `next`.
+    pub(crate) closed: bool,
+}
+
+impl ReadTag {
+    /// Appends the tag to `out`.
+    fn write(&self, out: &mut Vec<u8>) {
+        let inc = self.incarnation.as_str().as_bytes();
+        out.reserve(inc.len() + 72);
+        out.push(b'"');
+        out.extend_from_slice(inc);
+        out.push(b':');
+        out.extend_from_slice(Digits::offset(self.start).as_bytes());
+        out.push(b':');
+        out.extend_from_slice(Digits::offset(self.next).as_bytes());
+        if self.closed {
+            out.extend_from_slice(b":c");
+        }
+        out.push(b'"');
+    }
+
+    /// The tag as text.
+    pub(crate) fn text(&self) -> String {
+        let mut out = Vec::new();
+        self.write(&mut out);
+        // Only ASCII was written.
+        String::from_utf8(out).unwrap_or_default()
+    }
 }
 
 impl Value {
@@ -52,11 +94,12 @@ impl Value {
                 out.extend_from_slice(s.as_bytes());
             }
             Value::Fixed(v) => out.extend_from_slice(v.as_bytes()),
-            Value::Offset(o) => out.extend_from_slice(Digits::offset(*o).as_str().as_bytes()),
-            Value::Number(n) => out.extend_from_slice(Digits::u64(*n).as_str().as_bytes()),
+            Value::Offset(o) => out.extend_from_slice(Digits::offset(*o).as_bytes()),
+            Value::Number(n) => out.extend_from_slice(Digits::u64(*n).as_bytes()),
             // Printable ASCII by construction (`Incarnation::new` checks a caller's token, the
             // engine makes its own of hex digits and `-`), so no check per response.
             Value::Incarnation(i) => out.extend_from_slice(i.as_str().as_bytes()),
+            Value::Tag(t) => t.write(out),
         }
         true
     }
@@ -69,6 +112,7 @@ impl Value {
             Value::Offset(o) => HeaderValue::from_str(Digits::offset(o).as_str()).ok(),
             Value::Number(n) => Some(HeaderValue::from(n)),
             Value::Incarnation(i) => HeaderValue::from_str(i.as_str()).ok(),
+            Value::Tag(t) => HeaderValue::try_from(t.text()).ok(),
         }
     }
 }
@@ -89,6 +133,17 @@ pub(crate) struct Reply {
     status: StatusCode,
     /// The headers so far.
     fields: Vec<(HeaderName, Value)>,
+    /// A bit per name set so far ([`name_bit`]): a name whose bit is clear is new, and adding
+    /// it needs no comparison with the others.
+    seen: u64,
+}
+
+/// A name's bit in [`Reply::seen`], from its length and last byte: the names of one protocol
+/// response each get a bit of their own (two names sharing one are only compared in full).
+fn name_bit(name: &HeaderName) -> u64 {
+    let s = name.as_str().as_bytes();
+    let last = usize::from(s.last().copied().unwrap_or(0));
+    1 << ((s.len() * 7 + last) % 64)
 }
 
 impl Reply {
@@ -98,6 +153,7 @@ impl Reply {
         Reply {
             status,
             fields: Vec::with_capacity(FIELDS),
+            seen: 0,
         }
     }
 
@@ -108,9 +164,13 @@ impl Reply {
 
     /// Sets `name` to `value`, replacing an earlier value of the same name where it stands.
     fn set(mut self, name: HeaderName, value: Value) -> Self {
-        if let Some(field) = self.fields.iter_mut().find(|(n, _)| *n == name) {
+        let bit = name_bit(&name);
+        if self.seen & bit != 0
+            && let Some(field) = self.fields.iter_mut().find(|(n, _)| *n == name)
+        {
             field.1 = value;
         } else {
+            self.seen |= bit;
             self.fields.push((name, value));
         }
         self
@@ -144,6 +204,11 @@ impl Reply {
     /// Adds an incarnation header (`Stream-Incarnation`).
     pub(crate) fn incarnation(self, name: HeaderName, incarnation: &Incarnation) -> Self {
         self.set(name, Value::Incarnation(incarnation.clone()))
+    }
+
+    /// Adds a read's entity tag (`ETag`).
+    pub(crate) fn tag(self, name: HeaderName, tag: ReadTag) -> Self {
+        self.set(name, Value::Tag(tag))
     }
 
     /// Adds `name: true` when `flag` is set.

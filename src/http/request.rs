@@ -124,27 +124,81 @@ pub(crate) fn query_params(parts: &Parts) -> Vec<(Cow<'_, str>, Cow<'_, str>)> {
         .collect()
 }
 
-/// The one value of a query parameter; an error when it is given more than once.
-pub(crate) fn single<'a>(
-    params: &'a [(Cow<'_, str>, Cow<'_, str>)],
+/// One query parameter as [`query_values`] found it: its first value and whether it came again.
+pub(crate) struct QueryValue<'a> {
+    /// The parameter's name.
     name: &'static str,
-) -> Result<Option<&'a str>, ApiError> {
-    let mut found = params
-        .iter()
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| v.as_ref());
-    let first = found.next();
-    if found.next().is_some() {
-        return Err(ApiError::bad_request(
-            if name == "offset" {
-                "INVALID_OFFSET"
-            } else {
-                "INVALID_ARGUMENT"
-            },
-            format!("the query parameter {name} is given more than once"),
-        ));
+    /// Its first value, percent-decoded.
+    first: Option<Cow<'a, str>>,
+    /// Whether it was given more than once.
+    repeated: bool,
+}
+
+impl QueryValue<'_> {
+    /// The one value of the parameter; an error when it is given more than once.
+    pub(crate) fn single(&self) -> Result<Option<&str>, ApiError> {
+        if self.repeated {
+            return Err(ApiError::bad_request(
+                if self.name == "offset" {
+                    "INVALID_OFFSET"
+                } else {
+                    "INVALID_ARGUMENT"
+                },
+                format!("the query parameter {} is given more than once", self.name),
+            ));
+        }
+        Ok(self.first.as_deref())
     }
-    Ok(first)
+}
+
+/// The query parameters `names`, in one pass over the query and without allocating for the
+/// usual query: what [`query_params`] would list for each name (names and values compared and
+/// answered percent-decoded), less the parameters no name asks for, whose values are never
+/// decoded.
+pub(crate) fn query_values<'a, const N: usize>(
+    parts: &'a Parts,
+    names: [&'static str; N],
+) -> [QueryValue<'a>; N] {
+    let mut found = names.map(|name| QueryValue {
+        name,
+        first: None,
+        repeated: false,
+    });
+    let Some(q) = parts.uri.query() else {
+        return found;
+    };
+    let coded = |s: &str| s.bytes().any(|c| c == b'%' || c == b'+');
+    let mut rest = Some(q);
+    while let Some(r) = rest {
+        // Split at ASCII bytes, so never inside a character.
+        let (kv, more) = match r.bytes().position(|c| c == b'&') {
+            Some(i) => (&r[..i], Some(&r[i + 1..])),
+            None => (r, None),
+        };
+        rest = more;
+        if kv.is_empty() {
+            continue;
+        }
+        let (key, value) = match kv.bytes().position(|c| c == b'=') {
+            Some(i) => (&kv[..i], &kv[i + 1..]),
+            None => (kv, ""),
+        };
+        // No name has a `%` or `+`: a key without one is compared as it is.
+        let slot = if coded(key) {
+            let key = percent_decode(key);
+            found.iter_mut().find(|f| f.name == key)
+        } else {
+            found.iter_mut().find(|f| f.name == key)
+        };
+        if let Some(slot) = slot {
+            if slot.first.is_some() {
+                slot.repeated = true;
+            } else {
+                slot.first = Some(percent_decode(value));
+            }
+        }
+    }
+    found
 }
 
 /// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte; a `%` without two
@@ -340,4 +394,44 @@ pub(crate) fn absolute_url(app: &AppState, parts: &Parts) -> String {
     };
     let scheme = parts.uri.scheme_str().unwrap_or(default);
     format!("{scheme}://{host}{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`query_values`] answers, for each name, what [`query_params`] lists: the first value,
+    /// decoded, and whether the name came again; names are matched decoded too.
+    #[test]
+    fn query_values_agree_with_query_params() {
+        let names = ["offset", "live", "cursor", "max bytes"];
+        for query in [
+            "",
+            "?",
+            "?offset=-1",
+            "?offset=0000000000000001_0000000000000002&live=long-poll&cursor=7",
+            "?&&offset=1&&offset=2",
+            "?offset",
+            "?offset=&live",
+            "?off%73et=a%2Bb+c&live=sse",
+            "?max+bytes=5&max%20bytes=6",
+            "?live=a=b&cursor=%zz&other=1&offset=%E2%82%AC",
+            "?x=%FF&offset=%FF",
+            "?=1&live=%",
+        ] {
+            let parts = axum::http::Request::get(format!("/s{query}"))
+                .body(())
+                .expect("a request")
+                .into_parts()
+                .0;
+            let all = query_params(&parts);
+            let found = query_values(&parts, names);
+            for (name, v) in names.iter().zip(&found) {
+                let mut values = all.iter().filter(|(k, _)| k == name).map(|(_, v)| v);
+                assert_eq!(v.first.as_ref(), values.next(), "{query}: {name}");
+                assert_eq!(v.repeated, values.next().is_some(), "{query}: {name}");
+                assert_eq!(v.single().is_err(), v.repeated, "{query}: {name}");
+            }
+        }
+    }
 }

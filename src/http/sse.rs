@@ -132,7 +132,7 @@ fn last_bytes(body: &[Bytes]) -> Vec<u8> {
 /// break or the NUL that would make a browser ignore the id.
 fn id_line(out: &mut Vec<u8>, next: Offset) {
     out.extend_from_slice(b"id: ");
-    out.extend_from_slice(Digits::offset(next).as_str().as_bytes());
+    out.extend_from_slice(Digits::offset(next).as_bytes());
     out.push(b'\n');
 }
 
@@ -248,12 +248,12 @@ fn control_event(
     closed: bool,
 ) {
     out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
-    out.extend_from_slice(Digits::offset(next).as_str().as_bytes());
+    out.extend_from_slice(Digits::offset(next).as_bytes());
     out.push(b'"');
     // The cursor is omitted once the stream is closed: the client must not reconnect.
     if let (Some(cursor), false) = (cursor, closed) {
         out.extend_from_slice(b",\"streamCursor\":\"");
-        out.extend_from_slice(Digits::u64(cursor).as_str().as_bytes());
+        out.extend_from_slice(Digits::u64(cursor).as_bytes());
         out.push(b'"');
     }
     if up_to_date || closed {
