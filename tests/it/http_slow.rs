@@ -45,8 +45,10 @@ async fn a_stalled_upload_is_refused_with_408_and_writes_nothing() -> R {
         let head = format!(
             "{method} {path} HTTP/1.1\r\nHost: brook.test\r\nContent-Type: text/plain\r\n{framing}"
         );
-        c.write_all(head.as_bytes()).await?;
+        // The clock starts before the write: the server's idle timer starts when it reads these
+        // bytes, which may be before this task runs again after the write.
         let started = Instant::now();
+        c.write_all(head.as_bytes()).await?;
         let mut out = Vec::new();
         tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut out)).await??;
         let text = String::from_utf8_lossy(&out);
