@@ -95,27 +95,11 @@ impl Engine {
         if req.data.len() > INLINE_BODY {
             return Attempt::Blocking(req);
         }
-        let s = {
-            let reg = self.registry.lock();
-            match reg.get(name.as_str()) {
-                Some(s) => s.clone(),
-                None => return Attempt::Blocking(req),
-            }
+        let s = match self.live_in_memory(name) {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => return Attempt::Refused(e, None),
+            None => return Attempt::Blocking(req),
         };
-        // As `Engine::live` would answer, without deleting an expired stream here.
-        {
-            let core = s.core.lock();
-            if core.gone {
-                return Attempt::Refused(Error::NotFound, None);
-            }
-            if core.state.soft_deleted {
-                return Attempt::Refused(Error::Gone, None);
-            }
-        }
-        if s.expired() {
-            return Attempt::Blocking(req);
-        }
-        s.mark_used();
         match self.append_to(&s, req) {
             Ok(p) => Attempt::Accepted(p),
             Err(Refusal { error, ticket }) => Attempt::Refused(error, ticket),

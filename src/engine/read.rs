@@ -248,17 +248,7 @@ impl Engine {
         name: &StreamName,
         expect: Option<&Incarnation>,
     ) -> Option<Result<StreamInfo>> {
-        let s = self.registry.lock().get(name.as_str()).cloned()?;
-        {
-            let core = s.core.lock();
-            if core.gone || core.state.soft_deleted {
-                return None;
-            }
-        }
-        if s.expired() {
-            return None;
-        }
-        s.mark_used();
+        let s = self.live_in_memory(name)?.ok()?;
         Some(s.check_expect(expect).map(|()| s.info(&s.visible())))
     }
 

@@ -102,6 +102,28 @@ impl Engine {
         Ok(s)
     }
 
+    #[cfg(feature = "http")]
+    /// [`Engine::live`] without any blocking step, for the async paths: `None` when the stream
+    /// is not open (opening reads its files) or has expired (deleting it is `live`'s work on a
+    /// blocking thread); else the stream, marked used, or `NotFound` / `Gone` as `live` answers.
+    pub(super) fn live_in_memory(&self, name: &StreamName) -> Option<Result<Arc<Stream>>> {
+        let s = self.registry.lock().get(name.as_str()).cloned()?;
+        {
+            let core = s.core.lock();
+            if core.gone {
+                return Some(Err(Error::NotFound));
+            }
+            if core.state.soft_deleted {
+                return Some(Err(Error::Gone));
+            }
+        }
+        if s.expired() {
+            return None;
+        }
+        s.mark_used();
+        Some(Ok(s))
+    }
+
     /// The names of the live streams starting with `prefix` (a leading `/` ignored), sorted:
     /// every page of [`Engine::list_page`].
     pub(crate) fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {
