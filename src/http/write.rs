@@ -253,11 +253,17 @@ pub(crate) async fn append(
         }
     };
     // Buffered mode: the first writer to wait commits the whole queue on its own thread. With
-    // other connections open, let their appends that are ready on this worker enqueue first, so
-    // one journal write and one write per stream carry all of them; on the only connection an
-    // append commits at once.
-    if app.connections.load(Ordering::Relaxed) > 1
-        && app.store.options().durability() == crate::Durability::Buffered
+    // other connections open that may be writing, let their appends that are ready on this
+    // worker enqueue first, so one journal write and one write per stream carry all of them.
+    // On the only such connection an append commits at once: live readers (SSE, long-polls at
+    // the tail) send no appends, and a writer to a stream with a thousand SSE subscribers
+    // would otherwise wait for the fan-out of the last append before its own is written.
+    if app.store.options().durability() == crate::Durability::Buffered
+        && app
+            .connections
+            .load(Ordering::Relaxed)
+            .saturating_sub(app.edge.live_readers.load(Ordering::Relaxed))
+            > 1
     {
         tokio::task::yield_now().await;
     }

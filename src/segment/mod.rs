@@ -356,14 +356,23 @@ impl Segment {
             self.local_log()?.write_all_at(&body.data, rel)?;
             self.written_to(rel + body.data.len() as u64);
         } else {
+            if self.unwritten.len() + body.data.len() > self.unwritten.capacity().max(FLUSH_AT) {
+                // This body would take a full buffer past a flush's worth: write what is
+                // buffered first, rather than copy it into a larger buffer (with bodies whose
+                // size does not divide `FLUSH_AT`, a copy of up to 16 KiB per stream after
+                // each checkpoint gave its buffer back).
+                self.flush()?;
+            }
             let need = self.unwritten.len() + body.data.len();
             if need > self.unwritten.capacity() {
-                // Room for a few more bodies like this one (up to a flush's worth), so the
-                // buffer is not copied again at every doubling while bodies of a few KiB fill it.
+                // Room for a few more bodies like this one, or twice the room it had, up to a
+                // flush's worth: bodies of a few KiB are not copied again at every doubling,
+                // and small ones are copied a few times in all before the buffer is written.
                 let want = (4 * body.data.len())
+                    .max(2 * self.unwritten.capacity())
                     .min(FLUSH_AT + body.data.len())
                     .max(need);
-                self.unwritten.reserve(want - self.unwritten.len());
+                self.unwritten.reserve_exact(want - self.unwritten.len());
             }
             self.unwritten.extend_from_slice(&body.data);
         }
@@ -982,6 +991,42 @@ mod tests {
         let set = SegmentSet::open(dir.path(), Offset::ZERO, early, 4096, &[]).unwrap();
         assert_eq!(set.end(), early);
         assert_eq!(set.segs.len(), 1);
+    }
+
+    /// Bodies whose size does not divide `FLUSH_AT` never make the write buffer grow past
+    /// a flush's worth (what is buffered is written first instead of copied into a larger
+    /// buffer), and every byte still reads back, flushed or not.
+    #[test]
+    fn the_write_buffer_never_grows_past_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+        let mut expect = Vec::new();
+        for (i, size) in [
+            1usize, 4096, 4096, 4096, 4096, 5000, 300, 9000, 4095, 16_383,
+        ]
+        .into_iter()
+        .cycle()
+        .take(60)
+        .enumerate()
+        {
+            let m: Vec<u8> = (0..size).map(|j| (i + j) as u8).collect();
+            set.append(set.end(), &body(&[&m])).unwrap();
+            expect.extend_from_slice(&m);
+            let s = set.segs.last().unwrap();
+            assert!(
+                s.unwritten.capacity() <= FLUSH_AT + size,
+                "capacity {} after a {size} B body",
+                s.unwritten.capacity()
+            );
+            assert!(s.unwritten.len() < FLUSH_AT, "a full buffer is written");
+        }
+        let end = set.end().bytes;
+        let got: Vec<u8> = set.read_local(0, end).unwrap().unwrap().concat();
+        assert_eq!(got, expect);
+        drop(set);
+        let set = SegmentSet::open(dir.path(), Offset::ZERO, Offset::new(60, end), 1 << 20, &[]);
+        let got: Vec<u8> = set.unwrap().read_local(0, end).unwrap().unwrap().concat();
+        assert_eq!(got, expect, "dropping the set wrote what was buffered");
     }
 
     #[test]
