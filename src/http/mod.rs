@@ -204,8 +204,8 @@ pub(crate) struct AppState {
     /// watch channel's (a long-poll joins and leaves it once per request).
     shutdown_notify: Arc<tokio::sync::Notify>,
     /// Connections open on [`serve`]'s listener (see `write::append`: in Buffered mode an
-    /// append on the only connection commits at once; one among several first lets the others'
-    /// appends join its batch).
+    /// append on the only connection that is not a live reader commits at once; one among
+    /// several first lets the others' appends join its batch).
     pub(crate) connections: Arc<std::sync::atomic::AtomicUsize>,
     /// The webhook signing key and token secret (`keys.rs`), or why they could not be loaded.
     pub(crate) keys: Arc<Result<keys::Keys, String>>,
