@@ -481,6 +481,12 @@ async fn refuse<S: Io>(app: &AppState, socket: &mut S, out: &mut Vec<u8>, e: Api
 /// could destroy the response before the peer read it.
 async fn close_gently<S: Io>(socket: &mut S) {
     let _ = socket.shutdown().await;
+    drain(socket).await;
+}
+
+/// Reads and drops what the peer still sends on a connection whose write side is shut, for up
+/// to a second and at most 1 MiB (see [`close_gently`]).
+async fn drain<S: AsyncRead + Unpin>(socket: &mut S) {
     let mut sink = vec![0u8; 16 << 10];
     let mut left = 1usize << 20;
     let until = Instant::now() + Duration::from_secs(1);
@@ -913,7 +919,8 @@ async fn handoff<S: Io>(
 ) {
     let io = hyper_util::rt::TokioIo::new(Rewind {
         read: read.freeze(),
-        socket,
+        socket: Some(socket),
+        shut: false,
     });
     let conn = fallback
         .builder
@@ -924,11 +931,34 @@ async fn handoff<S: Io>(
 }
 
 /// A socket with bytes already read from it put back in front.
-struct Rewind<S> {
+struct Rewind<S: Io> {
     /// Bytes to be read before the socket's.
     read: Bytes,
+    /// The connection (`None` only once dropped).
+    socket: Option<S>,
+    /// hyper shut the write side: it is closing the connection, perhaps with a request body
+    /// left unread (a refusal before the body).
+    shut: bool,
+}
+
+impl<S: Io> Rewind<S> {
     /// The connection.
-    socket: S,
+    fn socket(&mut self) -> Pin<&mut S> {
+        Pin::new(self.socket.as_mut().expect("present until dropped"))
+    }
+}
+
+impl<S: Io> Drop for Rewind<S> {
+    /// A connection hyper closes is drained as [`close_gently`] does, on a task of its own:
+    /// closing it with the peer's unread bytes would send a reset, which can destroy the
+    /// response before the peer read it (a client still sending a refused body).
+    fn drop(&mut self) {
+        if let (true, Some(mut socket)) = (self.shut, self.socket.take())
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move { drain(&mut socket).await });
+        }
+    }
 }
 
 impl<S: Io> AsyncRead for Rewind<S> {
@@ -940,7 +970,7 @@ impl<S: Io> AsyncRead for Rewind<S> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.read.is_empty() {
-            return Pin::new(&mut this.socket).poll_read(cx, buf);
+            return this.socket().poll_read(cx, buf);
         }
         let n = this.read.len().min(buf.remaining());
         buf.put_slice(&this.read[..n]);
@@ -956,7 +986,7 @@ impl<S: Io> AsyncWrite for Rewind<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().socket).poll_write(cx, buf)
+        self.get_mut().socket().poll_write(cx, buf)
     }
 
     /// The socket's vectored write (`sendfile` for large mapped slices).
@@ -965,23 +995,27 @@ impl<S: Io> AsyncWrite for Rewind<S> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().socket).poll_write_vectored(cx, bufs)
+        self.get_mut().socket().poll_write_vectored(cx, bufs)
     }
 
     /// As the socket's (true for a plain socket, which then gets hyper's body pieces as they
     /// are, for `sendfile`).
     fn is_write_vectored(&self) -> bool {
-        self.socket.is_write_vectored()
+        self.socket
+            .as_ref()
+            .is_some_and(AsyncWrite::is_write_vectored)
     }
 
     /// The socket's flush.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().socket).poll_flush(cx)
+        self.get_mut().socket().poll_flush(cx)
     }
 
-    /// The socket's shutdown.
+    /// The socket's shutdown; the socket is drained when dropped (see `Drop`).
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().socket).poll_shutdown(cx)
+        let this = self.get_mut();
+        this.shut = true;
+        this.socket().poll_shutdown(cx)
     }
 }
 
