@@ -38,11 +38,24 @@ pub struct Options {
     pub(crate) tier: Option<crate::tier::TierOptions>,
 }
 
+/// The journal shard count a store gets unless one is set: one per two CPUs this process may
+/// run on (its affinity mask, so a server pinned to one CPU gets one shard), at least 1 and at
+/// most 8.
+///
+/// A second shard costs a committer, a checkpoint thread and a journal file, and halves each
+/// shard's group commits and the streams each checkpoint covers. It pays when there are CPUs to
+/// run two committers at once and a device that takes their syncs in parallel. On a two-CPU
+/// machine one shard did less work per append than two, pinned or not (docs/benchmarks.md,
+/// "The ninth pass").
+fn default_journal_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).clamp(1, 8))
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             durability: Durability::Sync,
-            journal_shards: 2,
+            journal_shards: default_journal_shards(),
             segment_bytes: 64 << 20,
             checkpoint_bytes: 64 << 20,
             max_open_streams: 4096,
@@ -80,8 +93,9 @@ impl Options {
     }
 
     /// Number of journal shards, each with its own file and sync thread, so several syncs are in
-    /// flight at once. Default 2, 1 to 64. Fixed when a store is created: reopening with another
-    /// value keeps the stored one.
+    /// flight at once. Default: one per two CPUs this process may run on (its affinity mask), at
+    /// least 1 and at most 8; 1 to 64. Fixed when a store is created: reopening with
+    /// another value keeps the stored one.
     #[must_use]
     pub fn with_journal_shards(mut self, n: usize) -> Self {
         self.journal_shards = n;

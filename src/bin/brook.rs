@@ -231,9 +231,10 @@ struct ServeArgs {
     /// Largest snapshot blob in bytes; larger ones are refused with 413.
     #[arg(long, default_value_t = 128 << 20)]
     max_snapshot_bytes: u64,
-    /// Journal shards: files with their own sync thread, so several fsyncs run at once.
-    #[arg(long, default_value_t = 2)]
-    journal_shards: usize,
+    /// Journal shards: files with their own sync thread, so several fsyncs run at once. Default:
+    /// one per two CPUs this process may run on, 1 to 8. Fixed when the store is created.
+    #[arg(long)]
+    journal_shards: Option<usize>,
     /// Journal bytes per shard between checkpoints: bounds what recovery replays after a crash.
     #[arg(long, default_value_t = 64 << 20)]
     checkpoint_bytes: u64,
@@ -454,12 +455,15 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         DurabilityArg::Sync => Durability::Sync,
         DurabilityArg::Buffered => Durability::Buffered,
     };
-    let options = Options::default()
+    let mut options = Options::default();
+    if let Some(n) = args.journal_shards {
+        options = options.with_journal_shards(n);
+    }
+    let options = options
         .with_durability(durability)
         .with_max_append_bytes(args.max_append_bytes)
         .with_max_read_bytes(args.max_read_bytes)
         .with_max_snapshot_bytes(args.max_snapshot_bytes)
-        .with_journal_shards(args.journal_shards)
         .with_checkpoint_bytes(args.checkpoint_bytes)
         .with_max_open_streams(args.max_open_streams)
         .with_segment_bytes(args.segment_bytes);

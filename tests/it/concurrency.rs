@@ -159,7 +159,9 @@ fn many_threads_many_streams_then_reopen() -> R {
     let dir = tempfile::tempdir()?;
     let (threads, streams, appends) = (8u64, 48u64, 150u64);
     // A small cache and small checkpoints, so evictions and checkpoints run under the writers.
+    // Two journal shards whatever the machine's default, so batches span both.
     let opts = Options::default()
+        .with_journal_shards(2)
         .with_max_open_streams(16)
         .with_checkpoint_bytes(64 << 10)
         .with_segment_bytes(4096);
@@ -304,7 +306,8 @@ fn check_stream(
 #[test]
 fn waiters_see_only_acknowledged_data_under_concurrent_appends() -> R {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path(), Options::default())?;
+    // Two journal shards whatever the machine's default: the noise streams share shards.
+    let store = Store::open(dir.path(), Options::default().with_journal_shards(2))?;
     let n = name("wait/log");
     let total = 200u64;
     for s in ["wait/log", "wait/noise-1", "wait/noise-2"] {

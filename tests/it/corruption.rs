@@ -15,7 +15,9 @@ use brook::*;
 use crate::util::{R, Rng, copy_dir, crash_image, files_under, name, read_to_tail, typed};
 
 fn options() -> Options {
+    // Two journal shards whatever the machine's default, so damage is found in either.
     Options::default()
+        .with_journal_shards(2)
         .with_segment_bytes(4096)
         .with_durability(Durability::Buffered)
 }

@@ -29,8 +29,10 @@ fn options(sync: bool) -> Options {
     } else {
         Durability::Buffered
     };
-    // Small segments and checkpoints, so kills land in rolls and checkpoints too.
+    // Small segments and checkpoints, so kills land in rolls and checkpoints too; two journal
+    // shards whatever the machine's default, so crashes land across shards.
     Options::default()
+        .with_journal_shards(2)
         .with_durability(d)
         .with_segment_bytes(4096)
         .with_checkpoint_bytes(64 << 10)

@@ -692,7 +692,9 @@ struct Harness {
 }
 
 fn options() -> Options {
+    // Two journal shards whatever the machine's default, so the model covers both.
     Options::default()
+        .with_journal_shards(2)
         .with_durability(Durability::Buffered)
         .with_checkpoint_bytes(64 << 10)
         .with_segment_bytes(4096)

@@ -95,7 +95,9 @@ struct Sim {
 }
 
 fn options(sync: bool) -> Options {
+    // Two journal shards whatever the machine's default, so power cuts land across shards.
     Options::default()
+        .with_journal_shards(2)
         .with_durability(if sync {
             Durability::Sync
         } else {
