@@ -19,7 +19,7 @@ use std::fs::File;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use memmap2::{Mmap, MmapOptions};
 use parking_lot::RwLock;
 
 use crate::error::Result;
@@ -128,11 +128,12 @@ pub(crate) fn map_read(file: &Arc<File>, len: usize) -> Result<ReadMap> {
     Ok(ReadMap::listed(map, file.clone()))
 }
 
-/// Maps a whole index file read-write.
-pub(crate) fn map_write(file: &File, len: usize) -> Result<MmapMut> {
-    // SAFETY: the index file is owned by one segment; the map is only accessed under the stream's
+/// Maps the first `len` bytes of an index file read-only (entries reach the file by `pwrite`,
+/// which a shared map sees at once).
+pub(crate) fn map_index(file: &File, len: usize) -> Result<Mmap> {
+    // SAFETY: the index file is owned by one segment; the map is only read under the stream's
     // data lock, and the file only grows while mapped (a grown file is mapped again).
-    let map = unsafe { MmapOptions::new().len(len).map_mut(file)? };
+    let map = unsafe { MmapOptions::new().len(len).map(file)? };
     Ok(map)
 }
 

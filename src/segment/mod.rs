@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use memmap2::MmapMut;
+use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::fs;
@@ -83,9 +83,18 @@ struct Segment {
     log: Option<Arc<File>>,
     log_cap: u64,
     idx: File,
-    idx_map: MmapMut,
+    /// The index file, read-only: entries reach it by `pwrite` (see `idx_pending`), so a
+    /// checkpoint's sync, which write-protects the pages it writes back, leaves no page for the
+    /// next append to fault on.
+    idx_map: Mmap,
     /// Messages in this segment.
     count: u64,
+    /// Messages whose index entries are in the index file; those of the rest (up to `count`)
+    /// are in `idx_pending`.
+    idx_written: u64,
+    /// The encoded index entries of messages `idx_written..count`, written to the index file
+    /// with the log's buffered bytes (`flush`), in one call.
+    idx_pending: Vec<u8>,
     /// Absolute end in bytes.
     end: u64,
     /// Messages, from the segment's first, whose bytes are known to match their index entry:
@@ -194,11 +203,13 @@ impl Segment {
         )?;
         let idx_len = IDX_HEADER + MIN_IDX_ENTRIES * ENTRY;
         fs::set_len(&idx, &idx_path(dir, base.bytes), idx_len)?;
-        let mut idx_map = mmap::map_write(&idx, idx_len as usize)?;
-        idx_map[0..4].copy_from_slice(IDX_MAGIC);
-        idx_map[4..8].copy_from_slice(&IDX_VERSION.to_le_bytes());
-        idx_map[8..16].copy_from_slice(&base.messages.to_le_bytes());
-        idx_map[16..24].copy_from_slice(&base.bytes.to_le_bytes());
+        let mut header = [0u8; IDX_HEADER as usize];
+        header[0..4].copy_from_slice(IDX_MAGIC);
+        header[4..8].copy_from_slice(&IDX_VERSION.to_le_bytes());
+        header[8..16].copy_from_slice(&base.messages.to_le_bytes());
+        header[16..24].copy_from_slice(&base.bytes.to_le_bytes());
+        idx.write_all_at(&header, 0)?;
+        let idx_map = mmap::map_index(&idx, idx_len as usize)?;
         Ok(Segment {
             base,
             log,
@@ -206,6 +217,8 @@ impl Segment {
             idx,
             idx_map,
             count: 0,
+            idx_written: 0,
+            idx_pending: Vec::new(),
             end: base.bytes,
             verified: 0,
             read_map: None,
@@ -246,7 +259,7 @@ impl Segment {
                 "index length is not a whole number of entries",
             ));
         }
-        let idx_map = mmap::map_write(&idx, idx_len as usize)?;
+        let idx_map = mmap::map_index(&idx, idx_len as usize)?;
         let h = &idx_map[..IDX_HEADER as usize];
         let field = |r: std::ops::Range<usize>| {
             h.get(r)
@@ -270,6 +283,8 @@ impl Segment {
             idx,
             idx_map,
             count: 0,
+            idx_written: 0,
+            idx_pending: Vec::new(),
             end: base_bytes,
             verified: 0,
             read_map: None,
@@ -279,19 +294,24 @@ impl Segment {
         })
     }
 
+    /// Index entry `i`'s bytes: from the file, or from `idx_pending` when not written yet.
+    fn entry(&self, i: u64) -> Option<&[u8]> {
+        let (bytes, at) = match i.checked_sub(self.idx_written) {
+            Some(p) => (&self.idx_pending[..], p * ENTRY),
+            None => (&self.idx_map[..], IDX_HEADER + i * ENTRY),
+        };
+        bytes.get(at as usize..(at + ENTRY) as usize)
+    }
+
     fn entry_end(&self, i: u64) -> u64 {
-        let at = (IDX_HEADER + i * ENTRY) as usize;
-        self.idx_map
-            .get(at..at + 8)
-            .and_then(|b| b.try_into().ok())
+        self.entry(i)
+            .and_then(|e| e[0..8].try_into().ok())
             .map_or(u64::MAX, u64::from_le_bytes)
     }
 
     fn entry_crc(&self, i: u64) -> u32 {
-        let at = (IDX_HEADER + i * ENTRY + 8) as usize;
-        self.idx_map
-            .get(at..at + 4)
-            .and_then(|b| b.try_into().ok())
+        self.entry(i)
+            .and_then(|e| e[8..12].try_into().ok())
             .map_or(0, u32::from_le_bytes)
     }
 
@@ -341,7 +361,7 @@ impl Segment {
         })
     }
 
-    /// Appends `body` (its bytes buffered or written through, its entries into the index) to
+    /// Appends `body` (its bytes buffered or written through, its index entries buffered) to
     /// this segment of the stream in `dir`, growing the files as needed.
     fn write(&mut self, dir: &Path, body: &Body) -> Result<()> {
         let rel = self.end - self.base.bytes;
@@ -382,21 +402,20 @@ impl Segment {
             let len =
                 IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
             fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
-            self.idx_map = mmap::map_write(&self.idx, len as usize)?;
+            self.idx_map = mmap::map_index(&self.idx, len as usize)?;
         }
         let mut prev = 0usize;
-        for (i, &end) in body.ends.iter().enumerate() {
+        for &end in body.ends.iter() {
             let end = end as usize;
             let crc = if n == 1 {
                 body.single_crc()
             } else {
                 crc32fast::hash(body.data.get(prev..end).unwrap_or(&[]))
             };
-            let at = (IDX_HEADER + (self.count + i as u64) * ENTRY) as usize;
-            let entry = &mut self.idx_map[at..at + ENTRY as usize];
-            entry[0..8].copy_from_slice(&(self.end + end as u64).to_le_bytes());
-            entry[8..12].copy_from_slice(&crc.to_le_bytes());
-            entry[12..16].copy_from_slice(&[0; 4]);
+            self.idx_pending
+                .extend_from_slice(&(self.end + end as u64).to_le_bytes());
+            self.idx_pending.extend_from_slice(&crc.to_le_bytes());
+            self.idx_pending.extend_from_slice(&[0; 4]);
             prev = end;
         }
         if self.verified == self.count {
@@ -404,21 +423,29 @@ impl Segment {
         }
         self.count += n;
         self.end += body.data.len() as u64;
-        if self.unwritten.len() >= FLUSH_AT {
+        // Bodies of many small messages gather more entry bytes than data bytes.
+        if self.unwritten.len() >= FLUSH_AT || self.idx_pending.len() >= FLUSH_AT {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// Writes the buffered bytes (`unwritten`, which end at `end`) to the log file, in one call.
+    /// Writes the buffered bytes (`unwritten`, which end at `end`) to the log file, then the
+    /// buffered index entries to the index file: one call each. What fails to be written stays
+    /// buffered.
     fn flush(&mut self) -> Result<()> {
-        if self.unwritten.is_empty() {
-            return Ok(());
+        if !self.unwritten.is_empty() {
+            let rel = self.end - self.base.bytes - self.unwritten.len() as u64;
+            self.local_log()?.write_all_at(&self.unwritten, rel)?;
+            self.unwritten.clear();
+            self.written_to(self.end - self.base.bytes);
         }
-        let rel = self.end - self.base.bytes - self.unwritten.len() as u64;
-        self.local_log()?.write_all_at(&self.unwritten, rel)?;
-        self.unwritten.clear();
-        self.written_to(self.end - self.base.bytes);
+        if !self.idx_pending.is_empty() {
+            self.idx
+                .write_all_at(&self.idx_pending, IDX_HEADER + self.idx_written * ENTRY)?;
+            self.idx_written = self.count;
+            self.idx_pending.clear();
+        }
         Ok(())
     }
 
@@ -579,6 +606,7 @@ impl SegmentSet {
                 return Err(Error::corrupt(dir, "segments out of order"));
             }
             s.count = next.messages - s.base.messages;
+            s.idx_written = s.count;
             s.end = next.bytes;
             let idx_entries = (s.idx_map.len() as u64 - IDX_HEADER) / ENTRY;
             if s.count > idx_entries || s.end - s.base.bytes > s.log_cap {
@@ -675,6 +703,7 @@ impl SegmentSet {
             Some(s) => {
                 s.flush()?;
                 s.unwritten = Vec::new();
+                s.idx_pending = Vec::new();
                 Ok(())
             }
             None => Ok(()),
@@ -1027,6 +1056,55 @@ mod tests {
         let set = SegmentSet::open(dir.path(), Offset::ZERO, Offset::new(60, end), 1 << 20, &[]);
         let got: Vec<u8> = set.unwrap().read_local(0, end).unwrap().unwrap().concat();
         assert_eq!(got, expect, "dropping the set wrote what was buffered");
+    }
+
+    /// Index entries wait with the buffered bytes and reach the index file at a flush (the map
+    /// is read-only); boundaries read the same before and after, a body of many small messages
+    /// is flushed once its entries fill a buffer, and a reopened set finds every entry.
+    #[test]
+    fn index_entries_are_written_at_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+        set.append(set.end(), &body(&[b"ab", b"cde"])).unwrap();
+        set.append(set.end(), &body(&[b"f"])).unwrap();
+        let s = set.segs.last().unwrap();
+        assert_eq!(
+            (s.idx_written, s.idx_pending.len()),
+            (0, 3 * ENTRY as usize)
+        );
+        let idx = std::fs::read(idx_path(dir.path(), 0)).unwrap();
+        assert!(
+            idx[IDX_HEADER as usize..].iter().all(|&b| b == 0),
+            "nothing written yet"
+        );
+        let ends = |set: &SegmentSet| (1..=6).filter(|&p| set.is_boundary(p)).collect::<Vec<_>>();
+        assert_eq!(ends(&set), [2, 5, 6]);
+        set.flush().unwrap();
+        let s = set.segs.last().unwrap();
+        assert_eq!((s.idx_written, s.idx_pending.len()), (3, 0));
+        assert_eq!(ends(&set), [2, 5, 6]);
+        let idx = std::fs::read(idx_path(dir.path(), 0)).unwrap();
+        let at = IDX_HEADER as usize + 2 * ENTRY as usize;
+        assert_eq!(
+            idx[at..at + 8],
+            6u64.to_le_bytes(),
+            "the third entry ends at 6"
+        );
+        // 4096 one-byte messages: 64 KiB of entries for 4 KiB of data.
+        let many: Vec<&[u8]> = vec![b"x"; 4096];
+        set.append(set.end(), &body(&many)).unwrap();
+        let s = set.segs.last().unwrap();
+        assert!(
+            s.idx_pending.is_empty() && s.idx_written == s.count,
+            "flushed by its entries"
+        );
+        let end = set.end();
+        drop(set);
+        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[]).unwrap();
+        assert_eq!(set.end(), Offset::new(4099, 4102));
+        assert!(set.is_boundary(4101) && set.is_boundary(5));
+        let got: Vec<u8> = set.read_local(0, 6).unwrap().unwrap().concat();
+        assert_eq!(got, b"abcdef");
     }
 
     #[test]
