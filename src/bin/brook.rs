@@ -455,11 +455,10 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         DurabilityArg::Sync => Durability::Sync,
         DurabilityArg::Buffered => Durability::Buffered,
     };
-    let mut options = Options::default();
-    if let Some(n) = args.journal_shards {
-        options = options.with_journal_shards(n);
-    }
+    let options = Options::default();
+    let shards = args.journal_shards.unwrap_or(options.journal_shards());
     let options = options
+        .with_journal_shards(shards)
         .with_durability(durability)
         .with_max_append_bytes(args.max_append_bytes)
         .with_max_read_bytes(args.max_read_bytes)

@@ -412,10 +412,10 @@ impl Segment {
             } else {
                 crc32fast::hash(body.data.get(prev..end).unwrap_or(&[]))
             };
-            self.idx_pending
-                .extend_from_slice(&(self.end + end as u64).to_le_bytes());
-            self.idx_pending.extend_from_slice(&crc.to_le_bytes());
-            self.idx_pending.extend_from_slice(&[0; 4]);
+            let mut entry = [0u8; ENTRY as usize];
+            entry[0..8].copy_from_slice(&(self.end + end as u64).to_le_bytes());
+            entry[8..12].copy_from_slice(&crc.to_le_bytes());
+            self.idx_pending.extend_from_slice(&entry);
             prev = end;
         }
         if self.verified == self.count {
