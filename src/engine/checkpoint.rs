@@ -24,6 +24,28 @@ use super::Engine;
 use super::shard::{Shard, Writer, open_journal_file};
 use super::stream::Stream;
 
+/// How much the checkpoint thread lowers its CPU priority (a nice increment, Linux): it takes
+/// the CPU that the threads serving requests leave, instead of an equal share beside them
+/// (DESIGN.md, section 3, step 6).
+const CHECKPOINT_NICE: libc::c_int = 10;
+
+/// Lowers the calling thread's CPU priority by [`CHECKPOINT_NICE`], to at most 19 (elsewhere
+/// than Linux, nothing). Failing leaves the priority as it was: a preference, not a need.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        #[expect(
+            unsafe_code,
+            reason = "nice(3) changes the calling thread's priority; no memory is shared"
+        )]
+        // SAFETY: takes an integer, reads and writes no memory of ours. On Linux a nice value
+        // belongs to a thread, so this changes no other thread's.
+        unsafe {
+            libc::nice(CHECKPOINT_NICE);
+        }
+    }
+}
+
 /// One checkpoint, handed from the writer (which rotated the journal) to the checkpoint thread.
 pub(super) struct CheckpointJob {
     /// The rotation point: every record below it is in the streams' files and in `streams`.
@@ -146,6 +168,7 @@ impl Shard {
     /// failed sync poisons the shard, any other failed step makes it refuse writes until it
     /// heals; a job on a poisoned or refusing shard only answers its requests.
     pub(super) fn checkpointer(self: Arc<Self>) {
+        lower_priority();
         let syncer = match File::open(&self.dir) {
             Ok(f) => f,
             Err(e) => {

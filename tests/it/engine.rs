@@ -527,3 +527,60 @@ fn buffered_writes_commit_without_a_waiter() -> R {
     assert_eq!(all.matches('<').count(), 1600);
     Ok(())
 }
+
+/// The nice value of a thread of this process (field 19 of `/proc/self/task/TID/stat`).
+#[cfg(target_os = "linux")]
+fn thread_nice(task: &std::path::Path) -> std::io::Result<i64> {
+    let stat = std::fs::read_to_string(task.join("stat"))?;
+    // The name (field 2) may hold spaces; every field after its closing parenthesis does not.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    Ok(after
+        .split_whitespace()
+        .nth(16)
+        .and_then(|f| f.parse().ok())
+        .expect("a nice value in the stat line"))
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn checkpoint_threads_run_below_the_request_threads_priority() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), Options::default().with_journal_shards(2))?;
+    let own = thread_nice(std::path::Path::new("/proc/thread-self"))?;
+    let (mut checkpoint, mut journal) = (Vec::new(), Vec::new());
+    // A thread names itself once it runs: look until every shard's two threads are found.
+    for _ in 0..200 {
+        (checkpoint.clear(), journal.clear());
+        for task in std::fs::read_dir("/proc/self/task")? {
+            let task = task?.path();
+            let Ok(comm) = std::fs::read_to_string(task.join("comm")) else {
+                continue;
+            };
+            if comm.starts_with("brook-checkpoi") {
+                checkpoint.push(thread_nice(&task)?);
+            } else if comm.starts_with("brook-journal-") {
+                journal.push(thread_nice(&task)?);
+            }
+        }
+        if checkpoint.len() >= 2 && journal.len() >= 2 && checkpoint.iter().all(|&n| n > own) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        checkpoint.len() >= 2 && journal.len() >= 2,
+        "{checkpoint:?} {journal:?}"
+    );
+    // Other tests of this process may have stores open too: each of theirs counts the same.
+    let lowered = (own + 10).min(19);
+    assert!(
+        checkpoint.iter().all(|&n| n == lowered),
+        "checkpoint threads: {checkpoint:?}, own {own}"
+    );
+    assert!(
+        journal.iter().all(|&n| n == own),
+        "journal threads: {journal:?}, own {own}"
+    );
+    drop(store);
+    Ok(())
+}
