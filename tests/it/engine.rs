@@ -550,7 +550,8 @@ fn checkpoint_threads_run_below_the_request_threads_priority() -> R {
     let (mut checkpoint, mut journal) = (Vec::new(), Vec::new());
     // A thread names itself once it runs: look until every shard's two threads are found.
     for _ in 0..200 {
-        (checkpoint.clear(), journal.clear());
+        checkpoint.clear();
+        journal.clear();
         for task in std::fs::read_dir("/proc/self/task")? {
             let task = task?.path();
             let Ok(comm) = std::fs::read_to_string(task.join("comm")) else {
