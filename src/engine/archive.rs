@@ -235,6 +235,7 @@ impl Engine {
                         )));
                     }
                     drop(segs);
+                    sidecar::reserve(&dir)?;
                     sidecar::write(&dir, 1, 0, &state)?;
                     self.names.add(&state.config.name)?;
                     count += 1;

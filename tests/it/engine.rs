@@ -585,3 +585,62 @@ fn checkpoint_threads_run_below_the_request_threads_priority() -> R {
     drop(store);
     Ok(())
 }
+
+/// The one stream directory under `root/streams`.
+fn only_stream_dir(root: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    let mut dirs = Vec::new();
+    for top in std::fs::read_dir(root.join("streams"))? {
+        for d in std::fs::read_dir(top?.path())? {
+            dirs.push(d?.path());
+        }
+    }
+    assert_eq!(dirs.len(), 1, "one stream directory: {dirs:?}");
+    Ok(dirs.remove(0))
+}
+
+#[test]
+fn a_create_makes_both_sidecar_slots_and_checkpoints_write_them_in_place() -> R {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir()?;
+    let n = name("slots/a");
+    {
+        let store = open(dir.path());
+        store.create(&n, text("text/plain"))?;
+        store.append(&n, append("before any checkpoint"))?;
+        let sdir = only_stream_dir(dir.path())?;
+        // Both slots exist from the create on, empty (no valid image yet): the journal holds the
+        // stream until its first checkpoint, and no checkpoint has to create a file.
+        for slot in ["meta.0", "meta.1"] {
+            assert_eq!(std::fs::metadata(sdir.join(slot))?.len(), 0, "{slot}");
+        }
+        std::mem::forget(store);
+    }
+    // A crash before the first checkpoint: the empty slots are ignored and the journal replays.
+    let copy = tempfile::tempdir()?;
+    copy_dir(dir.path(), copy.path())?;
+    std::fs::remove_file(copy.path().join("LOCK"))?;
+    let sdir = only_stream_dir(copy.path())?;
+    {
+        let store = open(copy.path());
+        assert_eq!(read_all(&store, &n)?, b"before any checkpoint");
+        let inodes = |d: &std::path::Path| -> std::io::Result<[u64; 2]> {
+            Ok([
+                std::fs::metadata(d.join("meta.0"))?.ino(),
+                std::fs::metadata(d.join("meta.1"))?.ino(),
+            ])
+        };
+        let made = inodes(&sdir)?;
+        for i in 0..3 {
+            store.append(&n, append(&format!(" {i}")))?;
+            store.checkpoint()?;
+        }
+        // Both slots now hold images, written into the files the create made.
+        assert_eq!(inodes(&sdir)?, made);
+        for slot in ["meta.0", "meta.1"] {
+            assert!(std::fs::metadata(sdir.join(slot))?.len() > 0, "{slot}");
+        }
+    }
+    let store = open(copy.path());
+    assert_eq!(read_all(&store, &n)?, b"before any checkpoint 0 1 2");
+    Ok(())
+}
