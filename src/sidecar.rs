@@ -104,21 +104,6 @@ pub(crate) fn load(dir: &Path) -> Result<Option<Sidecar>> {
     Ok(best)
 }
 
-/// Creates both slots of a new stream's directory, empty (an empty slot holds no valid image, as
-/// a missing one), so that no checkpoint creates a file: a checkpoint writes the sidecars of up
-/// to thousands of streams in a row, and on ext4 each file it would create costs an inode
-/// allocation that scans past every inode freed in the last few seconds (after deletes, most of
-/// the checkpoint thread's time). A slot that is already there is left as it is.
-pub(crate) fn reserve(dir: &Path) -> Result<()> {
-    for slot in 0..2 {
-        crate::fs::open_create(
-            OpenOptions::new().create(true).write(true).truncate(false),
-            &slot_path(dir, slot),
-        )?;
-    }
-    Ok(())
-}
-
 /// Writes generation `generation` into its slot. Not synced here: the checkpoint syncs the file
 /// system once for every sidecar it wrote (see `engine::Shard::checkpoint`).
 pub(crate) fn write(

@@ -57,7 +57,6 @@ pub(super) fn apply(
                 }
             }
             fs::create_dir_all(&stream.dir)?;
-            crate::sidecar::reserve(&stream.dir)?;
             let mut segs = SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?;
             segs.append(initial.start, &initial.body)?;
             d.state = (**state).clone();

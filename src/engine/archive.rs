@@ -235,7 +235,6 @@ impl Engine {
                         )));
                     }
                     drop(segs);
-                    sidecar::reserve(&dir)?;
                     sidecar::write(&dir, 1, 0, &state)?;
                     self.names.add(&state.config.name)?;
                     count += 1;
