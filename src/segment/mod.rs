@@ -107,7 +107,7 @@ struct Segment {
     /// the log is written lazily, in one call for many appends: when [`FLUSH_AT`] bytes have
     /// gathered, when a read reaches into them, and when a checkpoint rotates the journal
     /// (before the sync that lets the journal go). Bodies of [`WRITE_THROUGH`] bytes or more
-    /// are written at once.
+    /// are written at once (what is buffered first); their index entries wait with the others.
     unwritten: Vec<u8>,
     /// The log's bytes, from the segment's start, whose write-back was asked for (see
     /// [`WRITEBACK_AT`]).
@@ -372,7 +372,7 @@ impl Segment {
             self.log_cap = cap;
         }
         if body.data.len() >= WRITE_THROUGH {
-            self.flush()?;
+            self.flush_log()?;
             self.local_log()?.write_all_at(&body.data, rel)?;
             self.written_to(rel + body.data.len() as u64);
         } else {
