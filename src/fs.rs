@@ -44,6 +44,19 @@ fn syncfs(file: &File) -> std::io::Result<()> {
 /// little left to write, and the journal syncs that fall beside it do not queue behind one
 /// burst of a whole checkpoint's data.
 pub(crate) fn start_writeback(file: &File, offset: u64, len: u64) {
+    sync_range(file, offset, len, false);
+}
+
+/// Writes back the dirty pages of `file` in `[offset, offset + len)` and waits until they are
+/// written (`sync_file_range(2)`, waiting before and after; elsewhere than Linux, nothing). Not
+/// a durability point either (no metadata is written, no cache flushed): it paces a large
+/// write, a prepared journal file's zeros, so that the disk takes it a piece at a time between
+/// the journal's own syncs, before the one `fdatasync` that makes it durable.
+pub(crate) fn write_back_and_wait(file: &File, offset: u64, len: u64) {
+    sync_range(file, offset, len, true);
+}
+
+fn sync_range(file: &File, offset: u64, len: u64, wait: bool) {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
@@ -53,18 +66,55 @@ pub(crate) fn start_writeback(file: &File, offset: u64, len: u64) {
         ) else {
             return;
         };
+        let flags = if wait {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
         #[expect(
             unsafe_code,
             reason = "sync_file_range(2) on an open descriptor we own; no memory is shared"
         )]
         // SAFETY: `file` is an open descriptor for the duration of the call; the call only
-        // queues the file's pages for writing.
-        let _ = unsafe {
-            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
-        };
+        // writes the file's pages and waits for them.
+        let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) };
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (file, offset, len);
+    let _ = (file, offset, len, wait);
+}
+
+/// The bytes an unprivileged writer may still take on the file system holding `file`
+/// (`fstatvfs(3)`: available blocks times the fragment size); `None` if it cannot say.
+pub(crate) fn available_bytes(file: &File) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        #[expect(
+            unsafe_code,
+            reason = "fstatvfs(3) fills a struct we own from an open descriptor"
+        )]
+        // SAFETY: `st` is valid for writes of one `statvfs`; the descriptor is open for the
+        // call; on success the struct is initialized.
+        let st = unsafe {
+            if libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) != 0 {
+                return None;
+            }
+            st.assume_init()
+        };
+        #[allow(
+            clippy::useless_conversion,
+            reason = "the fields' integer types differ between platforms"
+        )]
+        Some(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        None
+    }
 }
 
 /// Sends up to `len` bytes of `file`, from `offset`, to the socket `out` with `sendfile(2)`: the

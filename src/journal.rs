@@ -36,6 +36,12 @@ const FRAME_HEADER: usize = 8;
 /// clean end, so at most this much is read past a file's last record.
 pub(crate) const JOURNAL_STEP: u64 = 4 << 20;
 
+/// The name, in a shard's journal directory, of the next journal file while it is prepared and
+/// waits for its turn: zeros written and synced ahead of time (Sync mode), so that a batch's
+/// `fdatasync` writes only data blocks, with no block allocation to make durable along with
+/// them. A file of this name is never read as a journal; open removes one that is left over.
+pub(crate) const PREPARED: &str = "prepared.tmp";
+
 /// Header flag: the file before this one was not synced when this one was started (a Buffered
 /// rotation), so it may end torn after a power loss even though it is not the newest. Recovery
 /// then ends the journal at that tear and drops this file and every later one, which were never
@@ -339,6 +345,15 @@ pub(crate) fn list_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// The payload of a whole frame, with a good CRC, at `pos` in `bytes`.
+fn frame_at(bytes: &[u8], pos: usize) -> Option<&[u8]> {
+    let head = bytes.get(pos..pos + FRAME_HEADER)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let payload = bytes.get(pos + FRAME_HEADER..pos + FRAME_HEADER + len)?;
+    (len != 0 && crc32fast::hash(payload) == crc).then_some(payload)
+}
+
 /// What reading one journal file found.
 pub(crate) struct Scanned {
     pub(crate) base_lsn: u64,
@@ -351,12 +366,24 @@ pub(crate) struct Scanned {
     /// The header's flags ([`FLAG_PREV_UNSYNCED`]); a file too short for a header holds no
     /// record, and counts as following an unsynced file.
     pub(crate) flags: u32,
+    /// The file has no durable header: too short for one, or a prepared file (see
+    /// [`PREPARED`]) whose header, written when it became the journal, was lost with the power
+    /// before the first sync of the file. Either way no record in it was ever acknowledged.
+    pub(crate) headerless: bool,
 }
 
 /// Reads every valid frame of a journal file, stopping at the first torn or corrupt one.
 pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
     let bytes = std::fs::read(path)?;
-    if bytes.len() < HEADER_LEN as usize {
+    let header_lost = bytes
+        .get(..HEADER_LEN as usize)
+        .is_none_or(|h| h.iter().all(|&b| b == 0));
+    if header_lost && frame_at(&bytes, HEADER_LEN as usize).is_some() {
+        // A header lost while a record after it was kept: not a header that never became
+        // durable (the first sync of a file makes its header durable with its first record).
+        return Err(Error::corrupt(path, "journal file lost its header"));
+    }
+    if header_lost {
         // A file whose header never became durable: it holds no records.
         let base = path
             .file_stem()
@@ -369,6 +396,7 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
             end_lsn: base,
             torn: !bytes.is_empty(),
             flags: FLAG_PREV_UNSYNCED,
+            headerless: true,
         });
     }
     let mut d = Dec::new(&bytes[..HEADER_LEN as usize]);
@@ -399,25 +427,15 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
     let mut records = Vec::new();
     let mut torn = false;
     while pos < bytes.len() {
-        let Some(head) = bytes.get(pos..pos + FRAME_HEADER) else {
+        let Some(payload) = frame_at(&bytes, pos) else {
             torn = true;
             break;
         };
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        let Some(payload) = bytes.get(pos + FRAME_HEADER..pos + FRAME_HEADER + len) else {
-            torn = true;
-            break;
-        };
-        if len == 0 || crc32fast::hash(payload) != crc {
-            torn = true;
-            break;
-        }
         let Some(rec) = Record::decode(payload) else {
             torn = true;
             break;
         };
-        pos += FRAME_HEADER + len;
+        pos += FRAME_HEADER + payload.len();
         records.push((base_lsn + pos as u64 - HEADER_LEN, rec));
     }
     if torn && bytes[pos..].iter().all(|&b| b == 0) {
@@ -430,6 +448,7 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
         end_lsn: base_lsn + pos as u64 - HEADER_LEN,
         torn,
         flags,
+        headerless: false,
     })
 }
 
@@ -526,6 +545,30 @@ mod tests {
         std::fs::write(&path, &torn).unwrap();
         let s = scan(&path, 0).unwrap();
         assert_eq!((s.records.len(), s.torn), (3, true));
+    }
+
+    /// A prepared file whose header was lost with the power (all zeros, like the rest of it)
+    /// holds nothing; a zero header before a whole, good frame is a damaged file, not that.
+    #[test]
+    fn a_lost_header_is_an_empty_file_unless_a_record_follows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = file_path(dir.path(), 100);
+        std::fs::write(&path, vec![0u8; 64 << 10]).unwrap();
+        let s = scan(&path, 0).unwrap();
+        assert!(s.headerless && s.torn && s.records.is_empty());
+        assert_eq!((s.base_lsn, s.end_lsn), (100, 100));
+        let mut buf = vec![0u8; HEADER_LEN as usize];
+        append(1).encode_frame(&mut buf);
+        buf.resize(64 << 10, 0);
+        std::fs::write(&path, &buf).unwrap();
+        let e = scan(&path, 0).err().expect("a record after a zero header");
+        assert!(e.to_string().contains("lost its header"), "{e}");
+        // With its header, the same file is one record and a clean end.
+        buf[..HEADER_LEN as usize].copy_from_slice(&file_header(0, 100, 0));
+        std::fs::write(&path, &buf).unwrap();
+        let s = scan(&path, 0).unwrap();
+        assert!(!s.headerless && !s.torn);
+        assert_eq!(s.records.len(), 1);
     }
 
     /// A large one-message body's frame CRC, folded from the body's own CRC, is the frame's

@@ -21,7 +21,7 @@ use crate::sidecar;
 use crate::state::StreamState;
 
 use super::Engine;
-use super::shard::{Shard, Writer, open_journal_file};
+use super::shard::{Shard, Writer};
 use super::stream::Stream;
 
 /// How much the checkpoint thread lowers its CPU priority (a nice increment, Linux): it takes
@@ -68,6 +68,18 @@ pub(super) struct Checkpoints {
     /// Ranges of files whose write-back the committers want started (see
     /// `Shard::start_writeback_later`), for the checkpoint thread between jobs.
     writeback: Vec<Writeback>,
+    /// The writer asked for a prepared journal file (`engine/prepared.rs`), for the checkpoint
+    /// thread between jobs.
+    pub(super) prepare: bool,
+    /// A prepared journal file, ready for the writer.
+    pub(super) prepared: Option<File>,
+}
+
+/// What the checkpoint thread does next.
+enum Work {
+    Checkpoint(CheckpointJob),
+    Writeback,
+    Prepare,
 }
 
 /// A range of a journal or segment log written since its write-back was last started.
@@ -94,14 +106,8 @@ impl Shard {
             } else {
                 0
             };
-            w.file = open_journal_file(&self.dir, self.id, lsn, flags)?;
-            w.path = journal::file_path(&self.dir, lsn);
-            w.file_base = lsn;
+            self.start_journal_file(w, flags)?;
             w.written = 0;
-            w.alloc = journal::HEADER_LEN;
-            w.unstarted = 0;
-            w.shared_file = None;
-            w.fresh = true;
         }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
         let mut streams = Vec::with_capacity(dirty.len());
@@ -177,30 +183,43 @@ impl Shard {
             }
         };
         loop {
-            let job = {
+            let work = {
                 let mut c = self.checkpoints.lock();
                 loop {
                     if let Some(job) = c.job.take() {
                         // The job's `syncfs` writes these ranges anyway (and may delete the
                         // journal file some are in).
                         c.writeback.clear();
-                        break Some(job);
+                        break Work::Checkpoint(job);
                     }
                     if c.stop {
+                        if c.prepared.take().is_some() {
+                            let _ = fs::remove_file(&self.dir.join(journal::PREPARED));
+                        }
                         return;
                     }
                     if !c.writeback.is_empty() {
-                        break None;
+                        break Work::Writeback;
+                    }
+                    if c.prepare && c.prepared.is_none() {
+                        break Work::Prepare;
                     }
                     self.checkpoints_cv.wait(&mut c);
                 }
             };
-            let Some(job) = job else {
-                let ranges = std::mem::take(&mut self.checkpoints.lock().writeback);
-                for r in ranges {
-                    fs::start_writeback(&r.file, r.offset, r.len);
+            let job = match work {
+                Work::Checkpoint(job) => job,
+                Work::Writeback => {
+                    let ranges = std::mem::take(&mut self.checkpoints.lock().writeback);
+                    for r in ranges {
+                        fs::start_writeback(&r.file, r.offset, r.len);
+                    }
+                    continue;
                 }
-                continue;
+                Work::Prepare => {
+                    self.prepare();
+                    continue;
+                }
             };
             if self.poisoned().is_none()
                 && let Err(e) = self.checkpoint(&syncer, &job)

@@ -72,6 +72,7 @@ mod expiry;
 mod fork;
 mod lifecycle;
 mod names;
+mod prepared;
 mod read;
 mod recovery;
 mod registry;
@@ -225,6 +226,7 @@ impl Engine {
                 &names,
                 &mut replayed,
             )?;
+            prepared::remove_leftover(&jdir)?;
             let file = new_journal_file(&jdir, id, end)?;
             let shard = Arc::new(Shard::new(
                 id,

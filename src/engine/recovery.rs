@@ -185,7 +185,7 @@ pub(super) fn replay_shard(
         if scanned.torn {
             // Cut the torn tail off now (it is the newest file), so a crash during this
             // recovery cannot leave it in a journal file that is no longer the newest.
-            if std::fs::metadata(path)?.len() < journal::HEADER_LEN {
+            if scanned.headerless {
                 // Its header never became durable: it holds nothing.
                 fs::remove_file(path)?;
                 fs::sync_dir(dir)?;

@@ -104,6 +104,13 @@ pub(super) struct Writer {
     pub(super) alloc: u64,
     /// The file was created by a rotation and its directory entry is not durable yet.
     pub(super) fresh: bool,
+    /// Sync mode: the current file was prepared (`engine/prepared.rs`): zeros written and
+    /// synced up to `alloc` before the first batch.
+    pub(super) prewritten: bool,
+    /// Sync mode: a prepared file was asked for since the current file was started.
+    pub(super) asked: bool,
+    /// Sync mode: the syncs of the current file.
+    pub(super) syncs: u64,
     /// Buffered mode: bytes written at the current file's end whose write-back has not been
     /// asked for (see [`WRITEBACK_AT`]), and the current file's descriptor shared with the
     /// checkpoint thread that starts it (made at the first such request for the file).
@@ -162,6 +169,8 @@ pub(crate) struct Shard {
     refusing: AtomicBool,
     pub(super) checkpoints: Mutex<Checkpoints>,
     pub(super) checkpoints_cv: Condvar,
+    /// `checkpoints.prepared` holds a file (the writer's one load per batch).
+    pub(super) prepared_ready: AtomicBool,
     /// The checkpoint requests answered so far.
     pub(super) checkpointed: AtomicU64,
     /// Notified when a checkpoint finishes or the shard is poisoned.
@@ -224,6 +233,9 @@ impl Shard {
                 written: 0,
                 alloc: journal::HEADER_LEN,
                 fresh: false,
+                prewritten: false,
+                asked: false,
+                syncs: 0,
                 unstarted: 0,
                 shared_file: None,
                 spare_buf: Vec::with_capacity(64 << 10),
@@ -238,6 +250,7 @@ impl Shard {
             refusing: AtomicBool::new(false),
             checkpoints: Mutex::new(Checkpoints::default()),
             checkpoints_cv: Condvar::new(),
+            prepared_ready: AtomicBool::new(false),
             checkpointed: AtomicU64::new(0),
             checkpoint_done: Event::new(),
             dirty: Mutex::new(HashMap::new()),
@@ -623,6 +636,7 @@ impl Shard {
     ) -> std::result::Result<(), (Error, bool)> {
         // Step 3: one write for the batch, then the records' effects on the streams' files.
         self.counters.batch_records.observe(items.len() as f64);
+        self.maybe_switch(w);
         let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
         let need = start + buf.len() as u64;
         if need > w.alloc {
@@ -632,6 +646,8 @@ impl Shard {
                 return Err((e.into(), false));
             }
             w.alloc = alloc;
+            // Past its prepared zeros (if it had any): the shard may prepare another.
+            w.prewritten = false;
         }
         if let Err(e) = fs::check_write(&w.path).and_then(|()| w.file.write_all(buf)) {
             let cut = fs::set_len(&w.file, &w.path, start)
@@ -713,6 +729,7 @@ impl Shard {
         if self.options.durability == Durability::Sync {
             let started = Instant::now();
             fs::sync_data(&w.file, &w.path)?;
+            w.syncs += 1;
             let took = started.elapsed();
             self.counters.journal_sync.observe_duration(took);
             if took > SLOW_SYNC {
