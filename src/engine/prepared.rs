@@ -165,9 +165,10 @@ impl Shard {
         let installed = (|| -> Result<(File, u64)> {
             file.write_all_at(&journal::file_header(self.id as u32, lsn, flags), 0)?;
             let len = file.metadata()?.len();
-            fs::rename(&from, &journal::file_path(&self.dir, lsn))?;
             let mut file = file;
             file.seek(SeekFrom::Start(journal::HEADER_LEN))?;
+            // Last: once renamed, the file is the journal.
+            fs::rename(&from, &journal::file_path(&self.dir, lsn))?;
             Ok((file, len))
         })();
         if installed.is_err() && from.exists() {
@@ -204,6 +205,10 @@ impl Shard {
             let zeros = vec![0u8; ZERO_CHUNK.min(len as usize)];
             let mut at = 0;
             while at < len {
+                if self.checkpoints.lock().stop {
+                    // Shutdown does not wait for the rest.
+                    return Ok(None);
+                }
                 let n = (len - at).min(zeros.len() as u64);
                 file.write_all_at(&zeros[..n as usize], at)?;
                 // A piece at a time: a journal sync queues behind one piece, not the file.
