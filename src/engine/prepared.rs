@@ -3,15 +3,15 @@
 //! `fdatasync` overwrites blocks that already exist and writes only them. Appending to a new or
 //! sparse file instead allocates blocks, and each sync must then make that allocation durable
 //! with the data: on this machine's ext4, 3200 bytes written and synced took 205 us at the
-//! median into new space and 142 us over written zeros (DESIGN.md, section 3, step 4).
+//! median into new space and 142 us over written zeros (DESIGN.md 2.2).
 //!
 //! The writer asks for a prepared file once the current one has taken [`prepare_after`] bytes
 //! in syncs of less than [`SMALL_SYNCS`] on average (a store that writes little never makes
-//! one, and one whose syncs are large gains little from one), and switches to it, when it is
-//! ready, at the start of a batch if the current file was not prepared: the file is renamed to its journal name (the LSN it starts at) and its
-//! header written. A checkpoint's rotation takes it too, if one is ready. Recovery reads a file
-//! whose header was lost with the power before its first sync as an empty one
-//! (`journal::scan`); nothing in it had been acknowledged.
+//! one, and one whose syncs are large gains little from one). At the start of a batch, if the
+//! current file was not prepared, it switches to a ready one: the file gets its header and is
+//! renamed to its journal name (the LSN it starts at). A checkpoint's rotation takes a ready
+//! one too. Recovery reads a file whose header was lost with the power before its first sync
+//! as an empty one (`journal::scan`); nothing in it had been acknowledged.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
@@ -74,8 +74,9 @@ impl Shard {
         self.options.durability == Durability::Sync
     }
 
-    /// Under `writer`, at the start of a batch: asks for a prepared file once the current
-    /// unprepared one has taken [`prepare_after`] bytes, and switches to one that is ready.
+    /// Under `writer`, at the start of a batch: asks for a prepared file to follow the current
+    /// one once that has taken [`prepare_after`] bytes in small syncs, and switches to a ready
+    /// one if the current file was not prepared.
     pub(super) fn maybe_switch(&self, w: &mut Writer) {
         if !self.prepares() {
             return;
