@@ -18,6 +18,7 @@ use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::fs;
@@ -32,6 +33,11 @@ const PREPARED_MAX: u64 = 256 << 20;
 
 /// A file is prepared only on a file system with this many times its length free.
 const ROOM: u64 = 4;
+
+/// After each piece, the preparation pauses this many times as long as the piece took (so it
+/// takes at most a quarter of the disk's time), up to [`MAX_PAUSE`].
+const PACE: u32 = 3;
+const MAX_PAUSE: Duration = Duration::from_millis(50);
 
 /// Zeros are written, and written back, this many bytes at a time.
 const ZERO_CHUNK: usize = 256 << 10;
@@ -211,10 +217,15 @@ impl Shard {
                     return Ok(None);
                 }
                 let n = (len - at).min(zeros.len() as u64);
+                let started = Instant::now();
                 file.write_all_at(&zeros[..n as usize], at)?;
                 // A piece at a time: a journal sync queues behind one piece, not the file.
                 fs::write_back_and_wait(&file, at, n);
                 at += n;
+                // And at most a quarter of the disk's time: at a moderate load a preparation
+                // that ran flat out doubled the p99 of the syncs beside it (docs/benchmarks.md,
+                // "The twelfth pass"); a file takes a checkpoint's worth of journal to fill.
+                std::thread::sleep((started.elapsed() * PACE).min(MAX_PAUSE));
             }
             fs::sync_data(&file, &path)?;
             Ok(Some(file))
