@@ -7,7 +7,7 @@
 //! File layout (`journal/{shard:02}/{base_lsn:020}.wal`):
 //! ```text
 //! header  0..4   magic "BRKJ"
-//!         4..8   format version (u32 LE) = 1
+//!         4..8   format version (u32 LE) = 2 (1 is read too)
 //!         8..12  shard (u32 LE)
 //!        12..16  flags (u32 LE): bit 0 = FLAG_PREV_UNSYNCED, other bits 0
 //!        16..24  base LSN (u64 LE): the LSN of the first record byte
@@ -26,7 +26,11 @@ use crate::state::{AppendRecord, Body, StreamState, decode_snapshot, encode_snap
 use crate::types::{Producer, SnapshotInfo};
 
 pub(crate) const MAGIC: &[u8; 4] = b"BRKJ";
-pub(crate) const VERSION: u32 = 1;
+/// The journal format this build writes: 2 added the placed append (kind 7), which version 1
+/// readers would take for a damaged frame and end the journal at.
+pub(crate) const VERSION: u32 = 2;
+/// The oldest journal format this build reads (version 1 has no placed appends).
+const OLDEST_VERSION: u32 = 1;
 pub(crate) const HEADER_LEN: u64 = 24;
 const FRAME_HEADER: usize = 8;
 
@@ -52,6 +56,24 @@ pub(crate) const FLAG_PREV_UNSYNCED: u32 = 1;
 /// frame's (see `Record::encode_frame`); below it, hashing the frame in one pass is cheaper.
 const COMBINE_MIN: usize = 2048;
 
+/// The smallest body that Buffered mode writes once, to its segment, rather than into its journal
+/// frame as well (see [`Placed`]).
+pub(crate) const PLACE_MIN: usize = 2048;
+
+/// An append whose body is written only to its stream's segment log, not into its journal
+/// frame (Buffered mode, bodies of [`PLACE_MIN`] bytes or more: DESIGN.md 2.2 and 3). The frame
+/// keeps what recovery needs to find and check the bytes: their length and CRC-32 (the body's
+/// start and message ends are in the record, as for any append). The writer puts the bytes in
+/// the segment log before the batch is acknowledged.
+///
+/// A decoded placed record's body holds its message ends but no bytes (`data` is empty):
+/// replay reads them from the segment ([`crate::segment::SegmentSet::adopt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub(crate) len: u32,
+    pub(crate) crc: u32,
+}
+
 /// One journaled change.
 #[derive(Clone, Debug)]
 pub(crate) enum Record {
@@ -60,11 +82,13 @@ pub(crate) enum Record {
         state: Box<StreamState>,
         initial: AppendRecord,
     },
-    /// Data and/or closure, with the state change it guards.
+    /// Data and/or closure, with the state change it guards; `placed` when the body's bytes are
+    /// in the segment log only.
     Append {
         name: Arc<str>,
         incarnation: Arc<str>,
         rec: AppendRecord,
+        placed: Option<Placed>,
     },
     /// The stream was deleted (`soft`: kept for its forks).
     Delete {
@@ -135,11 +159,23 @@ impl Record {
                 name,
                 incarnation,
                 rec,
+                placed: None,
             } => {
                 e.u8(2);
                 e.str(name);
                 e.str(incarnation);
                 body_at = Some((encode_append(&mut e, rec), &rec.body));
+            }
+            Record::Append {
+                name,
+                incarnation,
+                rec,
+                placed: Some(p),
+            } => {
+                e.u8(7);
+                e.str(name);
+                e.str(incarnation);
+                encode_placed(&mut e, rec, *p);
             }
             Record::Delete {
                 name,
@@ -223,7 +259,19 @@ impl Record {
                 name: d.string()?.into(),
                 incarnation: d.string()?.into(),
                 rec: decode_append(&mut d)?,
+                placed: None,
             },
+            7 => {
+                let name = d.string()?.into();
+                let incarnation = d.string()?.into();
+                let (rec, placed) = decode_placed(&mut d)?;
+                Record::Append {
+                    name,
+                    incarnation,
+                    rec,
+                    placed: Some(placed),
+                }
+            }
             3 => Record::Delete {
                 name: d.string()?.into(),
                 incarnation: d.string()?.into(),
@@ -257,6 +305,21 @@ fn encode_append(e: &mut Enc, r: &AppendRecord) -> usize {
     e.u32(r.body.data.len() as u32);
     let at = e.buf.len();
     e.buf.extend_from_slice(&r.body.data);
+    encode_ends_and_guards(e, r);
+    at
+}
+
+/// Encodes a placed append: as [`encode_append`], with the body's length and CRC in place of
+/// its bytes.
+fn encode_placed(e: &mut Enc, r: &AppendRecord, p: Placed) {
+    e.offset(r.start);
+    e.u32(p.len);
+    e.u32(p.crc);
+    encode_ends_and_guards(e, r);
+}
+
+/// The part of an append after its data: message ends, closure, Stream-Seq, producer.
+fn encode_ends_and_guards(e: &mut Enc, r: &AppendRecord) {
     e.u32(r.body.ends.len() as u32);
     for end in r.body.ends.iter() {
         e.u32(*end);
@@ -272,24 +335,50 @@ fn encode_append(e: &mut Enc, r: &AppendRecord) -> usize {
             e.u64(p.seq);
         }
     }
-    at
 }
 
 fn decode_append(d: &mut Dec<'_>) -> Option<AppendRecord> {
     let start = d.offset()?;
     let data = bytes::Bytes::copy_from_slice(d.bytes()?);
+    let len = data.len();
+    decode_ends_and_guards(d, start, data, len)
+}
+
+/// Decodes a placed append: its record, whose body has message ends but no bytes, and where
+/// its bytes are.
+fn decode_placed(d: &mut Dec<'_>) -> Option<(AppendRecord, Placed)> {
+    let start = d.offset()?;
+    let placed = Placed {
+        len: d.u32()?,
+        crc: d.u32()?,
+    };
+    if placed.len == 0 {
+        return None;
+    }
+    let rec = decode_ends_and_guards(d, start, bytes::Bytes::new(), placed.len as usize)?;
+    Some((rec, placed))
+}
+
+/// Decodes what follows an append's data (see [`encode_ends_and_guards`]) for a body of `len`
+/// bytes, of which `data` holds all or (a placed body) none.
+fn decode_ends_and_guards(
+    d: &mut Dec<'_>,
+    start: Offset,
+    data: bytes::Bytes,
+    len: usize,
+) -> Option<AppendRecord> {
     let n = d.u32()? as usize;
     let mut ends = Vec::with_capacity(n.min(1 << 20));
     let mut prev = 0;
     for _ in 0..n {
         let end = d.u32()?;
-        if end <= prev || end as usize > data.len() {
+        if end <= prev || end as usize > len {
             return None;
         }
         prev = end;
         ends.push(end);
     }
-    if (prev as usize) != data.len() {
+    if (prev as usize) != len {
         return None;
     }
     let close = d.u8()? != 0;
@@ -404,7 +493,10 @@ pub(crate) fn scan(path: &Path, shard: u32) -> Result<Scanned> {
     if d.take(4) != Some(MAGIC) {
         return Err(bad("bad journal magic"));
     }
-    if d.u32() != Some(VERSION) {
+    if !d
+        .u32()
+        .is_some_and(|v| (OLDEST_VERSION..=VERSION).contains(&v))
+    {
         return Err(bad("unsupported journal version"));
     }
     if d.u32() != Some(shard) {
@@ -473,6 +565,7 @@ mod tests {
                     seq: u64::from(n),
                 }),
             },
+            placed: None,
         }
     }
 
@@ -588,6 +681,7 @@ mod tests {
                     stream_seq: Some("0001".into()),
                     producer: None,
                 },
+                placed: None,
             };
             let mut out = vec![9u8; 5];
             let n = rec.encode_frame(&mut out);
@@ -606,5 +700,70 @@ mod tests {
             let decoded = Record::decode(&frame[FRAME_HEADER..]).expect("the frame decodes");
             assert!(matches!(decoded, Record::Append { .. }));
         }
+    }
+
+    /// A placed append's frame carries its body's length and CRC, not its bytes, and decodes
+    /// to the same record with an empty body that keeps its message ends; a placed length that
+    /// disagrees with the ends does not decode.
+    #[test]
+    fn a_placed_append_keeps_its_bytes_out_of_the_frame() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let placed = Placed {
+            len: 5000,
+            crc: crc32fast::hash(&data),
+        };
+        let rec = Record::Append {
+            name: "s".into(),
+            incarnation: "i".into(),
+            rec: AppendRecord {
+                start: Offset::new(3, 700),
+                body: Body::new(data.into(), vec![1000, 5000]),
+                close: true,
+                stream_seq: Some("0009".into()),
+                producer: Some(Producer {
+                    id: "p".into(),
+                    epoch: 2,
+                    seq: 4,
+                }),
+            },
+            placed: Some(placed),
+        };
+        let mut out = Vec::new();
+        let n = rec.encode_frame(&mut out);
+        assert!(n < 100, "a placed frame of {n} bytes");
+        let crc = u32::from_le_bytes([out[4], out[5], out[6], out[7]]);
+        assert_eq!(crc, crc32fast::hash(&out[FRAME_HEADER..]));
+        let Some(Record::Append {
+            name,
+            incarnation,
+            rec: r,
+            placed: p,
+        }) = Record::decode(&out[FRAME_HEADER..])
+        else {
+            panic!("the placed frame decodes to an append");
+        };
+        assert_eq!((&*name, &*incarnation, p), ("s", "i", Some(placed)));
+        assert_eq!(r.start, Offset::new(3, 700));
+        assert!(r.body.data.is_empty());
+        assert_eq!(&*r.body.ends, &[1000, 5000]);
+        assert!(r.close);
+        assert_eq!(r.stream_seq.as_deref(), Some("0009"));
+        assert_eq!(r.producer.map(|p| (p.epoch, p.seq)), Some((2, 4)));
+        // The last end must be the placed length.
+        let Record::Append { rec: full, .. } = &rec else {
+            unreachable!()
+        };
+        let wrong = Record::Append {
+            name: "s".into(),
+            incarnation: "i".into(),
+            rec: full.clone(),
+            placed: Some(Placed {
+                len: 4999,
+                ..placed
+            }),
+        };
+        let mut out = Vec::new();
+        wrong.encode_frame(&mut out);
+        assert!(Record::decode(&out[FRAME_HEADER..]).is_none());
     }
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
+use crate::journal::{PLACE_MIN, Placed};
 use crate::name::{StreamName, is_normal_essence, normalize_content_type};
-use crate::options::Options;
+use crate::options::{Durability, Options};
 use crate::state::{
     AppendCheck, AppendRecord, Decision, filter_stream_seq, prepare_body, validate_producer,
 };
@@ -141,6 +142,24 @@ impl Engine {
         let has_data = !req.data.is_empty();
         // Step 1: validate and convert the body outside any lock; a failure is row 9's.
         let body = prepare_body(s.json, req.data, false);
+        // Buffered mode writes a large body once, to its segment (see `journal::Placed`). The
+        // CRC its record carries is taken here, outside the lock; a one-message body keeps it
+        // for the segment index.
+        let placed = match &body {
+            Ok(b)
+                if self.options.durability == Durability::Buffered && b.data.len() >= PLACE_MIN =>
+            {
+                Some(Placed {
+                    len: b.data.len() as u32,
+                    crc: if b.ends.len() == 1 {
+                        b.single_crc()
+                    } else {
+                        crc32fast::hash(&b.data)
+                    },
+                })
+            }
+            _ => None,
+        };
         let shard = &self.shards[s.shard];
         // Step 2.
         let mut core = s.core.lock();
@@ -194,7 +213,9 @@ impl Engine {
                     producer: rec.producer.as_ref().map(|p| (p.epoch, p.seq)),
                     incarnation: s.incarnation.clone(),
                 };
-                let ticket = shard.push(s, s.append_record(rec)).map_err(Refusal::now)?;
+                let ticket = shard
+                    .push(s, s.append_record(rec, placed))
+                    .map_err(Refusal::now)?;
                 core.last_lsn = ticket.lsn;
                 Ok(Pending {
                     value: outcome,

@@ -10,6 +10,7 @@ use crate::journal::Record;
 use crate::name::Offset;
 use crate::options::Options;
 use crate::segment::SegmentSet;
+use crate::state::AppendRecord;
 
 use super::stream::Stream;
 
@@ -19,33 +20,46 @@ use super::stream::Stream;
 /// Idempotent: a record at or below the stream's applied LSN is skipped (replay after a
 /// checkpoint), except a Create for a stream with no segments yet. Deletes move the directory
 /// to the trash now; it is emptied only once the delete is durable (see [`discard_all`]).
+///
+/// A placed append (`journal::Placed`) applied by the writer leaves its bytes for
+/// `SegmentSet::write_placed`; replayed (`replaying`: recovery applies it), its bytes are taken
+/// from the segment log (`SegmentSet::adopt`). Returns false, applying nothing, when they are
+/// not there: the stream's replay ends before this record.
 pub(super) fn apply(
     root: &Path,
     options: &Options,
     stream: &Stream,
-    lsn: u64,
-    record: &Record,
+    (lsn, record): (u64, &Record),
+    replaying: bool,
     after: &mut Vec<PathBuf>,
-) -> Result<()> {
+) -> Result<bool> {
     let mut d = stream.data.lock();
     if lsn <= d.applied_lsn && !matches!(record, Record::Create { .. }) {
-        return Ok(());
+        return Ok(true);
     }
     match record {
         Record::Create { state, initial } => {
             if d.segs.is_some() && lsn <= d.applied_lsn {
-                return Ok(());
+                return Ok(true);
             }
-            // Only replay finds the directory already there, holding this incarnation's files from
-            // before the crash (an earlier incarnation's directory went to the trash with its
-            // delete, which precedes this create in the same journal). Its segments are rebuilt
-            // from here; its snapshot blobs were made durable before their records and stay.
+            // Replay may find the directory already there, holding this incarnation's files
+            // from before the crash (an earlier incarnation's directory went to the trash with
+            // its delete, which precedes this create in the same journal). Its segments are
+            // rebuilt from here: their logs from this create's base on are kept, for the bytes
+            // of placed appends that follow (any other log would be opened as this stream's);
+            // its snapshot blobs were made durable before their records and stay. The writer
+            // may find one too, left by a create whose record a power loss took: it keeps none
+            // of its segment files.
             fs::no_symlinks(&stream.dir)?;
             if stream.dir.exists() {
                 for e in std::fs::read_dir(&stream.dir)?.flatten() {
-                    let keep = e.file_name().to_str().is_some_and(|n| {
-                        parse_snapshot_file(n).is_some() || n == crate::tier::manifest::FILE
-                    });
+                    let name = e.file_name();
+                    let name = name.to_str().unwrap_or("");
+                    let own_log = replaying
+                        && crate::segment::log_base(name).is_some_and(|b| b >= state.base.bytes);
+                    let keep = own_log
+                        || parse_snapshot_file(name).is_some()
+                        || name == crate::tier::manifest::FILE;
                     if keep {
                         continue;
                     }
@@ -57,18 +71,39 @@ pub(super) fn apply(
                 }
             }
             fs::create_dir_all(&stream.dir)?;
-            let mut segs = SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?;
+            let mut segs = if replaying {
+                SegmentSet::create_replaying(&stream.dir, state.base, options.segment_bytes)?
+            } else {
+                SegmentSet::create(&stream.dir, state.base, options.segment_bytes)?
+            };
             segs.append(initial.start, &initial.body)?;
             d.state = (**state).clone();
             d.state.apply_append(initial);
             d.segs = Some(segs);
         }
-        Record::Append { rec, .. } => {
+        Record::Append { rec, placed, .. } => {
             let segs = d
                 .segs
                 .as_mut()
                 .ok_or_else(|| Error::corrupt(&stream.dir, "append before create"))?;
-            segs.append(rec.start, &rec.body)?;
+            match placed {
+                None => segs.append(rec.start, &rec.body)?,
+                // The writer's record holds the bytes.
+                Some(_) if !replaying => segs.append_placed(rec.start, &rec.body)?,
+                // A replayed one does not: they are in the log, or the stream ends here.
+                Some(p) => match segs.adopt(rec.start, &rec.body.ends, *p)? {
+                    Some(body) => {
+                        let whole = AppendRecord {
+                            body,
+                            ..rec.clone()
+                        };
+                        d.state.apply_append(&whole);
+                        d.applied_lsn = lsn;
+                        return Ok(true);
+                    }
+                    None => return Ok(false),
+                },
+            }
             d.state.apply_append(rec);
         }
         Record::Delete { soft: true, .. } => d.state.soft_deleted = true,
@@ -115,7 +150,7 @@ pub(super) fn apply(
         }
     }
     d.applied_lsn = lsn;
-    Ok(())
+    Ok(true)
 }
 
 /// The last component of a stream directory (its key), naming its trash directory.

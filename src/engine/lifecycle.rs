@@ -15,6 +15,7 @@ use crate::journal::Record;
 use crate::name::{
     Incarnation, MAX_FORK_DEPTH, Offset, StreamName, is_json, normalize_content_type,
 };
+use crate::options::Durability;
 use crate::state::{AppendRecord, Config, StreamState, filter_stream_seq, prepare_body, to_ms};
 use crate::store::Pending;
 use crate::types::{CreateOptions, Created, Expiry, ForkFrom};
@@ -101,6 +102,10 @@ impl Engine {
                     return Err(Error::ContentTypeMismatch { expected: sct });
                 }
                 let pos = self.fork_position(&src, f)?;
+                if self.options.durability == Durability::Buffered {
+                    // Acknowledged, so written: `pos` is at most the source's durable tail.
+                    self.sync_fork_source(&src)?;
+                }
                 let expiry = match (expiry, src.config.expiry) {
                     (Expiry::Never, inherited) => inherited,
                     (own, _) => own,
@@ -191,6 +196,22 @@ impl Engine {
             },
             ticket,
         })
+    }
+
+    /// Buffered mode: makes what a new fork inherits durable before the fork's create is
+    /// journaled, with one `syncfs`. Nothing has synced its source's journal records or the
+    /// bytes of its placed appends in its logs; a machine crash could otherwise take them and
+    /// keep the fork's create (in another shard's journal, or in the same one: the placed bytes
+    /// are in the log, not the journal), leaving a fork whose inherited range is gone. A failure
+    /// poisons the source's shard: after a failed sync only recovery knows what is on disk.
+    fn sync_fork_source(&self, src: &Stream) -> Result<()> {
+        let synced = std::fs::File::open(&self.root).and_then(|dir| fs::sync_fs(&dir, &self.root));
+        if let Err(e) = synced {
+            let shard = &self.shards[src.shard];
+            shard.poison(e.into());
+            return Err(shard.poisoned_error());
+        }
+        Ok(())
     }
 
     /// The registry, locked, with room for one more open stream. At `max_open_streams` it

@@ -273,6 +273,11 @@ impl Engine {
             shards.push(shard);
         }
         registry.retain(|_, s| !s.data.lock().deleted);
+        for s in registry.values() {
+            if let Some(segs) = s.data.lock().segs.as_mut() {
+                segs.end_replay();
+            }
+        }
         names.compact_if_needed()?;
         tracing::info!(
             journal_bytes = replayed.bytes,

@@ -235,12 +235,18 @@ pub(super) fn replay_shard(
         doomed: &doomed,
         last_create: &last_create,
     };
+    // Incarnations whose replay ended at a placed append whose bytes were not in the log: their
+    // later records are skipped (each stream keeps a prefix of its records).
+    let mut ended: HashSet<(&str, &str)> = HashSet::new();
     for (i, (lsn, record)) in records.iter().enumerate() {
         let lsn = *lsn;
         replayed.records += 1;
         let name = record.name();
         if let Some(kept) = damaged.get_mut(name) {
             kept.push((lsn, record));
+            continue;
+        }
+        if ended.contains(&(name, record.incarnation())) {
             continue;
         }
         let at = Position { i, lsn };
@@ -256,7 +262,15 @@ pub(super) fn replay_shard(
             &lookahead,
             &mut obsolete,
         ) {
-            Ok(()) => {
+            Ok(false) => {
+                tracing::warn!(
+                    stream = name,
+                    lsn,
+                    "the stream ends before a journaled append whose bytes are not in its segment log (never acknowledged, or lost with the power in Buffered mode): its later records are dropped"
+                );
+                ended.insert((name, record.incarnation()));
+            }
+            Ok(true) => {
                 replayed.streams.insert(name.to_owned());
                 // Files behind retention wait for the recovery checkpoint, with their stream.
                 let mut i = before;
@@ -332,8 +346,9 @@ struct Position {
 }
 
 /// Replays one record (see [`replay_shard`]): skipped, applied, or for a doomed incarnation's
-/// final delete, [`replay_doomed_delete`]. An error concerns this record's stream only, unless
-/// the caller decides otherwise.
+/// final delete, [`replay_doomed_delete`]. False when it is a placed append whose bytes are
+/// not in the log (see [`apply`]): nothing was applied, and the stream ends before it. An error
+/// concerns this record's stream only, unless the caller decides otherwise.
 #[expect(
     clippy::too_many_arguments,
     reason = "the replay's context, passed through"
@@ -348,7 +363,7 @@ fn replay_one(
     record: &Record,
     ahead: &Lookahead<'_>,
     obsolete: &mut Vec<PathBuf>,
-) -> Result<()> {
+) -> Result<bool> {
     let (name, lsn) = (record.name(), at.lsn);
     if ahead.doomed.contains(&(name, record.incarnation())) {
         if matches!(record, Record::Delete { soft: false, .. }) {
@@ -362,7 +377,7 @@ fn replay_one(
                 names.remove(name)?;
             }
         }
-        return Ok(());
+        return Ok(true);
     }
     let target = replay_target(root, options, id, registry, lsn, record)?;
     // A create is indexed again (a no-op when its frame survived), so a frame lost from the
@@ -371,12 +386,14 @@ fn replay_one(
         names.add(name)?;
     }
     let Some(stream) = target else {
-        return Ok(());
+        return Ok(true);
     };
     if stream.incarnation.as_str() != record.incarnation() {
-        return Ok(());
+        return Ok(true);
     }
-    apply(root, options, &stream, lsn, record, obsolete)?;
+    if !apply(root, options, &stream, (lsn, record), true, obsolete)? {
+        return Ok(false);
+    }
     let d = stream.data.lock();
     let deleted = d.deleted;
     let state = d.state.clone();
@@ -392,7 +409,7 @@ fn replay_one(
         registry.remove(name);
         names.remove(name)?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Keeps the journal records of a stream that replay could not apply in
@@ -455,8 +472,8 @@ fn replay_doomed_delete(
     fs::no_symlinks(&sdir)?;
     match sidecar::load(&sdir)? {
         Some(sc) if sc.state.config.incarnation == record.incarnation() => {
-            if let Some(s) = Stream::load(sdir, id, options.segment_bytes, |_| Ok(true))? {
-                apply(root, options, &s, lsn, record, obsolete)?;
+            if let Some(s) = Stream::load(sdir, id, options.segment_bytes, true, |_| Ok(true))? {
+                apply(root, options, &s, (lsn, record), true, obsolete)?;
             }
             registry.remove(name);
         }
@@ -500,7 +517,7 @@ fn replay_target(
         }
         // A sidecar of this very incarnation at or past this LSN means the create is
         // checkpointed.
-        let checkpointed = Stream::load(sdir.clone(), id, options.segment_bytes, |sc| {
+        let checkpointed = Stream::load(sdir.clone(), id, options.segment_bytes, true, |sc| {
             Ok(sc.state.config.incarnation == state.config.incarnation && sc.applied_lsn >= lsn)
         })?;
         if let Some(s) = checkpointed {
@@ -514,7 +531,7 @@ fn replay_target(
     if let Some(s) = registry.get(name) {
         return Ok(Some(s.clone()));
     }
-    let loaded = Stream::load(sdir, id, options.segment_bytes, |sc| {
+    let loaded = Stream::load(sdir, id, options.segment_bytes, true, |sc| {
         Ok(sc.state.config.incarnation == record.incarnation())
     })?;
     if let Some(s) = &loaded {

@@ -45,6 +45,7 @@ impl Engine {
             dir.clone(),
             self.shard_of(name),
             self.options.segment_bytes,
+            false,
             |sc| {
                 if sc.state.config.name == name {
                     Ok(true)

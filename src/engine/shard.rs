@@ -681,14 +681,15 @@ impl Shard {
         let mut after: Vec<PathBuf> = Vec::new();
         w.touched.clear();
         let mut reclaim = Vec::new();
+        let mut placed = false;
         for it in items {
             let before = after.len();
             apply(
                 &self.root,
                 &self.options,
                 &it.stream,
-                it.lsn,
-                &it.record,
+                (it.lsn, &it.record),
+                false,
                 &mut after,
             )?;
             // A deleted stream's trash goes once durable; files behind retention wait for a
@@ -723,6 +724,24 @@ impl Shard {
             }
             if !w.touched.iter().any(|s| Arc::ptr_eq(s, &it.stream)) {
                 w.touched.push(it.stream.clone());
+            }
+            if let Record::Append {
+                placed: Some(p), ..
+            } = &it.record
+            {
+                // The checkpoint's bound counts the bytes written for a record, wherever they
+                // went (recovery reads them back either way).
+                w.written += u64::from(p.len);
+                placed = true;
+            }
+        }
+        // A placed append is acknowledged with the batch: its bytes go to the log first (one
+        // write per stream for all of the batch's).
+        if placed {
+            for s in &w.touched {
+                if let Some(segs) = s.data.lock().segs.as_mut() {
+                    segs.write_placed()?;
+                }
             }
         }
         // Step 4 [sync].

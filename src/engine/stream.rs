@@ -13,7 +13,7 @@ use event_listener::Event;
 use parking_lot::Mutex;
 
 use crate::error::Result;
-use crate::journal::Record;
+use crate::journal::{Placed, Record};
 use crate::name::{Incarnation, Offset, StreamName, is_json};
 use crate::segment::SegmentSet;
 use crate::sidecar::{self, Sidecar};
@@ -175,11 +175,13 @@ impl Stream {
     /// Opens the stream stored in `dir` as its sidecar records it: segments opened (and checked
     /// against the state: see `SegmentSet::open`), applied and checkpointed at the sidecar's
     /// LSN. `None` if `dir` holds no valid sidecar or `accept` declines the one it holds (before
-    /// any segment is opened); `accept`'s error is returned as it is.
+    /// any segment is opened); `accept`'s error is returned as it is. `replaying`: loaded by
+    /// recovery's replay (see `SegmentSet::open`).
     pub(super) fn load(
         dir: PathBuf,
         shard: usize,
         segment_bytes: u64,
+        replaying: bool,
         accept: impl FnOnce(&Sidecar) -> Result<bool>,
     ) -> Result<Option<Arc<Stream>>> {
         crate::fs::no_symlinks(&dir)?;
@@ -196,7 +198,7 @@ impl Stream {
             sc.state.base
         };
         let cold = crate::tier::manifest::cold_segments(&dir, &sc.state.config.incarnation)?;
-        let segs = SegmentSet::open(&dir, start, sc.state.tail, segment_bytes, &cold)?;
+        let segs = SegmentSet::open(&dir, start, sc.state.tail, segment_bytes, &cold, replaying)?;
         Ok(Some(Stream::new(
             sc.state,
             dir,
@@ -299,12 +301,14 @@ impl Stream {
         self.core.lock().state.base
     }
 
-    /// The journal record of an append to this incarnation.
-    pub(super) fn append_record(&self, rec: AppendRecord) -> Record {
+    /// The journal record of an append to this incarnation (`placed`: its body is written to
+    /// the segment only).
+    pub(super) fn append_record(&self, rec: AppendRecord, placed: Option<Placed>) -> Record {
         Record::Append {
             name: self.name.0.clone(),
             incarnation: self.incarnation.shared(),
             rec,
+            placed,
         }
     }
 

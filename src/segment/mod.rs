@@ -75,6 +75,11 @@ fn parse_log_name(name: &str) -> Option<u64> {
     name.strip_suffix(".log")?.parse().ok()
 }
 
+/// The base byte position of the segment log named `name`, or `None` if it names none.
+pub(crate) fn log_base(name: &str) -> Option<u64> {
+    parse_log_name(name)
+}
+
 struct Segment {
     base: Offset,
     /// Shared with the read maps, which keep it open for responses still sending their bytes.
@@ -182,16 +187,22 @@ impl AsRef<[u8]> for MapSlice {
 }
 
 impl Segment {
-    fn create(dir: &Path, base: Offset) -> Result<Segment> {
+    /// Creates a segment at `base`: an empty log, unless `keep_log` (replay), which keeps the
+    /// bytes of a log already there for [`SegmentSet::adopt`]; always a new index.
+    fn create(dir: &Path, base: Offset, keep_log: bool) -> Result<Segment> {
         let log = Arc::new(fs::open_create(
             OpenOptions::new()
                 .create(true)
                 .read(true)
                 .write(true)
-                .truncate(true),
+                .truncate(!keep_log),
             &log_path(dir, base.bytes),
         )?);
-        fs::set_len(&log, &log_path(dir, base.bytes), MIN_LOG_CAP)?;
+        let had = if keep_log { log.metadata()?.len() } else { 0 };
+        if had < MIN_LOG_CAP {
+            fs::set_len(&log, &log_path(dir, base.bytes), MIN_LOG_CAP)?;
+        }
+        let log_cap = had.max(MIN_LOG_CAP);
         let log = Some(log);
         let idx = fs::open_create(
             OpenOptions::new()
@@ -213,7 +224,7 @@ impl Segment {
         Ok(Segment {
             base,
             log,
-            log_cap: MIN_LOG_CAP,
+            log_cap,
             idx,
             idx_map,
             count: 0,
@@ -396,6 +407,12 @@ impl Segment {
             }
             self.unwritten.extend_from_slice(&body.data);
         }
+        self.add_entries(dir, body)
+    }
+
+    /// The index part of an append of `body`, whose bytes are in the log or its buffer from
+    /// `end` on: buffers its index entries and moves `end` past it.
+    fn add_entries(&mut self, dir: &Path, body: &Body) -> Result<()> {
         let n = body.ends.len() as u64;
         let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
         if need_idx > self.idx_map.len() as u64 {
@@ -545,15 +562,65 @@ pub(crate) struct SegmentSet {
     dir: PathBuf,
     segs: Vec<Segment>,
     segment_bytes: u64,
+    /// Opened or created by recovery's replay, until [`SegmentSet::end_replay`]: the logs on
+    /// disk past the applied end may hold the bytes of placed appends still to be replayed
+    /// ([`SegmentSet::adopt`]), so they are kept, and a segment created by a roll keeps the log
+    /// already there.
+    replaying: bool,
+    /// A placed append's bytes may still be in the write buffer: the writer puts them in the
+    /// log before the batch is acknowledged ([`SegmentSet::write_placed`]).
+    placed_unwritten: bool,
+    /// While `replaying`: the bases of the logs on disk past the last segment, ascending. The
+    /// writer rolled to each of them (at its `segment_bytes`, which may not be this open's), so
+    /// replay rolls exactly there and nowhere else, and finds placed bytes where they were put.
+    ahead: Vec<u64>,
+}
+
+/// The bases of the segment logs in `dir` past `after`, ascending.
+fn logs_after(dir: &Path, after: u64) -> Result<Vec<u64>> {
+    let mut bases: Vec<u64> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(parse_log_name))
+        .filter(|&b| b > after)
+        .collect();
+    bases.sort_unstable();
+    Ok(bases)
 }
 
 impl SegmentSet {
     /// Creates the first segment of a new stream at `base`.
     pub(crate) fn create(dir: &Path, base: Offset, segment_bytes: u64) -> Result<SegmentSet> {
+        Self::create_as(dir, base, segment_bytes, false)
+    }
+
+    /// Creates the first segment of a stream whose create replay is applying: a log already
+    /// there keeps its bytes, for the placed appends that follow (see `replaying`).
+    pub(crate) fn create_replaying(
+        dir: &Path,
+        base: Offset,
+        segment_bytes: u64,
+    ) -> Result<SegmentSet> {
+        Self::create_as(dir, base, segment_bytes, true)
+    }
+
+    fn create_as(
+        dir: &Path,
+        base: Offset,
+        segment_bytes: u64,
+        replaying: bool,
+    ) -> Result<SegmentSet> {
+        let ahead = if replaying {
+            logs_after(dir, base.bytes)?
+        } else {
+            Vec::new()
+        };
         Ok(SegmentSet {
             dir: dir.to_path_buf(),
-            segs: vec![Segment::create(dir, base)?],
+            segs: vec![Segment::create(dir, base, replaying)?],
             segment_bytes,
+            replaying,
+            placed_unwritten: false,
+            ahead,
         })
     }
 
@@ -563,15 +630,17 @@ impl SegmentSet {
     /// opens cold (its index must be here).
     ///
     /// Segment files that start at or after `end` (other than the first) hold nothing durable and
-    /// are removed; so are those wholly before the segment holding `start`, which retention
-    /// reclaimed (a power loss may keep some of those removals and undo others). The last
-    /// message is checked against its index entry.
+    /// are removed (kept while `replaying`: see [`SegmentSet::end_replay`]); so are those wholly
+    /// before the segment holding `start`, which retention reclaimed (a power loss may keep
+    /// some of those removals and undo others). The last message is checked against its index
+    /// entry.
     pub(crate) fn open(
         dir: &Path,
         start: Offset,
         end: Offset,
         segment_bytes: u64,
         cold: &[(u64, u64)],
+        replaying: bool,
     ) -> Result<SegmentSet> {
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -597,7 +666,7 @@ impl SegmentSet {
             if segs.is_empty() || b < end.bytes {
                 let cold_len = cold.iter().find(|c| c.0 == b).map(|c| c.1);
                 segs.push(Segment::open(dir, b, cold_len)?);
-            } else {
+            } else if !replaying {
                 fs::remove_file(&log_path(dir, b))?;
                 let _ = fs::remove_file(&idx_path(dir, b));
             }
@@ -629,13 +698,41 @@ impl SegmentSet {
                 ));
             }
         }
+        let ahead = match (replaying, segs.last()) {
+            (true, Some(last)) => logs_after(dir, last.base.bytes)?,
+            _ => Vec::new(),
+        };
         let mut set = SegmentSet {
             dir: dir.to_path_buf(),
             segs,
             segment_bytes,
+            replaying,
+            placed_unwritten: false,
+            ahead,
         };
         set.verify_last()?;
         Ok(set)
+    }
+
+    /// Recovery's replay is over: later rolls start empty logs, and the segment files past the
+    /// last segment (a roll whose placed appends replay did not adopt) are removed.
+    pub(crate) fn end_replay(&mut self) {
+        if !std::mem::take(&mut self.replaying) {
+            return;
+        }
+        self.ahead = Vec::new();
+        let last = self.segs.last().map_or(0, |s| s.base.bytes);
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            if let Some(b) = e.file_name().to_str().and_then(parse_log_name)
+                && b > last
+            {
+                let _ = fs::remove_file(&log_path(&self.dir, b));
+                let _ = fs::remove_file(&idx_path(&self.dir, b));
+            }
+        }
     }
 
     /// Checks the newest message's bytes against its index CRC.
@@ -670,28 +767,107 @@ impl SegmentSet {
 
     /// Appends a body at the end; `start` must be the current end.
     pub(crate) fn append(&mut self, start: Offset, body: &Body) -> Result<()> {
+        self.check_start(start)?;
+        if body.data.is_empty() {
+            return Ok(());
+        }
+        self.roll_if_full(start)?;
+        match self.segs.last_mut() {
+            Some(s) => s.write(&self.dir, body),
+            None => Err(Error::corrupt(&self.dir, "stream has no segment")),
+        }
+    }
+
+    /// Appends a placed body (see `journal::Placed`) at the end: as [`SegmentSet::append`],
+    /// and its bytes reach the log at the next [`SegmentSet::write_placed`], which the writer
+    /// calls before it acknowledges the batch.
+    pub(crate) fn append_placed(&mut self, start: Offset, body: &Body) -> Result<()> {
+        self.append(start, body)?;
+        self.placed_unwritten = true;
+        Ok(())
+    }
+
+    /// Writes the buffered bytes to the log if a placed append's are among them (one call for
+    /// all the stream's placed appends in a batch); the index entries stay buffered.
+    pub(crate) fn write_placed(&mut self) -> Result<()> {
+        if !self.placed_unwritten {
+            return Ok(());
+        }
+        if let Some(s) = self.segs.last_mut() {
+            s.flush_log()?;
+        }
+        self.placed_unwritten = false;
+        Ok(())
+    }
+
+    /// Replay: takes the `placed.len` bytes at the end of the log as the body of a placed
+    /// append at `start` whose message ends are `ends`, if they are there and match
+    /// `placed.crc`: appends their index entries and returns the body (its bytes read back).
+    /// `None` when the log does not hold them (the process died before it wrote them; after a
+    /// power loss, their pages never reached the disk): the stream ends before this append.
+    pub(crate) fn adopt(
+        &mut self,
+        start: Offset,
+        ends: &[u32],
+        placed: crate::journal::Placed,
+    ) -> Result<Option<Body>> {
+        self.check_start(start)?;
+        self.roll_if_full(start)?;
+        let dir = self.dir.clone();
+        let Some(s) = self.segs.last_mut() else {
+            return Err(Error::corrupt(&self.dir, "stream has no segment"));
+        };
+        // Bytes replayed from the journal before this append go to the log first, so the log
+        // is written up to `end`.
+        s.flush_log()?;
+        let rel = s.end - s.base.bytes;
+        let len = u64::from(placed.len);
+        if rel + len > s.log_cap {
+            return Ok(None);
+        }
+        let mut data = vec![0u8; placed.len as usize];
+        if s.local_log()?.read_exact_at(&mut data, rel).is_err()
+            || crc32fast::hash(&data) != placed.crc
+        {
+            return Ok(None);
+        }
+        let body = Body::new(Bytes::from(data), ends.to_vec());
+        if ends.len() == 1 {
+            let _ = body.crc.set(placed.crc);
+        }
+        s.add_entries(&dir, &body)?;
+        s.written_to(rel + len);
+        Ok(Some(body))
+    }
+
+    fn check_start(&self, start: Offset) -> Result<()> {
         if start != self.end() {
             return Err(Error::corrupt(
                 &self.dir,
                 format!("append at {start} but the stream ends at {}", self.end()),
             ));
         }
-        if body.data.is_empty() {
-            return Ok(());
-        }
-        let roll = self
-            .segs
-            .last()
-            .is_some_and(|s| s.count > 0 && s.end - s.base.bytes >= self.segment_bytes);
+        Ok(())
+    }
+
+    /// Starts a new segment at `start` (the end) once the last one is full; while
+    /// `replaying`, where the writer did (see `ahead`), keeping the bytes of the log there.
+    fn roll_if_full(&mut self, start: Offset) -> Result<()> {
+        let roll = if self.replaying {
+            self.ahead.retain(|&b| b >= start.bytes);
+            self.ahead.first() == Some(&start.bytes)
+                && self.segs.last().is_some_and(|s| s.base.bytes < start.bytes)
+        } else {
+            self.segs
+                .last()
+                .is_some_and(|s| s.count > 0 && s.end - s.base.bytes >= self.segment_bytes)
+        };
         if roll {
             self.flush()?;
-            let seg = Segment::create(&self.dir, start)?;
+            let seg = Segment::create(&self.dir, start, self.replaying)?;
             self.segs.push(seg);
         }
-        match self.segs.last_mut() {
-            Some(s) => s.write(&self.dir, body),
-            None => Err(Error::corrupt(&self.dir, "stream has no segment")),
-        }
+        Ok(())
     }
 
     /// The last segment's log and the range of it written since its write-back was last asked
@@ -1019,13 +1195,13 @@ mod tests {
         assert_eq!(set.offset_at(late + 1), Offset::new(150, late + 1));
         assert_eq!(set.next_boundary_after(late + 1), Some(late + m));
         drop(set);
-        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096, &[]).unwrap();
+        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096, &[], false).unwrap();
         let got: Vec<u8> = set.read_local(100, end.bytes).unwrap().unwrap().concat();
         assert_eq!(got, &expect[100..]);
         // Reopening at an earlier end (a checkpoint before a crash) drops later segments.
         let early = Offset::new(10, 420);
         drop(set);
-        let set = SegmentSet::open(dir.path(), Offset::ZERO, early, 4096, &[]).unwrap();
+        let set = SegmentSet::open(dir.path(), Offset::ZERO, early, 4096, &[], false).unwrap();
         assert_eq!(set.end(), early);
         assert_eq!(set.segs.len(), 1);
     }
@@ -1061,7 +1237,14 @@ mod tests {
         let got: Vec<u8> = set.read_local(0, end).unwrap().unwrap().concat();
         assert_eq!(got, expect);
         drop(set);
-        let set = SegmentSet::open(dir.path(), Offset::ZERO, Offset::new(60, end), 1 << 20, &[]);
+        let set = SegmentSet::open(
+            dir.path(),
+            Offset::ZERO,
+            Offset::new(60, end),
+            1 << 20,
+            &[],
+            false,
+        );
         let got: Vec<u8> = set.unwrap().read_local(0, end).unwrap().unwrap().concat();
         assert_eq!(got, expect, "dropping the set wrote what was buffered");
     }
@@ -1114,7 +1297,7 @@ mod tests {
         );
         let end = set.end();
         drop(set);
-        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[]).unwrap();
+        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false).unwrap();
         assert_eq!(set.end(), Offset::new(4099, 4102));
         assert!(set.is_boundary(4101) && set.is_boundary(5));
         let got: Vec<u8> = set.read_local(0, 6).unwrap().unwrap().concat();
@@ -1133,8 +1316,71 @@ mod tests {
         let f = OpenOptions::new().write(true).open(&log).unwrap();
         f.write_all_at(b"W", 5).unwrap();
         assert!(matches!(
-            SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[]),
+            SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false),
             Err(Error::Corrupt { .. })
         ));
+    }
+
+    /// Replay adopts a placed body where the writer put it, across a roll the writer made
+    /// (whatever segment size this open has), and adopts nothing whose bytes are missing or
+    /// differ; once replay is over, the logs past the last segment go.
+    #[test]
+    fn replay_adopts_placed_bytes_where_the_writer_put_them() {
+        use crate::journal::Placed;
+        let dir = tempfile::tempdir().unwrap();
+        let a = body(&[&[1u8; 3000]]);
+        let b = body(&[&[2u8; 1000], &[3u8; 2500]]);
+        let c = body(&[&[4u8; 5000]]);
+        let placed = |x: &Body| Placed {
+            len: x.data.len() as u32,
+            crc: crc32fast::hash(&x.data),
+        };
+        let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
+        set.append(Offset::ZERO, &a).unwrap();
+        set.flush().unwrap();
+        let after_a = set.end();
+        set.append_placed(after_a, &b).unwrap();
+        set.write_placed().unwrap();
+        let after_b = set.end();
+        // The first segment holds 6500 bytes now: `c` rolls to a second one.
+        set.append_placed(after_b, &c).unwrap();
+        set.write_placed().unwrap();
+        let end = set.end();
+        assert_eq!(set.segs.len(), 2);
+        drop(set);
+        let mut all = a.data.to_vec();
+        all.extend_from_slice(&b.data);
+        all.extend_from_slice(&c.data);
+        for size in [4096, 1 << 20] {
+            let mut set =
+                SegmentSet::open(dir.path(), Offset::ZERO, after_a, size, &[], true).unwrap();
+            let got = set.adopt(after_a, &b.ends, placed(&b)).unwrap();
+            assert_eq!(got.map(|g| g.data), Some(b.data.clone()), "size {size}");
+            let got = set.adopt(after_b, &c.ends, placed(&c)).unwrap();
+            assert_eq!(got.map(|g| g.data), Some(c.data.clone()), "size {size}");
+            assert_eq!((set.end(), set.segs.len()), (end, 2), "size {size}");
+            let read: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
+            assert_eq!(read, all, "size {size}");
+            assert_eq!(set.message_ranges(0, end.bytes).len(), 4);
+        }
+        // Bytes that fail the CRC, or lie past the log's end, are not adopted.
+        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, after_a, 4096, &[], true).unwrap();
+        let wrong = Placed {
+            crc: placed(&b).crc ^ 1,
+            ..placed(&b)
+        };
+        assert!(set.adopt(after_a, &b.ends, wrong).unwrap().is_none());
+        assert_eq!(set.end(), after_a);
+        let past = Placed {
+            len: 1 << 20,
+            crc: 0,
+        };
+        assert!(set.adopt(after_a, &[1 << 20], past).unwrap().is_none());
+        // Replay ended before the roll: its log goes with the end of replay.
+        let rolled = log_path(dir.path(), after_b.bytes);
+        assert!(rolled.exists());
+        set.end_replay();
+        assert!(!rolled.exists());
+        assert!(!idx_path(dir.path(), after_b.bytes).exists());
     }
 }
