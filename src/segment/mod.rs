@@ -114,6 +114,12 @@ struct Segment {
     /// (before the sync that lets the journal go). Bodies of [`WRITE_THROUGH`] bytes or more
     /// are written at once (what is buffered first); their index entries wait with the others.
     unwritten: Vec<u8>,
+    /// Bodies of placed appends (`journal::Placed`) that follow `unwritten`, held as they came
+    /// (the request's own buffers) rather than copied: the writer writes them, with
+    /// `unwritten`, in one `pwritev` before it acknowledges their batch. `held_len` is their
+    /// total length.
+    held: Vec<Bytes>,
+    held_len: u64,
     /// The log's bytes, from the segment's start, whose write-back was asked for (see
     /// [`WRITEBACK_AT`]).
     started: u64,
@@ -234,6 +240,8 @@ impl Segment {
             verified: 0,
             read_map: None,
             unwritten: Vec::new(),
+            held: Vec::new(),
+            held_len: 0,
             started: 0,
             writeback: None,
         })
@@ -300,6 +308,8 @@ impl Segment {
             verified: 0,
             read_map: None,
             unwritten: Vec::new(),
+            held: Vec::new(),
+            held_len: 0,
             started: 0,
             writeback: None,
         })
@@ -372,9 +382,15 @@ impl Segment {
         })
     }
 
-    /// Appends `body` (its bytes buffered or written through, its index entries buffered) to
-    /// this segment of the stream in `dir`, growing the files as needed.
-    fn write(&mut self, dir: &Path, body: &Body) -> Result<()> {
+    /// Bytes appended and not yet in the log file: `unwritten`, then `held`.
+    fn pending(&self) -> u64 {
+        self.unwritten.len() as u64 + self.held_len
+    }
+
+    /// Appends `body` (its bytes buffered, held (`hold`: a placed append's, see `held`) or
+    /// written through, its index entries buffered) to this segment of the stream in `dir`,
+    /// growing the files as needed.
+    fn write(&mut self, dir: &Path, body: &Body, hold: bool) -> Result<()> {
         let rel = self.end - self.base.bytes;
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
@@ -386,7 +402,14 @@ impl Segment {
             self.flush_log()?;
             self.local_log()?.write_all_at(&body.data, rel)?;
             self.written_to(rel + body.data.len() as u64);
+        } else if hold {
+            self.held.push(body.data.clone());
+            self.held_len += body.data.len() as u64;
         } else {
+            if !self.held.is_empty() {
+                // Copied bytes go after the held ones: those go first.
+                self.flush_log()?;
+            }
             if self.unwritten.len() + body.data.len() > self.unwritten.capacity().max(FLUSH_AT) {
                 // This body would take a full buffer past a flush's worth: write what is
                 // buffered first, rather than copy it into a larger buffer (with bodies whose
@@ -464,12 +487,27 @@ impl Segment {
     /// Writes the buffered bytes to the log file, in one call; the index entries stay buffered
     /// (a read of the bytes finds their entries in the buffer).
     fn flush_log(&mut self) -> Result<()> {
-        if !self.unwritten.is_empty() {
-            let rel = self.end - self.base.bytes - self.unwritten.len() as u64;
-            self.local_log()?.write_all_at(&self.unwritten, rel)?;
-            self.unwritten.clear();
-            self.written_to(self.end - self.base.bytes);
+        let pending = self.pending();
+        if pending == 0 {
+            return Ok(());
         }
+        let rel = self.end - self.base.bytes - pending;
+        match (self.unwritten.is_empty(), self.held.as_slice()) {
+            (_, []) => self.local_log()?.write_all_at(&self.unwritten, rel)?,
+            (true, [one]) => self.local_log()?.write_all_at(one, rel)?,
+            (_, held) => {
+                let mut bufs: Vec<&[u8]> = Vec::with_capacity(held.len() + 1);
+                if !self.unwritten.is_empty() {
+                    bufs.push(&self.unwritten);
+                }
+                bufs.extend(held.iter().map(|b| &b[..]));
+                fs::write_all_vectored_at(self.local_log()?, &bufs, rel)?;
+            }
+        }
+        self.unwritten.clear();
+        self.held.clear();
+        self.held_len = 0;
+        self.written_to(self.end - self.base.bytes);
         Ok(())
     }
 
@@ -767,24 +805,28 @@ impl SegmentSet {
 
     /// Appends a body at the end; `start` must be the current end.
     pub(crate) fn append(&mut self, start: Offset, body: &Body) -> Result<()> {
+        self.append_as(start, body, false)
+    }
+
+    /// Appends a placed body (see `journal::Placed`) at the end: as [`SegmentSet::append`], but
+    /// its bytes are held, not copied, and reach the log at the next
+    /// [`SegmentSet::write_placed`], which the writer calls before it acknowledges the batch.
+    pub(crate) fn append_placed(&mut self, start: Offset, body: &Body) -> Result<()> {
+        self.append_as(start, body, true)?;
+        self.placed_unwritten = true;
+        Ok(())
+    }
+
+    fn append_as(&mut self, start: Offset, body: &Body, hold: bool) -> Result<()> {
         self.check_start(start)?;
         if body.data.is_empty() {
             return Ok(());
         }
         self.roll_if_full(start)?;
         match self.segs.last_mut() {
-            Some(s) => s.write(&self.dir, body),
+            Some(s) => s.write(&self.dir, body, hold),
             None => Err(Error::corrupt(&self.dir, "stream has no segment")),
         }
-    }
-
-    /// Appends a placed body (see `journal::Placed`) at the end: as [`SegmentSet::append`],
-    /// and its bytes reach the log at the next [`SegmentSet::write_placed`], which the writer
-    /// calls before it acknowledges the batch.
-    pub(crate) fn append_placed(&mut self, start: Offset, body: &Body) -> Result<()> {
-        self.append(start, body)?;
-        self.placed_unwritten = true;
-        Ok(())
     }
 
     /// Writes the buffered bytes to the log if a placed append's are among them (one call for
@@ -915,7 +957,7 @@ impl SegmentSet {
                 pos = end;
                 continue;
             }
-            if end > s.end - s.unwritten.len() as u64 {
+            if end > s.end - s.pending() {
                 // A read is served from the log's map: the bytes it reaches must be in the file
                 // (their index entries need not: they are read from the buffer).
                 s.flush_log()?;
@@ -1382,5 +1424,42 @@ mod tests {
         set.end_replay();
         assert!(!rolled.exists());
         assert!(!idx_path(dir.path(), after_b.bytes).exists());
+    }
+
+    /// Placed bodies are held, not copied, and written after the bytes copied before them, in
+    /// order, whether a read, a copied body, a flush or `write_placed` writes them.
+    #[test]
+    fn held_placed_bodies_reach_the_log_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+        let mut all = Vec::new();
+        let mut at = Offset::ZERO;
+        for k in 0..40u32 {
+            let len = if k % 3 == 0 { 100 } else { 2500 + k as usize };
+            let b = body(&[&vec![(k % 251) as u8; len]]);
+            if k % 3 == 0 {
+                set.append(at, &b).unwrap();
+            } else {
+                set.append_placed(at, &b).unwrap();
+            }
+            all.extend_from_slice(&b.data);
+            at = set.end();
+            if k % 7 == 6 {
+                set.write_placed().unwrap();
+            }
+            if k % 11 == 10 {
+                // A read of everything so far writes what is pending first.
+                let read: Vec<u8> = set.read_local(0, at.bytes).unwrap().unwrap().concat();
+                assert_eq!(read, all, "after body {k}");
+            }
+        }
+        set.write_placed().unwrap();
+        set.flush().unwrap();
+        let log = std::fs::read(log_path(dir.path(), 0)).unwrap();
+        assert_eq!(&log[..all.len()], &all[..]);
+        drop(set);
+        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, at, 1 << 20, &[], false).unwrap();
+        let read: Vec<u8> = set.read_local(0, at.bytes).unwrap().unwrap().concat();
+        assert_eq!(read, all);
     }
 }
