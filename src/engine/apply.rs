@@ -56,7 +56,8 @@ pub(super) fn apply(
                     let name = e.file_name();
                     let name = name.to_str().unwrap_or("");
                     let own_log = replaying
-                        && crate::segment::log_base(name).is_some_and(|b| b >= state.base.bytes);
+                        && crate::segment::parse_log_name(name)
+                            .is_some_and(|b| b >= state.base.bytes);
                     let keep = own_log
                         || parse_snapshot_file(name).is_some()
                         || name == crate::tier::manifest::FILE;

@@ -71,13 +71,9 @@ pub(crate) fn is_log(path: &Path) -> bool {
         .is_some()
 }
 
-fn parse_log_name(name: &str) -> Option<u64> {
-    name.strip_suffix(".log")?.parse().ok()
-}
-
 /// The base byte position of the segment log named `name`, or `None` if it names none.
-pub(crate) fn log_base(name: &str) -> Option<u64> {
-    parse_log_name(name)
+pub(crate) fn parse_log_name(name: &str) -> Option<u64> {
+    name.strip_suffix(".log")?.parse().ok()
 }
 
 struct Segment {
@@ -605,9 +601,6 @@ pub(crate) struct SegmentSet {
     /// ([`SegmentSet::adopt`]), so they are kept, and a segment created by a roll keeps the log
     /// already there.
     replaying: bool,
-    /// A placed append's bytes may still be in the write buffer: the writer puts them in the
-    /// log before the batch is acknowledged ([`SegmentSet::write_placed`]).
-    placed_unwritten: bool,
     /// While `replaying`: the bases of the logs on disk past the last segment, ascending. The
     /// writer rolled to each of them (at its `segment_bytes`, which may not be this open's), so
     /// replay rolls exactly there and nowhere else, and finds placed bytes where they were put.
@@ -657,7 +650,6 @@ impl SegmentSet {
             segs: vec![Segment::create(dir, base, replaying)?],
             segment_bytes,
             replaying,
-            placed_unwritten: false,
             ahead,
         })
     }
@@ -745,7 +737,6 @@ impl SegmentSet {
             segs,
             segment_bytes,
             replaying,
-            placed_unwritten: false,
             ahead,
         };
         set.verify_last()?;
@@ -760,16 +751,9 @@ impl SegmentSet {
         }
         self.ahead = Vec::new();
         let last = self.segs.last().map_or(0, |s| s.base.bytes);
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for e in rd.flatten() {
-            if let Some(b) = e.file_name().to_str().and_then(parse_log_name)
-                && b > last
-            {
-                let _ = fs::remove_file(&log_path(&self.dir, b));
-                let _ = fs::remove_file(&idx_path(&self.dir, b));
-            }
+        for b in logs_after(&self.dir, last).unwrap_or_default() {
+            let _ = fs::remove_file(&log_path(&self.dir, b));
+            let _ = fs::remove_file(&idx_path(&self.dir, b));
         }
     }
 
@@ -812,9 +796,7 @@ impl SegmentSet {
     /// its bytes are held, not copied, and reach the log at the next
     /// [`SegmentSet::write_placed`], which the writer calls before it acknowledges the batch.
     pub(crate) fn append_placed(&mut self, start: Offset, body: &Body) -> Result<()> {
-        self.append_as(start, body, true)?;
-        self.placed_unwritten = true;
-        Ok(())
+        self.append_as(start, body, true)
     }
 
     fn append_as(&mut self, start: Offset, body: &Body, hold: bool) -> Result<()> {
@@ -829,17 +811,14 @@ impl SegmentSet {
         }
     }
 
-    /// Writes the buffered bytes to the log if a placed append's are among them (one call for
-    /// all the stream's placed appends in a batch); the index entries stay buffered.
+    /// Writes the buffered bytes to the log if placed bodies are held among them (one call for
+    /// all the stream's placed appends in a batch); the index entries stay buffered. Held bodies
+    /// can only be in the last segment: a roll, a copied body and a read write them first.
     pub(crate) fn write_placed(&mut self) -> Result<()> {
-        if !self.placed_unwritten {
-            return Ok(());
+        match self.segs.last_mut() {
+            Some(s) if !s.held.is_empty() => s.flush_log(),
+            _ => Ok(()),
         }
-        if let Some(s) = self.segs.last_mut() {
-            s.flush_log()?;
-        }
-        self.placed_unwritten = false;
-        Ok(())
     }
 
     /// Replay: takes the `placed.len` bytes at the end of the log as the body of a placed
@@ -855,9 +834,9 @@ impl SegmentSet {
     ) -> Result<Option<Body>> {
         self.check_start(start)?;
         self.roll_if_full(start)?;
-        let dir = self.dir.clone();
-        let Some(s) = self.segs.last_mut() else {
-            return Err(Error::corrupt(&self.dir, "stream has no segment"));
+        let (dir, segs) = (&self.dir, &mut self.segs);
+        let Some(s) = segs.last_mut() else {
+            return Err(Error::corrupt(dir, "stream has no segment"));
         };
         // Bytes replayed from the journal before this append go to the log first, so the log
         // is written up to `end`.
@@ -877,7 +856,7 @@ impl SegmentSet {
         if ends.len() == 1 {
             let _ = body.crc.set(placed.crc);
         }
-        s.add_entries(&dir, &body)?;
+        s.add_entries(dir, &body)?;
         s.written_to(rel + len);
         Ok(Some(body))
     }
