@@ -209,6 +209,19 @@ struct ServeArgs {
     /// How long a request body may deliver nothing before the request is refused with 408.
     #[arg(long, default_value_t = 30_000)]
     body_read_timeout_ms: u64,
+    /// The least a request body must average, in bytes per second, once
+    /// `--body-min-rate-grace-ms` has passed (a slower one is refused with 408 BODY_TOO_SLOW);
+    /// 0 turns the check off.
+    #[arg(long, default_value_t = 4096)]
+    body_min_rate: u64,
+    /// How long a request body may take before `--body-min-rate` applies, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    body_min_rate_grace_ms: u64,
+    /// The server's memory budget in bytes: request bodies being read, response bytes queued
+    /// for slow readers and connection buffers together; work past it is refused with 503
+    /// MEMORY_BUDGET (default: an eighth of the machine's memory, between 32 MiB and 192 MiB).
+    #[arg(long)]
+    max_memory: Option<u64>,
     /// How long a connection's writes may make no progress (its peer reads nothing) before it
     /// is closed.
     #[arg(long, default_value_t = 60_000)]
@@ -509,6 +522,11 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
         sse_max_duration: Duration::from_millis(args.sse_max_duration_ms),
         body_read_timeout: Duration::from_millis(args.body_read_timeout_ms),
+        body_min_rate: args.body_min_rate,
+        body_min_rate_grace: Duration::from_millis(args.body_min_rate_grace_ms),
+        max_memory: args
+            .max_memory
+            .unwrap_or_else(|| ServerConfig::default().max_memory),
         write_stall_timeout: Duration::from_millis(args.write_stall_timeout_ms),
         shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
         private_cache: args.private_cache,

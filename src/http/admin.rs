@@ -28,6 +28,7 @@ use prometheus::proto::{Bucket, Counter, Gauge, LabelPair, Metric, MetricFamily,
 use crate::stats::{AtomicHistogram, LATENCY_BOUNDS};
 use crate::{Histogram, Stats};
 
+use super::budget::{Budget, Use};
 use super::error::ApiError;
 use super::reply::{common_headers, problem};
 use super::{AppState, Op, blocking};
@@ -339,6 +340,7 @@ async fn metrics(app: &AppState) -> Result<Response, ApiError> {
             app.edge.tls_handshakes_failed.load(Ordering::Relaxed),
             app.edge.tls_reloads_failed.load(Ordering::Relaxed),
         ],
+        memory: Memory::of(&app.budget),
     };
     let mut text = String::new();
     prometheus::TextEncoder::new()
@@ -401,6 +403,68 @@ struct Scrape {
     open_fds: Option<u64>,
     /// What the internet-facing edge refused (connections, live readers, tokens, TLS).
     edge: [u64; 6],
+    /// The memory budget's figures.
+    memory: Memory,
+}
+
+/// The memory budget's limit, and per use what it holds and how many leases it refused.
+struct Memory {
+    /// The limit, in bytes.
+    limit: u64,
+    /// Per use: its label, bytes held, leases refused.
+    uses: Vec<(&'static str, u64, u64)>,
+}
+
+impl Memory {
+    /// Copies `budget`'s figures.
+    fn of(budget: &Budget) -> Memory {
+        Memory {
+            limit: budget.limit(),
+            uses: Use::ALL
+                .iter()
+                .map(|&u| (u.label(), budget.held(u), budget.refused(u)))
+                .collect(),
+        }
+    }
+
+    /// Its families: the limit, the bytes held and the refusals, per use.
+    fn families(&self) -> Vec<MetricFamily> {
+        let held = self
+            .uses
+            .iter()
+            .map(|&(label, bytes, _)| {
+                let mut g = Gauge::default();
+                g.set_value(bytes as f64);
+                let mut m = Metric::from_label(label_pairs(&[("use", label)]));
+                m.set_gauge(g);
+                m
+            })
+            .collect();
+        let refused = self
+            .uses
+            .iter()
+            .map(|&(label, _, n)| counter_metric(&[("use", label)], n))
+            .collect();
+        vec![
+            gauge(
+                "brook_memory_budget_bytes",
+                "The server's memory budget (--max-memory)",
+                self.limit as f64,
+            ),
+            family(
+                "brook_memory_held_bytes",
+                "Bytes held of the memory budget, per use",
+                MetricType::GAUGE,
+                held,
+            ),
+            family(
+                "brook_memory_refused_total",
+                "Work refused 503 MEMORY_BUDGET, per use it needed memory for",
+                MetricType::COUNTER,
+                refused,
+            ),
+        ]
+    }
 }
 
 /// A metric family of `kind` named `name` with `help` and its samples.
@@ -676,6 +740,7 @@ impl Scrape {
                 reloads,
             ),
         ]);
+        out.extend(self.memory.families());
         if let Some(fds) = self.open_fds {
             out.push(gauge(
                 "brook_open_fds",

@@ -10,12 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use axum::body::Body;
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
+use super::budget::{Budget, Lease, Use};
 use super::error::ApiError;
 
 /// A response body made of the pieces of a [`ReadChunk`](crate::ReadChunk): views of the
@@ -73,34 +76,79 @@ impl http_body::Body for Pieces {
     }
 }
 
+/// How a request body must arrive: within the idle limit between frames, at the minimum
+/// average rate once the grace period has passed, and within the memory budget.
+#[derive(Clone)]
+pub(crate) struct BodyRules {
+    /// The longest a body may deliver nothing (408 `REQUEST_TIMEOUT`).
+    pub(crate) idle: Duration,
+    /// The least average rate after `grace`, in bytes per second (408 `BODY_TOO_SLOW`); 0 for
+    /// none.
+    pub(crate) min_rate: u64,
+    /// How long a body may take before `min_rate` applies.
+    pub(crate) grace: Duration,
+    /// What the body's bytes are held against (503 `MEMORY_BUDGET`).
+    pub(crate) budget: Arc<Budget>,
+}
+
+/// When a body that began at `began` and has delivered `received` bytes must deliver more:
+/// the earlier of the idle limit from now and the moment it falls below the minimum rate, and
+/// the refusal that is due then.
+pub(crate) fn due(rules: &BodyRules, began: Instant, received: u64) -> (Instant, ApiError) {
+    let idle_at = Instant::now() + rules.idle;
+    if rules.min_rate == 0 {
+        return (idle_at, ApiError::body_timeout(rules.idle));
+    }
+    let owed = Duration::from_secs_f64(received as f64 / rules.min_rate as f64);
+    let rate_at = began + rules.grace + owed;
+    if rate_at < idle_at {
+        (rate_at, ApiError::body_too_slow(rules.min_rate, rules.grace))
+    } else {
+        (idle_at, ApiError::body_timeout(rules.idle))
+    }
+}
+
+/// A request body read whole, and the share of the memory budget it holds until dropped.
+pub(crate) struct Held {
+    /// The body.
+    pub(crate) bytes: Bytes,
+    /// Its bytes' lease.
+    _lease: Lease,
+}
+
 /// Reads a whole request body of at most `limit` bytes; `declared` is its `Content-Length`. A
 /// larger body is refused with 413 as soon as that is known: from its `Content-Length` before
 /// reading anything, or once the bytes read pass the limit, never after buffering all of it.
 /// A body that arrives in one frame (a small one nearly always does) is returned as it is.
 ///
-/// A body that delivers nothing for `idle` is refused with 408 (`REQUEST_TIMEOUT`).
+/// The body's bytes are leased from the memory budget before they are read (all of a declared
+/// length at once; as they arrive otherwise): 503 `MEMORY_BUDGET` when it cannot spare them.
+/// A body that delivers nothing for the idle limit is refused with 408 `REQUEST_TIMEOUT`, one
+/// that falls below the minimum rate with 408 `BODY_TOO_SLOW` (see [`BodyRules`]).
 pub(crate) async fn read_body(
     mut body: Body,
     declared: Option<u64>,
     limit: usize,
-    idle: Duration,
-) -> Result<Bytes, ApiError> {
+    rules: &BodyRules,
+) -> Result<Held, ApiError> {
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit as u64));
     }
+    let mut lease = rules.budget.lease(Use::Bodies, declared.unwrap_or(0))?;
     // A declared empty body is complete: an HTTP/2 client (undici) may send `content-length: 0`
     // and leave its side of the stream open, so waiting for the end would wait forever.
     if declared == Some(0) {
-        return Ok(Bytes::new());
+        return Ok(Held {
+            bytes: Bytes::new(),
+            _lease: lease,
+        });
     }
+    let began = Instant::now();
     let mut first = Bytes::new();
     let mut more: Option<BytesMut> = None;
     let mut total = 0usize;
     while !http_body::Body::is_end_stream(&body) {
-        let Some(frame) = next_frame(&mut body, idle)
-            .await
-            .map_err(|_| ApiError::body_timeout(idle))?
-        else {
+        let Some(frame) = next_frame(&mut body, rules, began, total as u64).await? else {
             break;
         };
         let Ok(frame) = frame else {
@@ -120,6 +168,15 @@ pub(crate) async fn read_body(
         if total > limit {
             return Err(ApiError::too_large(limit as u64));
         }
+        if declared.is_none() {
+            // A copy is made once a second frame comes: hold room for both.
+            let needed = if more.is_none() && first.is_empty() {
+                total
+            } else {
+                2 * total
+            };
+            lease.resize((needed as u64).max(lease.bytes()))?;
+        }
         if first.is_empty() {
             first = data;
         } else {
@@ -127,21 +184,32 @@ pub(crate) async fn read_body(
                 .extend_from_slice(&data);
         }
     }
-    Ok(more.map_or(first, BytesMut::freeze))
+    Ok(Held {
+        bytes: more.map_or(first, BytesMut::freeze),
+        _lease: lease,
+    })
 }
 
-/// The body's next frame, waiting at most `idle` for it (`Err` when it did not come). A frame
-/// already there (as a small body's nearly always is) is taken without arming a timer.
+/// The body's next frame, refused when it does not come in time ([`due`]). A frame already
+/// there (as a small body's nearly always is) is taken without arming a timer or reading the
+/// clock.
 async fn next_frame(
     body: &mut Body,
-    idle: Duration,
-) -> Result<Option<Result<Frame<Bytes>, axum::Error>>, tokio::time::error::Elapsed> {
+    rules: &BodyRules,
+    began: Instant,
+    received: u64,
+) -> Result<Option<Result<Frame<Bytes>, axum::Error>>, ApiError> {
     let mut next = body.frame();
     if let Some(ready) = futures_util::FutureExt::now_or_never(&mut next) {
         return Ok(ready);
     }
-    tokio::time::timeout(idle, next).await
+    let (at, refusal) = due(rules, began, received);
+    tokio::time::timeout_at(at, next).await.map_err(|_| refusal)
 }
+
+/// What a pumped body may hold in memory at once, for the memory budget: its channel's frames
+/// and the one being copied (hyper's frames are at most its read buffer).
+pub(crate) const PUMP_HELD: u64 = 5 * (64 << 10);
 
 /// A blocking [`io::Read`] over a request body that an async task pumps in, so the engine can
 /// stream a large body (a snapshot) to disk from the blocking pool without it ever being held
@@ -180,8 +248,11 @@ pub(crate) struct PumpStatus {
     overflow: Arc<AtomicBool>,
     /// Set when the body could not be read.
     failed: Arc<AtomicBool>,
-    /// Set when the body delivered nothing for the idle limit (`failed` is set too).
+    /// Set when the body delivered nothing for the idle limit or fell below the minimum rate
+    /// (`failed` is set too).
     timed_out: Arc<AtomicBool>,
+    /// The refusal due when the body came too slowly ([`PumpStatus::timed_out`]).
+    refusal: Arc<parking_lot::Mutex<Option<ApiError>>>,
 }
 
 impl PumpStatus {
@@ -195,9 +266,12 @@ impl PumpStatus {
         self.failed.load(Ordering::Acquire)
     }
 
-    /// The body stalled past its idle limit.
-    pub(crate) fn timed_out(&self) -> bool {
-        self.timed_out.load(Ordering::Acquire)
+    /// The body stalled past its idle limit or fell below the minimum rate: the refusal due.
+    pub(crate) fn timed_out(&self) -> Option<ApiError> {
+        if !self.timed_out.load(Ordering::Acquire) {
+            return None;
+        }
+        self.refusal.lock().take()
     }
 }
 
@@ -207,7 +281,7 @@ impl PumpStatus {
 pub(crate) fn pump(
     body: Body,
     limit: u64,
-    idle: Duration,
+    rules: BodyRules,
 ) -> (
     ChannelReader,
     PumpStatus,
@@ -219,10 +293,15 @@ pub(crate) fn pump(
     let task = async move {
         let mut body = body;
         let mut total = 0u64;
+        let began = Instant::now();
         loop {
-            let Ok(next) = next_frame(&mut body, idle).await else {
+            let next = next_frame(&mut body, &rules, began, total).await;
+            let Ok(next) = next else {
                 flags.failed.store(true, Ordering::Release);
                 flags.timed_out.store(true, Ordering::Release);
+                if let Err(refusal) = next {
+                    *flags.refusal.lock() = Some(refusal);
+                }
                 let _ = tx
                     .send(Err(io::Error::new(
                         io::ErrorKind::TimedOut,

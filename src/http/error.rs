@@ -89,6 +89,20 @@ impl ApiError {
         }
     }
 
+    /// 408 `BODY_TOO_SLOW`: the request body fell below `rate` bytes per second on average
+    /// after its first `grace`.
+    pub(crate) fn body_too_slow(rate: u64, grace: std::time::Duration) -> Self {
+        ApiError::Http {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "BODY_TOO_SLOW",
+            detail: format!(
+                "the request body arrived at less than {rate} bytes per second after its first \
+                 {} ms; nothing was written",
+                grace.as_millis()
+            ),
+        }
+    }
+
     /// 404 `NOT_FOUND` for a path under a reserved prefix that no route serves.
     pub(crate) fn no_such_route(path: &str) -> Self {
         ApiError::Http {

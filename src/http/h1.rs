@@ -58,6 +58,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use bytes::{Buf, Bytes, BytesMut};
@@ -66,15 +67,21 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::admin::RouteKind;
+use super::body::due;
+use super::budget::{Budget, Lease, Use};
 use super::error::ApiError;
 use super::reply::Answer;
 use super::seat::{Seat, SeatHandle};
 use super::socket::Socket;
-use super::{AppState, Open, reply};
+use super::{Admission, AppState, Open, reply};
 
 /// The largest request head (request line and headers) this loop reads; a longer one is
 /// answered `431` problem+json (as are heads over the handler's 64 KiB of header bytes).
 pub(crate) const MAX_HEAD: usize = 80 << 10;
+
+/// The longest request target served (the longest `http` and hyper accept); a longer one is
+/// answered `414` problem+json.
+pub(crate) const MAX_TARGET: usize = (u16::MAX - 1) as usize;
 
 /// The most header lines a request may have (hyper's limit too); one with more is answered
 /// `431` problem+json.
@@ -124,6 +131,9 @@ enum NotHere {
     /// Refuse it (a malformed or oversized head): answered with this status, problem `code`
     /// and detail, and the connection closed, since what follows it cannot be framed.
     Refuse(StatusCode, &'static str, String),
+    /// Refuse it with this error (the memory budget cannot spare the connection's buffer),
+    /// and close the connection.
+    Over(ApiError),
 }
 
 /// The IO this loop serves: a plain [`Socket`](super::socket::Socket) (which sends large mapped
@@ -173,11 +183,14 @@ pub(crate) async fn serve<S: Io>(
     // both kept (emptied) for the next.
     let mut lines = Vec::with_capacity(16);
     let mut spare = HeaderMap::new();
+    // The read buffer's room, held of the memory budget while the connection is open.
+    let mut room = Lease::empty(&app.budget, Use::Buffers);
     loop {
         let head = match read_head(
             &mut socket,
             &mut buf,
             &mut lines,
+            &mut room,
             header_timeout,
             timer.as_mut(),
             shutting_down.as_mut(),
@@ -186,7 +199,14 @@ pub(crate) async fn serve<S: Io>(
         {
             Ok(Some(head)) => head,
             Ok(None) => return,
-            Err(NotHere::Handoff) => return handoff(app, socket, buf, fallback, open, alive).await,
+            Err(NotHere::Handoff) => {
+                let Ok(held) = app.budget.lease(Use::Buffers, super::HYPER_CONNECTION_HELD) else {
+                    let e = super::budget::over_budget(Use::Buffers, app.budget.limit());
+                    return refuse(&app, &mut socket, &mut out, e).await;
+                };
+                drop(room);
+                return handoff(app, socket, buf, fallback, (open, held), alive).await;
+            }
             Err(NotHere::Refuse(status, code, detail)) => {
                 let e = ApiError::Http {
                     status,
@@ -195,22 +215,12 @@ pub(crate) async fn serve<S: Io>(
                 };
                 return refuse(&app, &mut socket, &mut out, e).await;
             }
+            Err(NotHere::Over(e)) => return refuse(&app, &mut socket, &mut out, e).await,
         };
-        if head.body_len > buf.len() - head.len {
-            let idle = app.config.body_read_timeout;
-            match read_body(&mut socket, &mut buf, &head, idle).await {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(()) => {
-                    let e = ApiError::body_timeout(app.config.body_read_timeout);
-                    return refuse(&app, &mut socket, &mut out, e).await;
-                }
-            }
-        }
-        let message = buf.split_to(head.len + head.body_len).freeze();
+        let head_bytes = buf.split_to(head.len).freeze();
         let is_head = head.method == Method::HEAD;
         let mut close = head.close;
-        let Some(req) = request(&message, &head, &lines, std::mem::take(&mut spare)) else {
+        let Some(req) = request(&head_bytes, &head, &lines, std::mem::take(&mut spare)) else {
             // A target or header value that `http` does not accept, though httparse did.
             let e = ApiError::Http {
                 status: StatusCode::BAD_REQUEST,
@@ -219,8 +229,45 @@ pub(crate) async fn serve<S: Io>(
             };
             return refuse(&app, &mut socket, &mut out, e).await;
         };
-        drop(message);
-        let (res, cors, mut headers) = super::respond(&app, req, false).await;
+        drop(head_bytes);
+        let (mut parts, ()) = req.into_parts();
+        // Admission before reading: rights from the head, then (for a body still to come) the
+        // route's size limit and the memory budget, so a refused request costs no body bytes.
+        let mut admission = super::admit(&app, &mut parts);
+        let mut body = Body::empty();
+        if head.body_len > 0 {
+            if head.body_len > buf.len() {
+                let checked = match admission {
+                    Admission::Refused(answer) => Err(answer),
+                    admitted => match admit_body(&app, &parts, head.body_len) {
+                        Ok(lease) => Ok((admitted, lease)),
+                        Err(e) => {
+                            app.metrics.error(e.code());
+                            Err(e.into_response().into())
+                        }
+                    },
+                };
+                let (admitted, lease) = match checked {
+                    Ok(admitted) => admitted,
+                    Err(answer) => {
+                        let cors = parts.method == Method::GET
+                            || parts.headers.contains_key(header::ORIGIN);
+                        return refuse_unread(&app, &mut socket, &mut out, answer, cors).await;
+                    }
+                };
+                admission = admitted;
+                match read_body(&mut socket, &mut buf, &head, &app).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => return refuse(&app, &mut socket, &mut out, e).await,
+                }
+                // The handler holds the body's bytes of the budget from here.
+                drop(lease);
+            }
+            body = Body::from(buf.split_to(head.body_len).freeze());
+        }
+        let (res, cors, mut headers) =
+            super::respond_admitted(&app, parts, body, admission, false).await;
         // Its values are views of this request's bytes: let them go now, keep the room unless a
         // large head left more than the common request needs.
         headers.clear();
@@ -228,11 +275,23 @@ pub(crate) async fn serve<S: Io>(
             spare = headers;
         }
         close |= *app.shutdown.borrow();
-        match respond(&mut socket, &mut out, res, is_head, cors, close).await {
+        match respond(&mut socket, &mut out, &app.budget, res, is_head, cors, close).await {
             Ok(closes) if !closes => {}
             _ => return,
         }
     }
+}
+
+/// What a request whose body is still to come must pass before any of it is read: its route's
+/// size limit (413 `PAYLOAD_TOO_LARGE`) and the memory budget (503 `MEMORY_BUDGET`), which
+/// then holds the body's bytes.
+fn admit_body(app: &AppState, parts: &Parts, len: usize) -> Result<Lease, ApiError> {
+    if let Some(limit) = super::route::body_limit(app, parts)
+        && len as u64 > limit
+    {
+        return Err(ApiError::too_large(limit));
+    }
+    app.budget.lease(Use::Bodies, len as u64)
 }
 
 /// Reads until `buf` holds a whole request head and parses it. `Ok(None)`: the peer closed the
@@ -242,6 +301,7 @@ async fn read_head<S: Io>(
     socket: &mut S,
     buf: &mut BytesMut,
     lines: &mut Lines,
+    room: &mut Lease,
     limit: Duration,
     mut timer: Pin<&mut tokio::time::Sleep>,
     mut shutting_down: Pin<&mut impl Future<Output = ()>>,
@@ -253,6 +313,10 @@ async fn read_head<S: Io>(
                 return Ok(Some(head));
             }
             if buf.len() >= MAX_HEAD {
+                // A request line that has not ended yet is a target too long to serve.
+                if !buf[..MAX_HEAD].contains(&b'\n') {
+                    return Err(uri_too_long());
+                }
                 return Err(NotHere::Refuse(
                     StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                     "REQUEST_HEADER_FIELDS_TOO_LARGE",
@@ -266,6 +330,9 @@ async fn read_head<S: Io>(
         // the front between them.
         if buf.capacity() - buf.len() < 1024 || (buf.is_empty() && buf.capacity() < READ_BUF / 2) {
             buf.reserve(READ_BUF);
+        }
+        if room.bytes() != buf.capacity() as u64 {
+            room.resize(buf.capacity() as u64).map_err(NotHere::Over)?;
         }
         tokio::select! {
             biased;
@@ -286,15 +353,17 @@ async fn read_head<S: Io>(
     }
 }
 
-/// Reads the rest of `head`'s body into `buf` (after a `100 Continue` if the client waits for
-/// one). `Ok(false)`: the peer closed the connection; `Err`: nothing arrived for `idle`.
+/// Reads the rest of `head`'s body into `buf`, which holds what followed the head (after a
+/// `100 Continue` if the client waits for one). `Ok(false)`: the peer closed the connection;
+/// `Err`: the body came too slowly (408 `REQUEST_TIMEOUT` after the idle limit, 408
+/// `BODY_TOO_SLOW` below the minimum rate: see [`due`]).
 async fn read_body<S: Io>(
     socket: &mut S,
     buf: &mut BytesMut,
     head: &Head,
-    idle: Duration,
-) -> Result<bool, ()> {
-    let need = head.len + head.body_len;
+    app: &AppState,
+) -> Result<bool, ApiError> {
+    let need = head.body_len;
     if head.expects_continue
         && socket
             .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -304,11 +373,14 @@ async fn read_body<S: Io>(
         return Ok(false);
     }
     buf.reserve(need - buf.len());
+    let rules = app.body_rules();
+    let began = Instant::now();
     while buf.len() < need {
-        match tokio::time::timeout(idle, socket.read_buf(buf)).await {
+        let (at, refusal) = due(&rules, began, buf.len() as u64);
+        match tokio::time::timeout_at(at, socket.read_buf(buf)).await {
             Ok(Ok(0) | Err(_)) => return Ok(false),
             Ok(Ok(_)) => {}
-            Err(_) => return Err(()),
+            Err(_) => return Err(refusal),
         }
     }
     Ok(true)
@@ -346,6 +418,9 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
     let (Some(method), Some(path)) = (req.method, req.path) else {
         return Err(malformed("the request line is incomplete"));
     };
+    if path.len() > MAX_TARGET {
+        return Err(uri_too_long());
+    }
     let method = match method {
         "GET" => Method::GET,
         "POST" => Method::POST,
@@ -467,10 +542,27 @@ async fn refuse<S: Io>(app: &AppState, socket: &mut S, out: &mut Vec<u8>, e: Api
     let res = e.into_response();
     app.metrics
         .request(RouteKind::Other, res.status(), std::time::Duration::ZERO);
-    if respond(socket, out, res.into(), false, false, true)
+    if respond(socket, out, &app.budget, res.into(), false, false, true)
         .await
         .is_ok()
     {
+        close_gently(socket).await;
+    }
+}
+
+/// Answers a request refused from its head (access control, its size, the memory budget)
+/// without reading its body, then closes the connection: what follows the unread body cannot
+/// be framed.
+async fn refuse_unread<S: Io>(
+    app: &AppState,
+    socket: &mut S,
+    out: &mut Vec<u8>,
+    answer: Answer,
+    cors: bool,
+) {
+    app.metrics
+        .request(RouteKind::Other, answer.status(), std::time::Duration::ZERO);
+    if respond(socket, out, &app.budget, answer, false, cors, true).await.is_ok() {
         close_gently(socket).await;
     }
 }
@@ -498,6 +590,15 @@ async fn drain<S: AsyncRead + Unpin>(socket: &mut S) {
     }
 }
 
+/// The refusal of a request target over [`MAX_TARGET`] bytes: 414 `URI_TOO_LONG`.
+fn uri_too_long() -> NotHere {
+    NotHere::Refuse(
+        StatusCode::URI_TOO_LONG,
+        "URI_TOO_LONG",
+        format!("a request target may be at most {MAX_TARGET} bytes"),
+    )
+}
+
 /// The refusal of a head that is not well-formed HTTP/1.1: 400 `MALFORMED_REQUEST`.
 fn malformed(detail: &str) -> NotHere {
     NotHere::Refuse(
@@ -515,15 +616,15 @@ fn parse_length(v: &[u8]) -> Option<usize> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-/// The handler's request: the head's target, headers and body as views of `message` (the
-/// head and body bytes, frozen), the headers in `headers` (an empty map, reused for its room).
+/// The handler's request head: its target and headers as views of `message` (the head's bytes,
+/// frozen), the headers in `headers` (an empty map, reused for its room).
 /// `None` if the target or a header is not one `http` accepts.
 fn request(
     message: &Bytes,
     head: &Head,
     lines: &Lines,
     mut headers: HeaderMap,
-) -> Option<Request<Body>> {
+) -> Option<Request<()>> {
     let slice = |(at, len): (usize, usize)| message.slice(at..at + len);
     let uri = Uri::from_maybe_shared(slice(head.target)).ok()?;
     headers.reserve(lines.len());
@@ -532,12 +633,7 @@ fn request(
         let value = HeaderValue::from_maybe_shared(slice(value)).ok()?;
         headers.append(name, value);
     }
-    let body = if head.body_len == 0 {
-        Body::empty()
-    } else {
-        Body::from(message.slice(head.len..head.len + head.body_len))
-    };
-    let mut req = Request::new(body);
+    let mut req = Request::new(());
     *req.method_mut() = head.method.clone();
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
@@ -594,6 +690,7 @@ fn header_name(name: &[u8]) -> Option<HeaderName> {
 async fn respond<S: Io>(
     socket: &mut S,
     out: &mut Vec<u8>,
+    budget: &Arc<Budget>,
     answer: Answer,
     is_head: bool,
     cors: bool,
@@ -647,6 +744,8 @@ async fn respond<S: Io>(
         socket.write_all(out).await?;
         return Ok(close);
     }
+    // An SSE body's writes are given up at the connection's end, however full the socket is.
+    let deadline = seat.as_ref().map(|SeatHandle(s)| s.deadline() + WRITE_GRACE);
     // The stream's writer may write an SSE body's live frames on plain TCP (chunked framing).
     let seat = seat
         .filter(|_| chunked)
@@ -655,7 +754,12 @@ async fn respond<S: Io>(
             seat.enable(tcp);
             Lent(seat)
         });
-    send_body(socket, out, &mut body, chunked, seat.as_ref().map(|l| &l.0)).await?;
+    let queue = Queue {
+        lease: Lease::empty(budget, Use::Queued),
+        deadline,
+    };
+    let seat = seat.as_ref().map(|l| &l.0);
+    send_body(socket, out, &mut body, chunked, seat, queue).await?;
     Ok(close)
 }
 
@@ -737,22 +841,95 @@ enum Piece {
     Data(Bytes),
 }
 
-/// Sends the head in `out` and then `body`: every frame that is ready goes in the same write;
-/// when the body has to wait for its next frame (SSE), what is ready leaves first. Chunked
-/// framing when `chunked`. With a `seat` (an SSE body on plain TCP), a body that asked to park
-/// is parked once what was ready has left, and taken back at the task's next wake-up, before
-/// anything else is written (`seat.rs`).
+/// The most bytes a connection renders ahead of its socket: past it, what is ready is written
+/// before the body is polled again, so a reader that does not read holds at most this much
+/// (and one frame) however far behind it is.
+const QUEUE_MAX: usize = 256 << 10;
+
+/// What a streaming body may queue before its bytes are held of the memory budget: an SSE
+/// connection's live events, which nearly always leave at once, cost no budget traffic.
+const QUEUE_FREE: usize = 4 << 10;
+
+/// The steps in which a streaming body's queued bytes are leased.
+const QUEUE_STEP: u64 = 64 << 10;
+
+/// How long after an SSE connection's end a write still waiting for the peer is given.
+const WRITE_GRACE: Duration = Duration::from_millis(250);
+
+/// What a response's queued bytes are held against: the budget's lease, and the moment a
+/// write still waiting for the peer is given up (an SSE connection's end).
+struct Queue {
+    /// The bytes of a streaming body queued beyond [`QUEUE_FREE`].
+    lease: Lease,
+    /// Writes still waiting then fail the connection.
+    deadline: Option<Instant>,
+}
+
+impl Queue {
+    /// Whether `queued` bytes ready to write must be written now: past [`QUEUE_MAX`], or past
+    /// what the budget spares a streaming (`chunked`) body.
+    fn full(&mut self, queued: usize, chunked: bool) -> bool {
+        if queued >= QUEUE_MAX {
+            return true;
+        }
+        if !chunked || queued <= QUEUE_FREE {
+            return false;
+        }
+        let over = (queued - QUEUE_FREE) as u64;
+        if over <= self.lease.bytes() {
+            return false;
+        }
+        let step = (over - self.lease.bytes()).div_ceil(QUEUE_STEP) * QUEUE_STEP;
+        self.lease.grow(step).is_err()
+    }
+
+    /// Writes `pieces`, failing with `TimedOut` if they are still waiting for the peer at the
+    /// deadline; then nothing is queued.
+    async fn write<S: Io>(
+        &mut self,
+        socket: &mut S,
+        out: &[u8],
+        pieces: &[Piece],
+    ) -> io::Result<()> {
+        let wrote = match self.deadline {
+            None => write_pieces(socket, out, pieces).await,
+            Some(at) => tokio::time::timeout_at(at, write_pieces(socket, out, pieces))
+                .await
+                .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+        };
+        if self.lease.bytes() > 0 {
+            // Shrinking is never refused.
+            let _ = self.lease.resize(0);
+        }
+        wrote
+    }
+}
+
+/// Sends the head in `out` and then `body`: every frame that is ready goes in the same write,
+/// up to [`QUEUE_MAX`] bytes (or what the memory budget spares); when the body has to wait for
+/// its next frame (SSE), what is ready leaves first. Chunked framing when `chunked`. With a
+/// `seat` (an SSE body on plain TCP), a body that asked to park is parked once what was ready
+/// has left, and taken back at the task's next wake-up, before anything else is written
+/// (`seat.rs`). Writes still waiting at `queue`'s deadline end the connection.
 async fn send_body<S: Io>(
     socket: &mut S,
     out: &mut Vec<u8>,
     body: &mut Body,
     chunked: bool,
     seat: Option<&Arc<Seat>>,
+    mut queue: Queue,
 ) -> io::Result<()> {
     let mut pieces: Vec<Piece> = Vec::with_capacity(4);
     pieces.push(Piece::Out(0, out.len()));
+    let mut queued = 0usize;
     let mut ended = false;
     while !ended {
+        if queue.full(queued, chunked) {
+            queue.write(socket, out, &pieces).await?;
+            pieces.clear();
+            out.clear();
+            queued = 0;
+        }
         let next = match std::future::poll_fn(|cx| {
             Poll::Ready(http_body::Body::poll_frame(Pin::new(&mut *body), cx))
         })
@@ -760,10 +937,11 @@ async fn send_body<S: Io>(
         {
             Poll::Ready(next) => next,
             Poll::Pending => {
-                let (wrote, yielded) = unyielding(write_pieces(socket, out, &pieces)).await;
+                let (wrote, yielded) = unyielding(queue.write(socket, out, &pieces)).await;
                 wrote?;
                 pieces.clear();
                 out.clear();
+                queued = 0;
                 if let Some(seat) = seat {
                     // A seated body is polled once per wake-up, and every time it is pending
                     // again it comes back here: one that asked to park must be parked, or
@@ -776,7 +954,8 @@ async fn send_body<S: Io>(
                             woken().await;
                             let rest = seat.reclaim();
                             if !rest.is_empty() {
-                                socket.write_all(&rest).await?;
+                                let rest = [Piece::Data(rest)];
+                                queue.write(socket, &[], &rest).await?;
                             }
                         } else {
                             woken().await;
@@ -802,6 +981,7 @@ async fn send_body<S: Io>(
                 if data.is_empty() {
                     continue;
                 }
+                queued += data.len();
                 if chunked {
                     let from = out.len();
                     extend_hex(out, data.len());
@@ -818,7 +998,7 @@ async fn send_body<S: Io>(
             Some(Err(e)) => {
                 // The body failed mid-way: the response cannot be completed, so the connection
                 // ends (the client sees a truncated body, never a wrong one).
-                write_pieces(socket, out, &pieces).await?;
+                queue.write(socket, out, &pieces).await?;
                 return Err(io::Error::other(e));
             }
             None => ended = true,
@@ -829,7 +1009,7 @@ async fn send_body<S: Io>(
         out.extend_from_slice(b"0\r\n\r\n");
         pieces.push(Piece::Out(from, out.len()));
     }
-    write_pieces(socket, out, &pieces).await
+    queue.write(socket, out, &pieces).await
 }
 
 /// Runs `f` to its end; with its output, whether it ever returned `Pending` (the task was then
@@ -914,7 +1094,7 @@ async fn handoff<S: Io>(
     socket: S,
     read: BytesMut,
     fallback: Fallback,
-    open: Open,
+    open: (Open, Lease),
     alive: watch::Receiver<()>,
 ) {
     let io = hyper_util::rt::TokioIo::new(Rewind {

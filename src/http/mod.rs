@@ -51,6 +51,7 @@ mod admin;
 mod auth;
 mod body;
 mod bootstrap;
+mod budget;
 mod cursor;
 mod error;
 mod fanout;
@@ -124,6 +125,20 @@ pub struct ServerConfig {
     /// How long a request body may deliver no bytes before the request is refused with `408`
     /// (a stalled upload holds what it sent so far). Default 30 s.
     pub body_read_timeout: Duration,
+    /// The least a request body must average, in bytes per second, once
+    /// [`body_min_rate_grace`](Self::body_min_rate_grace) has passed since it began: a body
+    /// that falls behind (a slowloris upload) is refused with 408 `BODY_TOO_SLOW` and its
+    /// connection closed. 0 turns the check off. Default 4096 (4 KiB/s).
+    pub body_min_rate: u64,
+    /// How long a request body may take before [`body_min_rate`](Self::body_min_rate) applies.
+    /// Default 10 s.
+    pub body_min_rate_grace: Duration,
+    /// The server's memory budget, in bytes: request bodies being read, response bytes queued
+    /// for slow readers and connections' read buffers, together (see docs/operations.md,
+    /// "Memory"). Work that would take the server past it is refused with 503
+    /// `MEMORY_BUDGET` and `Retry-After`, before its bytes are read. Default: an eighth of the
+    /// machine's memory, between 32 MiB and 192 MiB.
+    pub max_memory: u64,
     /// How long a connection's writes may make no progress (the peer reads nothing) before the
     /// connection is closed. Default 60 s.
     pub write_stall_timeout: Duration,
@@ -161,7 +176,8 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching (a year for
-    /// immutable chunks), URLs from `Host`, 30 s body reads, 60 s write stalls, 10 s of shutdown
+    /// immutable chunks), URLs from `Host`, 30 s body reads at 4 KiB/s after 10 s, a memory
+    /// budget of an eighth of the machine (32 to 192 MiB), 60 s write stalls, 10 s of shutdown
     /// grace, plain HTTP/1.1, 30 s to send headers, no access control, 10 000 connections and
     /// 10 000 live readers.
     fn default() -> Self {
@@ -174,6 +190,9 @@ impl Default for ServerConfig {
             portable_names: false,
             public_url: None,
             body_read_timeout: Duration::from_secs(30),
+            body_min_rate: 4096,
+            body_min_rate_grace: Duration::from_secs(10),
+            max_memory: budget::default_limit(budget::physical_memory()),
             write_stall_timeout: Duration::from_mins(1),
             shutdown_grace: Duration::from_secs(10),
             webhook_timeout: Duration::from_secs(10),
@@ -222,6 +241,8 @@ pub(crate) struct AppState {
     pub(crate) immutable_cache: HeaderValue,
     /// The server's request counters and live-reader gauges (`GET /__brook/metrics`).
     pub(crate) metrics: Arc<Metrics>,
+    /// The memory budget every request body, queued response and connection buffer draws on.
+    pub(crate) budget: Arc<budget::Budget>,
 }
 
 impl AppState {
@@ -229,6 +250,16 @@ impl AppState {
     /// with 503 when a live-reader cap is reached; the slot frees its place when dropped.
     pub(crate) fn live_reader(&self, name: &StreamName) -> Result<limits::LiveSlot, ApiError> {
         limits::admit_live_reader(&self.config, &self.edge, &self.live, name)
+    }
+
+    /// How request bodies must arrive (idle limit, minimum rate, memory budget).
+    pub(crate) fn body_rules(&self) -> body::BodyRules {
+        body::BodyRules {
+            idle: self.config.body_read_timeout,
+            min_rate: self.config.body_min_rate,
+            grace: self.config.body_min_rate_grace,
+            budget: self.budget.clone(),
+        }
     }
 
     /// Resolves once the server is shutting down; never, for a router without [`serve`].
@@ -288,6 +319,7 @@ fn app_state(
 ) -> AppState {
     let store_root = &store.root().to_path_buf();
     let immutable_cache = read::immutable_cache_control(&config);
+    let budget = budget::Budget::new(config.max_memory);
     AppState {
         store,
         config: Arc::new(config),
@@ -302,6 +334,7 @@ fn app_state(
         log_requests: tracing::enabled!(tracing::Level::DEBUG),
         immutable_cache,
         metrics: Arc::default(),
+        budget,
     }
 }
 
@@ -355,6 +388,7 @@ pub async fn serve_with_admin(
     builder
         .timer(TokioTimer::new())
         .keep_alive(true)
+        .max_buf_size(HYPER_MAX_BUF)
         .header_read_timeout(app.config.header_read_timeout);
     let tls = app.config.tls.as_ref().map(|t| {
         tokio::spawn(tls::watch(t.clone(), RELOAD_CHECK_EVERY, (*app).clone()));
@@ -393,15 +427,34 @@ pub async fn serve_with_admin(
         // A response head leaves in one `writev` (with the body when it is small or not mapped);
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
+        let acceptor = || tls.as_ref().map(|t| t.acceptor.clone());
         if app.connections.load(Ordering::Relaxed) >= app.config.max_connections {
             app.edge.connections_refused.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(refuse_connection(
-                stream,
-                tls.as_ref().map(|t| t.acceptor.clone()),
-            ));
+            let refusal = || limits::too_many_connections();
+            tokio::spawn(refuse_connection(app.clone(), stream, acceptor(), refusal));
             continue;
         }
-        let open = Open::count(app.connections.clone());
+        // A connection hyper serves (TLS, the admin listener, `hyper_http1`) holds its
+        // buffers' share of the memory budget from the start; brook's own loop leases its read
+        // buffer as it grows.
+        let by_hyper = admin_only || tls.is_some() || app.config.hyper_http1;
+        let held = if by_hyper {
+            match app.budget.lease(budget::Use::Buffers, HYPER_CONNECTION_HELD) {
+                Ok(held) => Some(held),
+                Err(_) => {
+                    let limit = app.budget.limit();
+                    let refusal = move || {
+                        budget::over_budget(budget::Use::Buffers, limit)
+                            .into_response()
+                    };
+                    tokio::spawn(refuse_connection(app.clone(), stream, acceptor(), refusal));
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        let open = Open::count(app.connections.clone(), held);
         // The admin listener is plain HTTP/1.1 (a private address), whatever the main one is.
         if let Some(tls) = tls.as_ref().filter(|_| !admin_only) {
             tokio::spawn(serve_tls(
@@ -458,6 +511,15 @@ pub async fn serve_with_admin(
     }
     Ok(())
 }
+
+/// What a connection served by hyper's HTTP/1.1 loop (handed over by brook's, or on TLS) is
+/// counted to hold of the memory budget: hyper's read buffer at its largest
+/// ([`HYPER_MAX_BUF`]), its write buffer and, on TLS, rustls' record buffers.
+pub(crate) const HYPER_CONNECTION_HELD: u64 = HYPER_MAX_BUF as u64 + (64 << 10);
+
+/// The largest read buffer hyper's HTTP/1.1 loop may grow for a connection: room for the
+/// largest head brook serves ([`h1::MAX_HEAD`]) and some of what follows it.
+const HYPER_MAX_BUF: usize = h1::MAX_HEAD + (16 << 10);
 
 /// How often [`serve`] checks whether the TLS certificate or key file, or the access-token
 /// file, changed (by modification time and length) and reloads it.
@@ -586,18 +648,37 @@ async fn serve_tls(
     drop((open, alive));
 }
 
-/// Answers every request of a connection over `max_connections` with 503
-/// `TOO_MANY_CONNECTIONS` (after the TLS handshake, on a TLS listener) and closes it after at
-/// most [`limits::REFUSAL_GRACE`].
-async fn refuse_connection(
+/// Answers a connection the server cannot take (over `max_connections`, or past the memory
+/// budget) with `refusal` (after the TLS handshake, on a TLS listener) and closes it after at
+/// most [`limits::REFUSAL_GRACE`]. Liveness and readiness (`/__brook/live`, `/__brook/ready`,
+/// `/__brook/health`) keep this way in: they are answered as on any connection, so a full
+/// server still tells its orchestrator how it is.
+async fn refuse_connection<F>(
+    app: Arc<AppState>,
     tcp: tokio::net::TcpStream,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
-) {
+    refusal: F,
+) where
+    F: Fn() -> Response + Clone + Send + Sync + 'static,
+{
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    let refuse = hyper::service::service_fn(|_req: hyper::Request<hyper::body::Incoming>| {
-        std::future::ready(Ok::<_, std::convert::Infallible>(
-            limits::too_many_connections(),
-        ))
+    let refuse = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let app = app.clone();
+        let refusal = refusal.clone();
+        async move {
+            let probe = matches!(
+                req.uri().path(),
+                "/__brook/live" | "/__brook/ready" | "/__brook/health"
+            ) && (req.method() == Method::GET || req.method() == Method::HEAD);
+            let mut res = if probe {
+                handle(&app, req.map(Body::new), true).await
+            } else {
+                refusal()
+            };
+            res.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Ok::<_, std::convert::Infallible>(res)
+        }
     });
     let serve = async move {
         let Some(acceptor) = acceptor else {
@@ -631,21 +712,33 @@ pub(crate) async fn accept_on(
     }
 }
 
-/// Counts one open connection in [`AppState::connections`] until dropped.
-struct Open(Arc<std::sync::atomic::AtomicUsize>);
+/// Counts one open connection in [`AppState::connections`] until dropped, with the share of
+/// the memory budget its buffers hold when hyper serves it.
+struct Open {
+    /// The server's count of open connections.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// The connection's buffers' share of the memory budget, when hyper serves it.
+    _held: Option<budget::Lease>,
+}
 
 impl Open {
     /// Counts a connection in.
-    fn count(connections: Arc<std::sync::atomic::AtomicUsize>) -> Open {
+    fn count(
+        connections: Arc<std::sync::atomic::AtomicUsize>,
+        held: Option<budget::Lease>,
+    ) -> Open {
         connections.fetch_add(1, Ordering::Relaxed);
-        Open(connections)
+        Open {
+            connections,
+            _held: held,
+        }
     }
 }
 
 impl Drop for Open {
     /// Counts the connection out.
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -660,6 +753,33 @@ async fn handle(app: &AppState, req: Request, admin_only: bool) -> Response {
     res
 }
 
+/// What admission decided from a request's head alone, before any of its body is read.
+pub(crate) enum Admission {
+    /// A CORS preflight (answered without access control).
+    Preflight,
+    /// No access control: every request goes to its route.
+    Open,
+    /// Access control let it in, this way.
+    Admitted(auth::Admitted),
+    /// Refused: the answer, to be sent without reading the body.
+    Refused(reply::Answer),
+}
+
+/// Decides from the head whether the request may proceed: a preflight, or access control's
+/// verdict (which notes the credential's expiry in `parts`' extensions). Reads no body byte.
+pub(crate) fn admit(app: &AppState, parts: &mut axum::http::request::Parts) -> Admission {
+    if parts.method == Method::OPTIONS {
+        return Admission::Preflight;
+    }
+    let Some(access) = &app.config.access else {
+        return Admission::Open;
+    };
+    match access.admit(parts) {
+        Ok(admitted) => Admission::Admitted(admitted),
+        Err(refusal) => Admission::Refused(refusal.into_response(&app.edge).into()),
+    }
+}
+
 /// [`handle`] without the headers every response carries: the answer (on the hot routes a
 /// typed head that brook's HTTP/1.1 loop writes without a `HeaderMap`, `reply.rs`), and whether
 /// it is to carry the CORS headers too. That loop writes those as constant bytes (`h1.rs`)
@@ -670,8 +790,21 @@ async fn respond(
     req: Request,
     admin_only: bool,
 ) -> (reply::Answer, bool, HeaderMap) {
-    let started = Instant::now();
     let (mut parts, body) = req.into_parts();
+    let admission = admit(app, &mut parts);
+    respond_admitted(app, parts, body, admission, admin_only).await
+}
+
+/// [`respond`] for a request whose head was admitted already ([`admit`]): brook's HTTP/1.1
+/// loop admits a head before it reads the body.
+pub(crate) async fn respond_admitted(
+    app: &AppState,
+    mut parts: axum::http::request::Parts,
+    body: Body,
+    admission: Admission,
+    admin_only: bool,
+) -> (reply::Answer, bool, HeaderMap) {
+    let started = Instant::now();
     // Only a server logging at debug copies the method and path for its request line.
     let logged = app
         .log_requests
@@ -679,32 +812,25 @@ async fn respond(
     // A look at the few names a request has costs less than a hashed lookup.
     let cors = parts.method == Method::GET || parts.headers.keys().any(|k| k == header::ORIGIN);
     let mut kind = RouteKind::Other;
-    let res = if parts.method == Method::OPTIONS {
-        kind = RouteKind::Preflight;
-        reply::preflight(&parts.headers).into()
-    } else if let Some(access) = &app.config.access {
-        match access.admit(&mut parts) {
-            Ok(admitted) => {
-                let dispatched = route::dispatch(app, &mut parts, body, &mut kind, admin_only);
-                let mut res = match dispatched.await {
-                    Ok(res) => res,
-                    Err(e) => {
-                        app.metrics.error(e.code());
-                        e.into_response().into()
-                    }
-                };
-                auth::private_if_token(&mut res, admitted);
-                res
-            }
-            Err(refusal) => refusal.into_response(&app.edge).into(),
+    let res = match admission {
+        Admission::Preflight => {
+            kind = RouteKind::Preflight;
+            reply::preflight(&parts.headers).into()
         }
-    } else {
-        match route::dispatch(app, &mut parts, body, &mut kind, admin_only).await {
-            Ok(res) => res,
-            Err(e) => {
-                app.metrics.error(e.code());
-                e.into_response().into()
+        Admission::Refused(answer) => answer,
+        Admission::Open | Admission::Admitted(_) => {
+            let dispatched = route::dispatch(app, &mut parts, body, &mut kind, admin_only);
+            let mut res = match dispatched.await {
+                Ok(res) => res,
+                Err(e) => {
+                    app.metrics.error(e.code());
+                    e.into_response().into()
+                }
+            };
+            if let Admission::Admitted(admitted) = admission {
+                auth::private_if_token(&mut res, admitted);
             }
+            res
         }
     };
     app.metrics.request_since(kind, res.status(), started);

@@ -108,6 +108,20 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
     stream_name(Some(p)).map(Route::Stream)
 }
 
+/// The largest body the route `parts` addresses takes, when it is known from the head: an
+/// append's or create's (`max_append_bytes`) and a snapshot's (`max_snapshot_bytes`). `None`
+/// for other routes, whose handlers check their own.
+pub(crate) fn body_limit(app: &AppState, parts: &Parts) -> Option<u64> {
+    let writes = parts.method == Method::POST || parts.method == Method::PUT;
+    match parse_route(parts.uri.path()).ok()? {
+        Route::Stream(_) if writes => Some(app.store.options().max_append_bytes() as u64),
+        Route::SnapshotAt(..) if parts.method == Method::PUT => {
+            Some(app.store.options().max_snapshot_bytes())
+        }
+        _ => None,
+    }
+}
+
 /// Sends the request to its route's handler for its method: 405 with `Allow` for a method the
 /// route does not serve. `kind` is set to what the request addressed (for the metrics), and
 /// only `/__brook/` routes are served when `admin_only` (the separate admin listener). The head

@@ -157,6 +157,12 @@ impl Seat {
         })
     }
 
+    /// When the connection ends (its lifetime or its token's): its loop gives up a write
+    /// still waiting for the peer then.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// Lends the connection's socket: from now on the body parks (brook's HTTP/1.1 loop on
     /// plain TCP calls this before the body's first poll; no other path does).
     pub(crate) fn enable(&self, tcp: TcpStream) {

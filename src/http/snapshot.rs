@@ -61,7 +61,11 @@ pub(crate) async fn publish_snapshot(
     {
         return Err(ApiError::too_large(limit));
     }
-    let (mut reader, status, feed) = pump(body, limit, app.config.body_read_timeout);
+    // What is in flight between the body and the file: the pump's few frames.
+    let _in_flight = app
+        .budget
+        .lease(super::budget::Use::Bodies, super::body::PUMP_HELD)?;
+    let (mut reader, status, feed) = pump(body, limit, app.body_rules());
     let store = app.store.clone();
     let publish = blocking(Op::Snapshot, move || {
         let req = PublishSnapshot {
@@ -80,9 +84,7 @@ pub(crate) async fn publish_snapshot(
     } = match published {
         Ok(v) => v,
         Err(_) if status.overflowed() => return Err(ApiError::too_large(limit)),
-        Err(_) if status.timed_out() => {
-            return Err(ApiError::body_timeout(app.config.body_read_timeout));
-        }
+        Err(_) if let Some(refusal) = status.timed_out() => return Err(refusal),
         Err(_) if status.failed() => {
             return Err(ApiError::bad_request(
                 "INVALID_BODY",

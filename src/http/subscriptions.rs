@@ -312,8 +312,9 @@ impl Ctx {
     async fn body(&self, body: Body) -> Result<Value, ApiError> {
         // The declared length (hyper's from `Content-Length`, brook's loop's from the body).
         let declared = http_body::Body::size_hint(&body).exact();
-        let idle = self.app.config.body_read_timeout;
-        let bytes = super::body::read_body(body, declared, MAX_BODY, idle).await?;
+        let rules = self.app.body_rules();
+        let held = super::body::read_body(body, declared, MAX_BODY, &rules).await?;
+        let bytes = held.bytes;
         if bytes.is_empty() {
             return Ok(json!({}));
         }

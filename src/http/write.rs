@@ -17,7 +17,7 @@ use crate::{
     normalize_content_type,
 };
 
-use super::body::read_body;
+use super::body::{Held, read_body};
 use super::error::{ApiError, Op};
 use super::names::{
     PRODUCER_EPOCH, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_FORK_OFFSET,
@@ -165,7 +165,8 @@ pub(crate) async fn create(
         fork: fork(h)?,
         expect: incarnation_of(w.incarnation)?,
     };
-    let data = write_body(app, body).await?;
+    let held = write_body(app, body).await?;
+    let data = held.bytes.clone();
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
     let n = name.clone();
@@ -208,7 +209,8 @@ pub(crate) async fn append(
     )?;
     let stream_seq = parse_stream_seq(bytes_of(w.stream_seq))?;
     let expect = incarnation_of(w.incarnation)?;
-    let data = write_body(app, body).await?;
+    let held = write_body(app, body).await?;
+    let data = held.bytes.clone();
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
     let content_type = if data.is_empty() {
@@ -314,13 +316,8 @@ pub(crate) async fn delete(
 /// The declared length is the body's exact size hint: hyper's from a valid `Content-Length`
 /// (HTTP/1.1 and HTTP/2 alike; a malformed one never reaches a handler), brook's HTTP/1.1
 /// loop's from the body it read whole. So the header is not parsed again here.
-async fn write_body(app: &AppState, body: Body) -> Result<Bytes, ApiError> {
+async fn write_body(app: &AppState, body: Body) -> Result<Held, ApiError> {
     let declared = http_body::Body::size_hint(&body).exact();
-    read_body(
-        body,
-        declared,
-        app.store.options().max_append_bytes(),
-        app.config.body_read_timeout,
-    )
-    .await
+    let limit = app.store.options().max_append_bytes();
+    read_body(body, declared, limit, &app.body_rules()).await
 }
