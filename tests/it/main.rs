@@ -29,6 +29,8 @@ mod http_edges;
 #[cfg(feature = "http")]
 mod http_ext;
 #[cfg(feature = "http")]
+mod http_hostile;
+#[cfg(feature = "http")]
 mod http_incarnation;
 #[cfg(feature = "http")]
 mod http_limits;
