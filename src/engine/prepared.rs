@@ -223,8 +223,9 @@ impl Shard {
                 fs::write_back_and_wait(&file, at, n);
                 at += n;
                 // And at most a quarter of the disk's time: at a moderate load a preparation
-                // that ran flat out doubled the p99 of the syncs beside it (docs/benchmarks.md,
-                // "The twelfth pass"); a file takes a checkpoint's worth of journal to fill.
+                // that ran flat out doubled the p99 of the syncs beside it
+                // (docs/benchmarks/history.md, "The twelfth pass"); a file takes a checkpoint's
+                // worth of journal to fill.
                 std::thread::sleep((started.elapsed() * PACE).min(MAX_PAUSE));
             }
             fs::sync_data(&file, &path)?;
