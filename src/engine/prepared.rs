@@ -3,7 +3,7 @@
 //! `fdatasync` overwrites blocks that already exist and writes only them. Appending to a new or
 //! sparse file instead allocates blocks, and each sync must then make that allocation durable
 //! with the data: on this machine's ext4, 3200 bytes written and synced took 205 us at the
-//! median into new space and 142 us over written zeros (DESIGN.md 2.2).
+//! median into new space and 142 us over written zeros (docs/benchmarks/history.md).
 //!
 //! The writer asks for a prepared file once the current one has taken [`prepare_after`] bytes
 //! in syncs of less than [`SMALL_SYNCS`] on average (a store that writes little never makes
