@@ -45,7 +45,7 @@ pub struct Options {
 /// A second shard costs a committer, a checkpoint thread and a journal file, and halves each
 /// shard's group commits and the streams each checkpoint covers. It pays when there are CPUs to
 /// run two committers at once and a device that takes their syncs in parallel. On a two-CPU
-/// machine one shard did less work per append than two, pinned or not (docs/benchmarks.md,
+/// machine one shard did less work per append than two, pinned or not (docs/benchmarks/history.md,
 /// "The ninth pass").
 fn default_journal_shards() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).clamp(1, 8))

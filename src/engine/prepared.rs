@@ -3,7 +3,7 @@
 //! `fdatasync` overwrites blocks that already exist and writes only them. Appending to a new or
 //! sparse file instead allocates blocks, and each sync must then make that allocation durable
 //! with the data: on this machine's ext4, 3200 bytes written and synced took 205 us at the
-//! median into new space and 142 us over written zeros (DESIGN.md 2.2).
+//! median into new space and 142 us over written zeros (docs/benchmarks/history.md).
 //!
 //! The writer asks for a prepared file once the current one has taken [`prepare_after`] bytes
 //! in syncs of less than [`SMALL_SYNCS`] on average (a store that writes little never makes
@@ -223,8 +223,9 @@ impl Shard {
                 fs::write_back_and_wait(&file, at, n);
                 at += n;
                 // And at most a quarter of the disk's time: at a moderate load a preparation
-                // that ran flat out doubled the p99 of the syncs beside it (docs/benchmarks.md,
-                // "The twelfth pass"); a file takes a checkpoint's worth of journal to fill.
+                // that ran flat out doubled the p99 of the syncs beside it
+                // (docs/benchmarks/history.md, "The twelfth pass"); a file takes a checkpoint's
+                // worth of journal to fill.
                 std::thread::sleep((started.elapsed() * PACE).min(MAX_PAUSE));
             }
             fs::sync_data(&file, &path)?;

@@ -3,9 +3,9 @@
 //! hyper's HTTP/1.1 loop is general: a dispatcher state machine, a channel-backed request body,
 //! a queue of response buffers. For this protocol's common requests (an append of a few
 //! kilobytes, a catch-up read, a HEAD) that generality cost more instructions than the engine's
-//! whole append (docs/benchmarks.md). This loop serves the requests it knows how to frame and
-//! hands the connection to hyper for everything else, so hyper stays the answer to every corner
-//! of HTTP/1.1 it handles today:
+//! whole append (docs/benchmarks/history.md, "The third pass"). This loop serves the requests it
+//! knows how to frame and hands the connection to hyper for everything else, so hyper stays the
+//! answer to every corner of HTTP/1.1 it handles today:
 //!
 //! * **Served here:** HTTP/1.1 requests with no body or a `Content-Length` body of at most
 //!   [`INLINE_BODY_MAX`] bytes, with at most [`MAX_HEADERS`] header lines in at most
