@@ -75,7 +75,7 @@ pub use name::{
 };
 pub use options::{Durability, Options};
 pub use stats::{Histogram, Stats};
-pub use store::{Pending, Store};
+pub use store::{Commit, Pending, Store, TryAppend, Watch, WeakStore};
 pub use subscription::{SubscriptionConfig, SubscriptionInfo, Wake};
 #[cfg(feature = "tier")]
 pub use tier::TierOptions;

@@ -975,7 +975,6 @@ impl SegmentSet {
 
     /// Whether reading `[from, to)` needs no message checked against its checksum first, so the
     /// read touches no data pages (and can run where blocking is not allowed).
-    #[cfg(feature = "http")]
     pub(crate) fn verified(&self, from: u64, to: u64) -> bool {
         self.segs
             .iter()
@@ -1181,7 +1180,6 @@ mod tests {
         assert_eq!(got, &expect[10..(first_len + 10) as usize]);
         assert!(blocks.len() >= 3, "{blocks:?}");
         assert!(blocks.windows(2).all(|w| w[0].1 == w[1].0));
-        #[cfg(feature = "http")]
         assert!(!set.verified(0, 10));
     }
 

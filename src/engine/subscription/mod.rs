@@ -38,6 +38,7 @@ use crate::state::now_ms;
 use crate::subscription::{
     AckOutcome, DeliveryKind, Link, LinkType, MAX_LEASE_TTL, MAX_SUBSCRIPTION_ID_LEN,
     MIN_LEASE_TTL, SubscriptionConfig, SubscriptionInfo, SubscriptionStatus, Wake, WakeStream,
+    WebhookJob, WebhookResult,
 };
 use crate::types::{AppendRequest, CreateOptions, ReadRequest};
 
@@ -50,11 +51,9 @@ const TICK: Duration = Duration::from_millis(100);
 /// After a pass over published streams, how long the subscription thread lets the next ones
 /// gather before it looks again (a wake follows an append by at most about this much).
 const LINGER: Duration = Duration::from_millis(5);
-#[cfg(feature = "http")]
 /// The first webhook retry waits 1 s; each later one twice as long, up to 60 s (PROTOCOL.md 7.1),
 /// each with up to 20% jitter either way.
 const RETRY_FIRST_MS: u64 = 1000;
-#[cfg(feature = "http")]
 /// The longest wait between webhook retries.
 const RETRY_MAX_MS: u64 = 60_000;
 
@@ -201,32 +200,6 @@ pub(super) struct Sub {
     next_attempt_at: u64,
 }
 
-#[cfg(feature = "http")]
-/// What a webhook delivery task needs: the wake and where it goes.
-#[derive(Clone, Debug)]
-pub(crate) struct WebhookJob {
-    /// The receiver.
-    pub(crate) url: String,
-    /// The wake to deliver.
-    pub(crate) wake: Wake,
-    /// The subscription's root (paths in the body are relative to it).
-    pub(crate) root: String,
-    /// The base URL callbacks are addressed at.
-    pub(crate) base_url: Option<String>,
-}
-
-#[cfg(feature = "http")]
-/// How a webhook delivery attempt ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WebhookResult {
-    /// 2xx with `{"done": true}`: ack the snapshot's tails.
-    Done,
-    /// 2xx otherwise: the receiver took the wake and will call back.
-    Accepted,
-    /// No 2xx in time: retry later.
-    Failed,
-}
-
 /// The subscriptions of a store.
 pub(crate) struct Subscriptions {
     /// Shared with the shards.
@@ -285,7 +258,6 @@ fn new_wake_id(st: &mut State, sub: &str) -> String {
     format!("w_{}", super::hex(&h.finalize()[..12]))
 }
 
-#[cfg(feature = "http")]
 /// The delay before retry number `attempts` (1-based): 1 s doubling to 60 s, jittered by up
 /// to 20% either way (the jitter comes from the wall clock's nanoseconds).
 fn retry_delay_ms(attempts: u32) -> u64 {
@@ -415,28 +387,15 @@ impl Sub {
 }
 
 impl Engine {
-    /// The data directory.
-    #[cfg(feature = "http")]
-    pub(crate) fn root(&self) -> &std::path::Path {
-        &self.root
+    /// A future that resolves at the next change: a wake issued, delivered or cleared, a
+    /// subscription created or deleted. Registered now, so no change after this call is missed.
+    pub(crate) fn subscription_change(&self) -> event_listener::EventListener {
+        self.subs.changed.listen()
     }
 
-    /// Notified whenever a wake is issued, delivered or cleared.
-    #[cfg(feature = "http")]
-    pub(crate) fn subscription_event(&self) -> &event_listener::Event {
-        &self.subs.changed
-    }
-
-    /// Whether any subscription exists.
-    #[cfg(feature = "http")]
-    pub(crate) fn subscriptions_active(&self) -> bool {
+    /// Whether any subscription exists (one relaxed atomic load).
+    pub(crate) fn has_subscriptions(&self) -> bool {
         self.subs.hook.active.load(Ordering::Relaxed)
-    }
-
-    /// Wakes whoever waits on [`Engine::subscription_event`].
-    #[cfg(feature = "http")]
-    pub(crate) fn subscriptions_changed(&self) {
-        self.subs.changed.notify(usize::MAX);
     }
 
     fn subs_state(&self) -> MutexGuard<'_, State> {
@@ -756,6 +715,8 @@ impl Engine {
         }
         let info = sub.info();
         self.save(&mut st, sub)?;
+        drop(st);
+        self.subs.changed.notify(usize::MAX);
         Ok((info, true))
     }
 
@@ -1000,7 +961,6 @@ impl Engine {
         }
     }
 
-    #[cfg(feature = "http")]
     /// Webhook wakes due for a delivery attempt now, each marked as being sent.
     pub(crate) fn take_webhook_jobs(&self) -> Vec<WebhookJob> {
         let mut st = self.subs_state();
@@ -1026,7 +986,6 @@ impl Engine {
         jobs
     }
 
-    #[cfg(feature = "http")]
     /// Whether (`id`, `generation`, `wake_id`) is still the subscription's current wake.
     pub(crate) fn wake_is_current(&self, id: &str, generation: u64, wake_id: &str) -> bool {
         self.subs_state()
@@ -1035,10 +994,18 @@ impl Engine {
             .is_some_and(|s| s.fence(generation, wake_id).is_ok())
     }
 
-    #[cfg(feature = "http")]
     /// Records how a webhook delivery attempt ended (ignored when the wake is no longer
-    /// current, e.g. the subscription was deleted meanwhile).
+    /// current, e.g. the subscription was deleted meanwhile), then wakes whoever waits on
+    /// [`Engine::subscription_change`]: the subscription may have another wake due now that
+    /// this one is no longer being sent.
     pub(crate) fn webhook_result(&self, wake: &Wake, result: WebhookResult) -> Result<()> {
+        let recorded = self.record_webhook(wake, result);
+        self.subs.changed.notify(usize::MAX);
+        recorded
+    }
+
+    /// [`Engine::webhook_result`] without its notification.
+    fn record_webhook(&self, wake: &Wake, result: WebhookResult) -> Result<()> {
         self.subs_state().sending.remove(&wake.subscription);
         if !self.wake_is_current(&wake.subscription, wake.generation, &wake.wake_id) {
             return Ok(());
@@ -1102,7 +1069,6 @@ fn subscription_thread(engine: &Weak<Engine>, hook: &Hook, mut all: bool) {
 mod tests {
     use super::*;
 
-    #[cfg(feature = "http")]
     #[test]
     fn retry_delays_double_to_a_minute_with_jitter() {
         for (attempt, base) in [(1, 1000), (2, 2000), (3, 4000), (7, 60_000), (40, 60_000)] {
