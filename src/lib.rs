@@ -25,6 +25,11 @@
 //! `AppendRequest::new(data).stream_seq(seq)`); operations that carry only preconditions take a
 //! [`Guard`]; [`Options`] are set with `with_*` methods and read back by their names.
 //!
+//! Async callers use the calls that never block a worker ([`Store::try_append`] with
+//! [`Store::commit_hint`], [`Store::try_read`], [`Store::try_head`], [`Watch`]); the `http`
+//! server is built on this public API alone, webhook delivery included
+//! ([`Store::take_webhook_jobs`]).
+//!
 //! Features: none by default (the engine); `http` adds the server (`brook serve`) and the
 //! [`headers`] module; `client` adds a Rust client with the conditional-write recipes; `mirror`
 //! adds `brook mirror` (copying streams to another Durable Streams server); `tier` (on with
@@ -75,7 +80,7 @@ pub use name::{
 };
 pub use options::{Durability, Options};
 pub use stats::{Histogram, Stats};
-pub use store::{Pending, Store};
+pub use store::{Commit, Pending, Store, TryAppend, Watch, WeakStore};
 pub use subscription::{SubscriptionConfig, SubscriptionInfo, Wake};
 #[cfg(feature = "tier")]
 pub use tier::TierOptions;

@@ -9,17 +9,23 @@
 //!
 //! The same `apply` runs when the journal thread commits a record and when recovery replays it,
 //! so the state a checkpoint stores is exactly the state replay would rebuild.
+//!
+//! An append body's stored form ([`Body`]) and the conversion to it ([`prepare_body`]) are in
+//! `body`; the unit tests in `tests`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use bytes::{Bytes, BytesMut};
-use serde_json::value::RawValue;
 
 use crate::codec::{Dec, Enc};
 use crate::error::{Error, Result};
 use crate::name::{Incarnation, Offset};
 use crate::types::{AppendStatus, Expiry, Producer, SnapshotInfo};
+
+mod body;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use body::{Body, prepare_body};
 
 /// Longest Stream-Seq value (the seed: at most 256 bytes).
 pub(crate) const MAX_STREAM_SEQ: usize = 256;
@@ -66,114 +72,6 @@ pub(crate) struct StreamState {
     pub(crate) forks: BTreeSet<String>,
     /// Deleted by a client but kept for its forks.
     pub(crate) soft_deleted: bool,
-}
-
-/// An append body in the stored representation: the bytes to write and each message's end,
-/// relative to the body's start.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Body {
-    pub(crate) data: Bytes,
-    pub(crate) ends: Ends,
-    /// The CRC-32 of `data` when the body is one message, once someone computed it: the
-    /// journal's encoder computes it for a large body (and folds it into the frame's CRC), and
-    /// the segment index, which keeps each message's CRC, takes it from here instead of hashing
-    /// the same bytes again.
-    pub(crate) crc: std::sync::OnceLock<u32>,
-}
-
-/// The messages' ends of a [`Body`], relative to its start, strictly increasing; read as a
-/// slice. A one-message body (every append to a byte stream) keeps its one end inline, so it
-/// allocates nothing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Ends {
-    /// One message, ending here.
-    One(u32),
-    /// Any number of messages (none for an empty body).
-    Many(Vec<u32>),
-}
-
-impl Default for Ends {
-    fn default() -> Self {
-        Ends::Many(Vec::new())
-    }
-}
-
-impl std::ops::Deref for Ends {
-    type Target = [u32];
-
-    fn deref(&self) -> &[u32] {
-        match self {
-            Ends::One(end) => std::slice::from_ref(end),
-            Ends::Many(ends) => ends,
-        }
-    }
-}
-
-impl From<Vec<u32>> for Ends {
-    fn from(ends: Vec<u32>) -> Self {
-        match ends.as_slice() {
-            [end] => Ends::One(*end),
-            _ => Ends::Many(ends),
-        }
-    }
-}
-
-impl Body {
-    /// A body of `data` whose messages end at `ends`.
-    pub(crate) fn new(data: Bytes, ends: impl Into<Ends>) -> Body {
-        Body {
-            data,
-            ends: ends.into(),
-            crc: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The CRC-32 of a one-message body, computed at most once.
-    pub(crate) fn single_crc(&self) -> u32 {
-        *self.crc.get_or_init(|| crc32fast::hash(&self.data))
-    }
-
-    /// The number of messages in the body.
-    pub(crate) fn messages(&self) -> u64 {
-        self.ends.len() as u64
-    }
-}
-
-/// Converts a request body to the stored representation, validating JSON.
-///
-/// Byte streams store the body as one message. JSON streams store each message's JSON text
-/// followed by one `,`; a top-level array is flattened one level. `[]` is an error for appends
-/// (`allow_empty_array` is set for creates).
-pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> Result<Body> {
-    if data.is_empty() {
-        return Ok(Body::default());
-    }
-    if !json {
-        let len = u32::try_from(data.len()).map_err(|_| Error::TooLarge("append body".into()))?;
-        return Ok(Body::new(data, Ends::One(len)));
-    }
-    let text = std::str::from_utf8(&data).map_err(|e| Error::InvalidJson(e.to_string()))?;
-    let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
-    let values: Vec<&RawValue> = if trimmed.starts_with('[') {
-        serde_json::from_str(text).map_err(|e| Error::InvalidJson(e.to_string()))?
-    } else {
-        vec![serde_json::from_str(text).map_err(|e| Error::InvalidJson(e.to_string()))?]
-    };
-    if values.is_empty() {
-        return if allow_empty_array {
-            Ok(Body::default())
-        } else {
-            Err(Error::EmptyJsonArray)
-        };
-    }
-    let mut out = BytesMut::with_capacity(data.len() + values.len());
-    let mut ends = Vec::with_capacity(values.len());
-    for v in values {
-        out.extend_from_slice(v.get().as_bytes());
-        out.extend_from_slice(b",");
-        ends.push(u32::try_from(out.len()).map_err(|_| Error::TooLarge("append body".into()))?);
-    }
-    Ok(Body::new(out.freeze(), ends))
 }
 
 /// Keeps a Stream-Seq value only if every byte is printable ASCII (the seed: other values are
@@ -609,204 +507,4 @@ pub(crate) fn to_ms(t: SystemTime) -> SystemTime {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn state() -> StreamState {
-        StreamState::new(
-            Config {
-                name: "s".into(),
-                incarnation: "i".into(),
-                content_type: "text/plain".into(),
-                expiry: Expiry::Never,
-                fork: None,
-            },
-            Offset::ZERO,
-        )
-    }
-
-    fn check(s: &StreamState, seq: Option<&str>, p: Option<&Producer>) -> Result<Decision> {
-        let body = prepare_body(false, Bytes::from_static(b"x"), false);
-        s.check_append(&AppendCheck {
-            body: &body,
-            has_data: true,
-            content_type: Some("text/plain"),
-            close: false,
-            stream_seq: seq,
-            producer: p,
-        })
-    }
-
-    fn apply(s: &mut StreamState, seq: Option<&str>, p: Option<Producer>) {
-        let body = prepare_body(false, Bytes::from_static(b"x"), false).unwrap();
-        let rec = AppendRecord {
-            start: s.tail,
-            body,
-            close: false,
-            stream_seq: seq.map(Into::into),
-            producer: p,
-        };
-        s.apply_append(&rec);
-    }
-
-    #[test]
-    fn stream_seq_is_bytewise_strictly_greater() {
-        let mut s = state();
-        assert_eq!(check(&s, Some("9"), None).unwrap(), Decision::Accept);
-        apply(&mut s, Some("9"), None);
-        assert!(
-            matches!(check(&s, Some("10"), None), Err(Error::StreamSeqConflict { ref last_seq, .. }) if last_seq == "9")
-        );
-        assert!(matches!(
-            check(&s, Some("9"), None),
-            Err(Error::StreamSeqConflict { .. })
-        ));
-        assert_eq!(check(&s, Some("90"), None).unwrap(), Decision::Accept);
-        assert_eq!(check(&s, None, None).unwrap(), Decision::Accept);
-    }
-
-    #[test]
-    fn producer_dedup_runs_before_stream_seq() {
-        let mut s = state();
-        let p0 = Producer {
-            id: "a".into(),
-            epoch: 0,
-            seq: 0,
-        };
-        apply(&mut s, Some("5"), Some(p0.clone()));
-        let tail = s.tail;
-        assert_eq!(
-            check(&s, Some("5"), Some(&p0)).unwrap(),
-            Decision::Answer(AppendStatus::Duplicate {
-                original_tail: Some(tail)
-            })
-        );
-        let p1 = Producer {
-            id: "a".into(),
-            epoch: 0,
-            seq: 1,
-        };
-        apply(&mut s, Some("6"), Some(p1.clone()));
-        assert_eq!(
-            check(&s, Some("1"), Some(&p0)).unwrap(),
-            Decision::Answer(AppendStatus::Duplicate {
-                original_tail: None
-            })
-        );
-        let p3 = Producer {
-            id: "a".into(),
-            epoch: 0,
-            seq: 3,
-        };
-        assert!(matches!(
-            check(&s, Some("7"), Some(&p3)),
-            Err(Error::ProducerSeqGap {
-                expected: 2,
-                received: 3
-            })
-        ));
-        let stale = Producer {
-            id: "a".into(),
-            epoch: 0,
-            seq: 2,
-        };
-        assert!(matches!(
-            check(&s, Some("6"), Some(&stale)),
-            Err(Error::StreamSeqConflict { .. })
-        ));
-        let e1 = Producer {
-            id: "a".into(),
-            epoch: 1,
-            seq: 1,
-        };
-        assert!(matches!(
-            check(&s, None, Some(&e1)),
-            Err(Error::ProducerEpochSeqNotZero)
-        ));
-        let mut s2 = s.clone();
-        apply(
-            &mut s2,
-            None,
-            Some(Producer {
-                id: "a".into(),
-                epoch: 2,
-                seq: 0,
-            }),
-        );
-        assert!(matches!(
-            check(&s2, None, Some(&p1)),
-            Err(Error::ProducerEpochStale { current: 2 })
-        ));
-    }
-
-    #[test]
-    fn stream_seq_filter() {
-        assert_eq!(filter_stream_seq(Some("a\u{7f}".into())).unwrap(), None);
-        assert_eq!(filter_stream_seq(Some("é".into())).unwrap(), None);
-        assert!(filter_stream_seq(Some("a".repeat(257))).is_err());
-        assert_eq!(
-            filter_stream_seq(Some("a".repeat(256)))
-                .unwrap()
-                .map(|s| s.len()),
-            Some(256)
-        );
-    }
-
-    #[test]
-    fn json_bodies_flatten_one_level() {
-        let b = prepare_body(true, Bytes::from_static(br#" [ {"a":1}, [1,2] ] "#), false).unwrap();
-        assert_eq!(&b.data[..], br#"{"a":1},[1,2],"#);
-        assert_eq!(*b.ends, [8, 14]);
-        assert!(matches!(
-            prepare_body(true, Bytes::from_static(b"[]"), false),
-            Err(Error::EmptyJsonArray)
-        ));
-        assert_eq!(
-            prepare_body(true, Bytes::from_static(b"[]"), true)
-                .unwrap()
-                .messages(),
-            0
-        );
-        assert!(matches!(
-            prepare_body(true, Bytes::from_static(b"{"), false),
-            Err(Error::InvalidJson(_))
-        ));
-        assert_eq!(
-            prepare_body(true, Bytes::from_static(b"[[[1]]]"), false)
-                .unwrap()
-                .data,
-            Bytes::from_static(b"[[1]],")
-        );
-    }
-
-    #[test]
-    fn sidecar_state_round_trips() {
-        let mut s = state();
-        apply(
-            &mut s,
-            Some("x"),
-            Some(Producer {
-                id: "p".into(),
-                epoch: 3,
-                seq: 0,
-            }),
-        );
-        s.forks.insert("f".into());
-        s.snapshots.push(SnapshotInfo {
-            offset: Offset::new(1, 1),
-            digest: "d".into(),
-            content_type: "c".into(),
-            len: 3,
-        });
-        let mut e = Enc::default();
-        s.encode(&mut e);
-        assert_eq!(StreamState::decode(&mut Dec::new(&e.buf)), Some(s));
-        assert_eq!(
-            StreamState::decode(&mut Dec::new(&e.buf[..e.buf.len() - 1])),
-            None
-        );
-    }
 }

@@ -10,11 +10,15 @@ use crate::listing::{CheckReport, ListPage};
 use crate::name::{Offset, ReadFrom, StreamName};
 use crate::options::Options;
 use crate::stats::Stats;
-use crate::subscription::{AckOutcome, SubscriptionConfig, SubscriptionInfo, Wake};
+use crate::subscription::{
+    AckOutcome, SubscriptionConfig, SubscriptionInfo, Wake, WakeRef, WebhookJob, WebhookResult,
+};
 use crate::types::{
     AppendOutcome, AppendRequest, CreateOptions, Created, Guard, Message, PublishSnapshot,
     Published, ReadChunk, ReadRequest, RetentionRequest, Snapshot, SnapshotRequest, StreamInfo,
 };
+
+pub use crate::engine::Watch;
 
 /// A store of durable streams in one directory. Cheap to clone; all clones share the store.
 ///
@@ -26,23 +30,89 @@ pub struct Store {
 
 /// An accepted operation whose durability is still pending. [`Pending::wait`] (blocking) or
 /// [`Pending::wait_async`] return the outcome once it is durable as the store's mode promises.
+///
+/// The outcome may be a refusal ([`Store::try_append`]'s): a refusal that rests on staged
+/// state (a closure, a producer's or a Stream-Seq's last write) is returned only once that
+/// state is durable, so it never rests on state a crash could roll back.
 #[must_use = "an append is acknowledged only once its Pending is waited on"]
 pub struct Pending<T> {
-    pub(crate) value: T,
-    pub(crate) ticket: crate::engine::Ticket,
+    outcome: Result<T>,
+    ticket: Option<crate::engine::Ticket>,
 }
 
 impl<T> Pending<T> {
+    /// `value`, acknowledged once `ticket` is durable.
+    pub(crate) fn new(value: T, ticket: crate::engine::Ticket) -> Pending<T> {
+        Pending {
+            outcome: Ok(value),
+            ticket: Some(ticket),
+        }
+    }
+
+    /// A refusal, answered once `ticket` (the state it rested on) is durable, or at once.
+    pub(crate) fn refused(
+        error: crate::Error,
+        ticket: Option<crate::engine::Ticket>,
+    ) -> Pending<T> {
+        Pending {
+            outcome: Err(error),
+            ticket,
+        }
+    }
+
     /// Blocks until durable, then returns the outcome.
     pub fn wait(self) -> Result<T> {
-        self.ticket.wait()?;
-        Ok(self.value)
+        if let Some(t) = &self.ticket {
+            t.wait()?;
+        }
+        self.outcome
     }
 
     /// Waits (without blocking a thread) until durable, then returns the outcome.
     pub async fn wait_async(self) -> Result<T> {
-        self.ticket.wait_async().await?;
-        Ok(self.value)
+        if let Some(t) = &self.ticket {
+            t.wait_async().await?;
+        }
+        self.outcome
+    }
+}
+
+/// What [`Store::try_append`] did.
+#[must_use = "an append is acknowledged only once its Pending is waited on"]
+pub enum TryAppend {
+    /// The append was checked and, if accepted, ordered, without blocking: wait on the
+    /// [`Pending`] for its outcome (or its refusal), as for [`Store::submit_append`]'s.
+    Done(Pending<AppendOutcome>),
+    /// It would have blocked (the stream is not open in memory, it has expired, or the body is
+    /// large enough that converting it belongs on a blocking thread): the request, untouched
+    /// but for its Stream-Seq's filtering, for [`Store::submit_append`] on a thread that may
+    /// block. Nothing was written.
+    WouldBlock(AppendRequest),
+}
+
+/// How a caller that waits on many appends at once on an async runtime should wait on one:
+/// [`Store::commit_hint`]'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// Wait on the [`Pending`] at once: nobody else is about to append (or the journal thread
+    /// commits anyway, in [`Durability::Sync`](crate::Durability::Sync) mode).
+    Now,
+    /// Yield to the runtime once before waiting, so the other writers' appends that are ready
+    /// enqueue first and one journal write (and one write per stream) carries them all: in
+    /// [`Durability::Buffered`](crate::Durability::Buffered) mode the first waiter commits the
+    /// whole queue on its own thread.
+    Batch,
+}
+
+/// A handle on a [`Store`] that does not keep it open (as [`std::sync::Weak`] for an `Arc`):
+/// for background tasks that should end when the store is dropped.
+#[derive(Clone)]
+pub struct WeakStore(std::sync::Weak<crate::engine::Engine>);
+
+impl WeakStore {
+    /// The store, while any [`Store`] clone keeps it open.
+    pub fn upgrade(&self) -> Option<Store> {
+        self.0.upgrade().map(|inner| Store { inner })
     }
 }
 
@@ -56,27 +126,13 @@ impl Store {
         })
     }
 
-    /// The engine, for in-crate adapters (the HTTP server's non-blocking append path).
-    #[cfg(feature = "http")]
-    pub(crate) fn engine(&self) -> &crate::engine::Engine {
-        &self.inner
+    /// A handle that does not keep the store open: see [`WeakStore`].
+    pub fn downgrade(&self) -> WeakStore {
+        WeakStore(Arc::downgrade(&self.inner))
     }
 
-    /// A weak handle on the store (the webhook deliverer must not keep it open).
-    #[cfg(feature = "http")]
-    pub(crate) fn downgrade(&self) -> std::sync::Weak<crate::engine::Engine> {
-        Arc::downgrade(&self.inner)
-    }
-
-    /// The store behind a weak handle, while it is open.
-    #[cfg(feature = "http")]
-    pub(crate) fn upgrade(weak: &std::sync::Weak<crate::engine::Engine>) -> Option<Store> {
-        weak.upgrade().map(|inner| Store { inner })
-    }
-
-    /// The data directory (the server keeps its subscription keys there).
-    #[cfg(feature = "http")]
-    pub(crate) fn root(&self) -> &Path {
+    /// The data directory, canonical (as the open resolved it).
+    pub fn dir(&self) -> &Path {
         self.inner.root()
     }
 
@@ -116,6 +172,22 @@ impl Store {
         self.inner.append(name, req)
     }
 
+    /// [`Store::submit_append`] without blocking, for async callers that must not block their
+    /// worker: answered from memory (the order of checks, and the record's enqueueing) when the
+    /// stream is open and the body is at most 64 KiB, else handed back as
+    /// [`TryAppend::WouldBlock`] with nothing written. Not durable when it returns: wait on
+    /// the [`Pending`] (see [`Store::commit_hint`] for how).
+    pub fn try_append(&self, name: &StreamName, req: AppendRequest) -> TryAppend {
+        self.inner.try_append(name, req)
+    }
+
+    /// How to wait on an append's [`Pending`] from an async runtime when up to `writers` tasks
+    /// (the caller included) may be appending at once: the store's group-commit policy. Never
+    /// blocks (it reads an option); see [`Commit`].
+    pub fn commit_hint(&self, writers: usize) -> Commit {
+        self.inner.commit_hint(writers)
+    }
+
     /// Closes the stream (idempotent) if `guard` holds; durable when it returns. The same as
     /// appending [`AppendRequest::close`] with the guard's expectation.
     pub fn close(&self, name: &StreamName, guard: &Guard) -> Result<AppendOutcome> {
@@ -127,6 +199,15 @@ impl Store {
     /// Reads a chunk of durable data. Renews a sliding TTL.
     pub fn read(&self, name: &StreamName, req: &ReadRequest) -> Result<ReadChunk> {
         self.inner.read(name, req)
+    }
+
+    /// [`Store::read`] without blocking, for async callers: `None` when it might block (the
+    /// stream is not open, is a fork, has expired or is deleted, or the range holds messages
+    /// not yet checked against their checksums since the store was opened), and the caller
+    /// then reads with [`Store::read`] on a thread that may block. Otherwise the answer
+    /// [`Store::read`] would give, from index lookups and views of the mapped segments.
+    pub fn try_read(&self, name: &StreamName, req: &ReadRequest) -> Option<Result<ReadChunk>> {
+        self.inner.try_read(name, req)
     }
 
     /// Reads whole messages one by one (for bootstrap), from `from` up to about `max_bytes`.
@@ -141,6 +222,12 @@ impl Store {
     /// The stream's metadata, if `guard` holds. Does not renew a sliding TTL.
     pub fn head(&self, name: &StreamName, guard: &Guard) -> Result<StreamInfo> {
         self.inner.head(name, guard.expect.as_ref())
+    }
+
+    /// [`Store::head`] without blocking: `None` when the stream is not open in memory or has
+    /// expired (the caller then asks [`Store::head`] on a thread that may block).
+    pub fn try_head(&self, name: &StreamName, guard: &Guard) -> Option<Result<StreamInfo>> {
+        self.inner.try_head(name, guard.expect.as_ref())
     }
 
     /// Renews a sliding TTL as a read does, without reading.
@@ -158,6 +245,12 @@ impl Store {
     /// expired. Never polls; usable from any async runtime.
     pub async fn wait(&self, name: &StreamName, after: Offset) -> Result<()> {
         self.inner.wait(name, after).await
+    }
+
+    /// Holds the live stream for waiting on it again and again, without a lookup by name
+    /// each time: see [`Watch`]. May block to open the stream.
+    pub fn watch(&self, name: &StreamName) -> Result<Watch> {
+        self.inner.watch(name)
     }
 
     /// Blocking form of [`Store::wait`]; `false` when `timeout` passed first.
@@ -204,6 +297,16 @@ impl Store {
         self.inner.snapshot(name, req.offset, req.expect.as_ref())
     }
 
+    /// Refuses to delete a snapshot, as the protocol's `DELETE {stream}/snapshot/{offset}`
+    /// answers: snapshots are immutable, so the latest one is
+    /// [`SnapshotDeleteRefused`](crate::Error::SnapshotDeleteRefused) (if `guard` holds) and
+    /// any other offset [`SnapshotNotFound`](crate::Error::SnapshotNotFound); older snapshots
+    /// go only with retention ([`Store::set_retention`]). Never writes.
+    pub fn delete_snapshot(&self, name: &StreamName, offset: Offset, guard: &Guard) -> Result<()> {
+        self.inner
+            .delete_snapshot(name, offset, guard.expect.as_ref())
+    }
+
     /// Advances the earliest readable offset to `req.offset`, which must be a published
     /// snapshot's offset or older; data before it is reclaimed a whole segment at a time.
     /// Retention never moves back. Durable when it returns.
@@ -233,6 +336,19 @@ impl Store {
     /// (atomic loads and one lock to count the open streams); what `GET /__brook/metrics` shows.
     pub fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+
+    /// How many journal shards are poisoned now: a write or sync failed, and every write on
+    /// the shard fails until the store is reopened. Atomic loads, no lock: cheap enough for a
+    /// readiness probe.
+    pub fn poisoned_shards(&self) -> u64 {
+        self.inner.poisoned_shards()
+    }
+
+    /// Poisons the first journal shard as a failed sync would (a test's fault injection).
+    #[cfg(test)]
+    pub(crate) fn poison_for_test(&self) {
+        self.inner.poison_for_test();
     }
 
     /// Checks the whole store: reads every stream from its earliest offset to its tail, so
@@ -355,37 +471,95 @@ impl Store {
         self.inner.claim(id, worker)
     }
 
-    /// Acknowledges `acks` (stream, offset processed up to) for `wake`. Without `done` it only
-    /// extends the lease (a heartbeat); with `done` the wake ends and a new one is issued if work
-    /// remains. A stale wake is [`Fenced`](crate::Error::Fenced); an offset for a stream not
-    /// linked, behind the acknowledged one or past the tail is
+    /// Acknowledges `acks` (stream, offset processed up to) for `wake` (a [`Wake`], or the
+    /// [`WakeRef`] a callback token names). Without `done` it only extends the lease (a
+    /// heartbeat); with `done` the wake ends and a new one is issued if work remains. A stale
+    /// wake is [`Fenced`](crate::Error::Fenced); an offset for a stream not linked, behind the
+    /// acknowledged one or past the tail is
     /// [`InvalidAckOffset`](crate::Error::InvalidAckOffset), and nothing is applied. Durable when
     /// it returns.
-    pub fn ack(
+    pub fn ack<'a>(
         &self,
-        wake: &Wake,
+        wake: impl Into<WakeRef<'a>>,
         acks: &[(StreamName, Offset)],
         done: bool,
     ) -> Result<AckOutcome> {
-        self.inner.ack(
-            &wake.subscription,
-            wake.generation,
-            &wake.wake_id,
-            acks,
-            done,
-        )
+        let w = wake.into();
+        self.inner
+            .ack(w.subscription, w.generation, w.wake_id, acks, done)
     }
 
     /// Gives `wake` back without acknowledging; if work remains a new wake is issued. A stale
     /// wake is [`Fenced`](crate::Error::Fenced). Durable when it returns.
-    pub fn release(&self, wake: &Wake) -> Result<()> {
-        self.inner
-            .release(&wake.subscription, wake.generation, &wake.wake_id)
+    pub fn release<'a>(&self, wake: impl Into<WakeRef<'a>>) -> Result<()> {
+        let w = wake.into();
+        self.inner.release(w.subscription, w.generation, w.wake_id)
     }
 
     /// Blocks until the subscription has a wake nobody holds (so a claim can succeed), up to
     /// `timeout`; `false` on timeout.
     pub fn wait_for_work(&self, id: &str, timeout: Duration) -> Result<bool> {
         self.inner.wait_for_work(id, timeout)
+    }
+
+    // Webhook delivery: the store keeps each webhook subscription's wakes, leases and retry
+    // schedule; a deliverer (`brook serve`'s) takes the due jobs, sends them and records how
+    // each ended.
+
+    /// Whether any subscription exists: one atomic load, never blocks (a deliverer skips
+    /// [`Store::take_webhook_jobs`] while it is `false`).
+    pub fn has_subscriptions(&self) -> bool {
+        self.inner.has_subscriptions()
+    }
+
+    /// A future that resolves at the next change to the subscriptions: a wake issued,
+    /// delivered, acknowledged, released or expired, a webhook result recorded, a subscription
+    /// created or deleted. It is registered when this returns, so no later change is missed
+    /// (look, then await it). A lease expiry or a retry coming due is not a change: poll for
+    /// those too. Usable from any async runtime.
+    pub fn subscription_change(&self) -> impl Future<Output = ()> + Send + Unpin + 'static {
+        self.inner.subscription_change()
+    }
+
+    /// The webhook wakes due for a delivery attempt now, each marked as being sent (so it is
+    /// not handed out again) until [`Store::record_webhook`] records its result; the marks are
+    /// in memory only, so after a reopen every undelivered wake is due again. Blocks on the
+    /// subscriptions' lock (held while a subscription change is made durable).
+    pub fn take_webhook_jobs(&self) -> Vec<WebhookJob> {
+        self.inner.take_webhook_jobs()
+    }
+
+    /// Whether `wake` is still its subscription's current wake (it was not acknowledged,
+    /// released, expired or deleted meanwhile). Blocks on the subscriptions' lock.
+    pub fn wake_is_current<'a>(&self, wake: impl Into<WakeRef<'a>>) -> bool {
+        let w = wake.into();
+        self.inner
+            .wake_is_current(w.subscription, w.generation, w.wake_id)
+    }
+
+    /// Records how the delivery of a job's wake ended (see [`WebhookResult`]) and ends its
+    /// being sent; ignored when the wake is no longer current. Durable when it returns.
+    pub fn record_webhook(&self, wake: &Wake, result: WebhookResult) -> Result<()> {
+        self.inner.webhook_result(wake, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CreateOptions, Options, StreamName};
+
+    #[test]
+    fn a_poisoned_shard_is_counted_and_refuses_writes() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path(), Options::default().with_journal_shards(1))?;
+        let name = StreamName::new("a")?;
+        store.create(&name, CreateOptions::default())?;
+        assert_eq!(store.poisoned_shards(), 0);
+        store.poison_for_test();
+        assert_eq!(store.poisoned_shards(), 1);
+        assert_eq!(store.stats().poisoned_shards, 1);
+        assert!(store.append(&name, AppendRequest::new("x")).is_err());
+        Ok(())
     }
 }

@@ -250,3 +250,58 @@ pub struct AckOutcome {
     /// Whether work remained, so that a new wake was issued.
     pub next_wake: bool,
 }
+
+/// Which wake an ack, a release or a delivery is for: its subscription, generation and wake
+/// id, as a [`Wake`] carries them (`WakeRef::from(&wake)`) or a callback token names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WakeRef<'a> {
+    /// The subscription.
+    pub subscription: &'a str,
+    /// The wake's generation.
+    pub generation: u64,
+    /// The wake's id.
+    pub wake_id: &'a str,
+}
+
+impl<'a> From<&'a Wake> for WakeRef<'a> {
+    fn from(w: &'a Wake) -> WakeRef<'a> {
+        WakeRef {
+            subscription: &w.subscription,
+            generation: w.generation,
+            wake_id: &w.wake_id,
+        }
+    }
+}
+
+/// A webhook wake due for a delivery attempt, from
+/// [`Store::take_webhook_jobs`](crate::Store::take_webhook_jobs): the wake and where it goes.
+/// The store holds no webhook client: the program that takes the job sends it (`brook serve`
+/// signs and POSTs it) and reports how it ended with
+/// [`Store::record_webhook`](crate::Store::record_webhook).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WebhookJob {
+    /// The receiver's URL.
+    pub url: String,
+    /// The wake to deliver.
+    pub wake: Wake,
+    /// The subscription's root (paths in the body are relative to it).
+    pub root: String,
+    /// The base URL callbacks are addressed at.
+    pub base_url: Option<String>,
+}
+
+/// How a webhook delivery attempt ended, for
+/// [`Store::record_webhook`](crate::Store::record_webhook).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookResult {
+    /// The receiver answered 2xx with `{"done": true}`: the wake's tails are acknowledged and
+    /// the wake ends (a new one follows if work remains).
+    Done,
+    /// It answered another 2xx: it took the wake and will call back (ack or release); the
+    /// wake's lease starts now.
+    Accepted,
+    /// No 2xx in time: the subscription is marked failed and a retry is scheduled (1 s
+    /// doubling to 60 s, 20% jitter either way; the schedule is durable).
+    Failed,
+}

@@ -1,6 +1,7 @@
 //! Appends (write-path steps 1 and 2): validation outside any lock, then the order of checks
 //! and the enqueueing of the record under the stream's `core` lock. The blocking entry point
-//! is [`Engine::append`]; the HTTP server's async workers try [`Engine::try_append`] first.
+//! is [`Engine::append`]; async callers try [`Engine::try_append`] first, and ask
+//! [`Engine::commit_hint`] how to wait on what it ordered (the group-commit policy).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use crate::options::{Durability, Options};
 use crate::state::{
     AppendCheck, AppendRecord, Decision, filter_stream_seq, prepare_body, validate_producer,
 };
-use crate::store::Pending;
+use crate::store::{Commit, Pending, TryAppend};
 use crate::types::{AppendOutcome, AppendRequest, AppendStatus};
 
 use super::Engine;
@@ -51,17 +52,6 @@ impl Refusal {
     }
 }
 
-#[cfg(feature = "http")]
-/// What [`Engine::try_append`] did.
-pub(crate) enum Attempt {
-    /// Accepted (or answered without writing): wait on the pending outcome.
-    Accepted(Pending<AppendOutcome>),
-    /// Refused: wait on the ticket, if any, then answer with the error.
-    Refused(Error, Option<Ticket>),
-    /// Needs a blocking thread: call [`Engine::append`] there with the request.
-    Blocking(AppendRequest),
-}
-
 impl Engine {
     /// Appends to a live stream; the outcome is acknowledged once the returned `Pending`
     /// resolves. A refusal is returned only once the state it rested on is durable.
@@ -84,26 +74,41 @@ impl Engine {
         }
     }
 
-    #[cfg(feature = "http")]
-    /// The append path without any blocking step, for async callers: `Blocking` hands the
+    /// The append path without any blocking step, for async callers: `WouldBlock` hands the
     /// request back when the stream is not open (opening reads its files), has expired, or the
-    /// body is large enough that validating it belongs on a blocking thread.
-    pub(crate) fn try_append(&self, name: &StreamName, mut req: AppendRequest) -> Attempt {
+    /// body is large enough that validating it belongs on a blocking thread. A refusal comes
+    /// back as a `Pending` that resolves to it once the state it rested on is durable.
+    pub(crate) fn try_append(&self, name: &StreamName, mut req: AppendRequest) -> TryAppend {
         const INLINE_BODY: usize = 64 << 10;
         if let Err(e) = Self::validate_append(&self.options, &mut req) {
-            return Attempt::Refused(e, None);
+            return TryAppend::Done(Pending::refused(e, None));
         }
         if req.data.len() > INLINE_BODY {
-            return Attempt::Blocking(req);
+            return TryAppend::WouldBlock(req);
         }
         let s = match self.live_in_memory(name) {
             Some(Ok(s)) => s,
-            Some(Err(e)) => return Attempt::Refused(e, None),
-            None => return Attempt::Blocking(req),
+            Some(Err(e)) => return TryAppend::Done(Pending::refused(e, None)),
+            None => return TryAppend::WouldBlock(req),
         };
-        match self.append_to(&s, req) {
-            Ok(p) => Attempt::Accepted(p),
-            Err(Refusal { error, ticket }) => Attempt::Refused(error, ticket),
+        TryAppend::Done(match self.append_to(&s, req) {
+            Ok(p) => p,
+            Err(Refusal { error, ticket }) => Pending::refused(error, ticket),
+        })
+    }
+
+    /// The group-commit policy for an async caller about to wait on an append while up to
+    /// `writers` tasks (itself included) may be appending: in Buffered mode the first writer
+    /// to wait commits the whole queue on its own thread, so with other writers about it lets
+    /// their ready appends enqueue first (one journal write and one write per stream carry all
+    /// of them); the only writer commits at once, so it never waits for others' unrelated work
+    /// (such as the fan-out of the last append to a thousand live readers) before its own is
+    /// written. In Sync mode the shard thread commits: nothing to gain by waiting.
+    pub(crate) fn commit_hint(&self, writers: usize) -> Commit {
+        if self.options.durability == Durability::Buffered && writers > 1 {
+            Commit::Batch
+        } else {
+            Commit::Now
         }
     }
 
@@ -190,11 +195,7 @@ impl Engine {
                     producer: echo,
                     incarnation: s.incarnation.clone(),
                 };
-                let ticket = shard.ticket(core.last_lsn);
-                Ok(Pending {
-                    value: outcome,
-                    ticket,
-                })
+                Ok(Pending::new(outcome, shard.ticket(core.last_lsn)))
             }
             Decision::Accept => {
                 let rec = AppendRecord {
@@ -217,10 +218,7 @@ impl Engine {
                     .push(s, s.append_record(rec, placed))
                     .map_err(Refusal::now)?;
                 core.last_lsn = ticket.lsn;
-                Ok(Pending {
-                    value: outcome,
-                    ticket,
-                })
+                Ok(Pending::new(outcome, ticket))
             }
         }
     }

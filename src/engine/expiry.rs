@@ -22,7 +22,7 @@ impl Engine {
     /// (a poisoned shard refuses everything anyway).
     pub(super) fn expire(&self, s: &Arc<Stream>) {
         if let Ok(p) = self.delete_stream(s, None, true) {
-            let _ = p.ticket.wait();
+            let _ = p.wait();
         }
     }
 }

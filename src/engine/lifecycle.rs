@@ -189,13 +189,13 @@ impl Engine {
             t.wait()?;
         }
         let info = stream.staged_info(&stream.core.lock().state);
-        Ok(Pending {
-            value: Created {
+        Ok(Pending::new(
+            Created {
                 created: true,
                 info,
             },
             ticket,
-        })
+        ))
     }
 
     /// Buffered mode: makes what a new fork inherits durable before the fork's create is
@@ -318,13 +318,13 @@ impl Engine {
         }
         let ticket = self.shards[s.shard].ticket(core.last_lsn);
         let info = s.staged_info(&core.state);
-        Ok(Pending {
-            value: Created {
+        Ok(Pending::new(
+            Created {
                 created: false,
                 info,
             },
             ticket,
-        })
+        ))
     }
 
     /// The divergence point of a fork: `offset` (default the source's tail) refined by the
@@ -442,7 +442,7 @@ impl Engine {
         if !soft {
             self.release_source(s)?;
         }
-        Ok(Pending { value: (), ticket })
+        Ok(Pending::new((), ticket))
     }
 
     /// After a fork is gone: drop it from its source's fork list, and collect a soft-deleted

@@ -99,12 +99,9 @@ use crate::fs;
 use crate::options::Options;
 use crate::stats::{Counters, Stats};
 
-#[cfg(feature = "http")]
-pub(crate) use append::Attempt;
 use expiry::reaper;
 use names::Names;
-#[cfg(feature = "http")]
-pub(crate) use read::Watch;
+pub use read::Watch;
 use recovery::{Replayed, replay_shard, restore_trash, store_manifest};
 use shard::{Shard, new_journal_file};
 use stream::Stream;
@@ -338,6 +335,11 @@ impl Engine {
         Ok(engine)
     }
 
+    /// The data directory (canonical).
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// The options the store runs with (the shard count as the manifest fixed it).
     pub(crate) fn options(&self) -> &Options {
         &self.options
@@ -377,7 +379,7 @@ impl Engine {
     }
 
     /// Poisons the first journal shard as a failed sync would (a test's fault injection).
-    #[cfg(all(test, feature = "http"))]
+    #[cfg(test)]
     pub(crate) fn poison_for_test(&self) {
         self.shards[0].poison(crate::Error::Io(std::io::Error::other("injected fault")));
     }

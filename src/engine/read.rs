@@ -97,7 +97,6 @@ impl Engine {
         self.read_planned(&s, &vis, from, to)
     }
 
-    #[cfg(feature = "http")]
     /// A read without any blocking step, for async callers: `None` when it would block (the
     /// stream is not open, is a fork, has expired, or the range holds messages not yet checked
     /// against their checksums since the stream was opened); the caller then reads on a
@@ -239,7 +238,6 @@ impl Engine {
         Ok(s.info(&s.visible()))
     }
 
-    #[cfg(feature = "http")]
     /// [`Engine::head`] without any blocking step, for async callers: `None` when it could
     /// block (the stream is not open) or has more to do than describe it (it is deleted,
     /// soft-deleted or expired); the caller then asks [`Engine::head`] on a blocking thread.
@@ -281,7 +279,6 @@ impl Engine {
         Ok(())
     }
 
-    #[cfg(feature = "http")]
     /// A live stream held for waiting on it again and again (an SSE connection's): see
     /// [`Watch`].
     pub(crate) fn watch(&self, name: &StreamName) -> Result<Watch> {
@@ -324,27 +321,27 @@ async fn wait_on(s: &Stream, after: Offset) {
     }
 }
 
-#[cfg(feature = "http")]
-/// One incarnation of a live stream, held by a reader that waits on it over and over (an SSE
-/// connection): [`Engine::wait`] without the registry lookup, and the durable tail at a glance.
+/// One incarnation of a live stream, held to wait on it over and over (a live reader's, such
+/// as an SSE connection): [`Store::wait`](crate::Store::wait) without the lookup by name, and
+/// the durable tail at a glance. Made by [`Store::watch`](crate::Store::watch).
 ///
-/// Holding it keeps the stream open (eviction passes over a stream anyone holds). It never
-/// follows a recreated stream: a delete wakes its waiters, and their next read by name (which
-/// checks the incarnation) ends them.
-pub(crate) struct Watch(Arc<Stream>);
+/// Holding it keeps the stream open in memory (eviction passes over a stream anyone holds).
+/// It never follows a recreated stream: a delete wakes its waiters and [`Watch::tail`] answers
+/// `None` from then on, and a read by name (which checks the incarnation) reports the error.
+pub struct Watch(Arc<Stream>);
 
-#[cfg(feature = "http")]
 impl Watch {
     /// Resolves once the durable tail is past `after`, or the stream is closed, deleted,
-    /// soft-deleted or expired (as [`Engine::wait`]).
-    pub(crate) async fn wait(&self, after: Offset) {
+    /// soft-deleted or expired (as [`Store::wait`](crate::Store::wait)). Never polls and
+    /// takes no thread; usable from any async runtime.
+    pub async fn wait(&self, after: Offset) {
         wait_on(&self.0, after).await;
     }
 
     /// The durable tail and whether the stream is closed there, as a read at the tail would
     /// report them now; `None` once the stream is deleted, soft-deleted or expired (a read by
-    /// name then answers the error).
-    pub(crate) fn tail(&self) -> Option<(Offset, bool)> {
+    /// name then answers the error). Two short locks, no I/O: never blocks on the disk.
+    pub fn tail(&self) -> Option<(Offset, bool)> {
         let (tail, closed, dead) = {
             let v = self.0.visible.lock();
             (v.tail, v.closed, v.deleted || v.soft_deleted)

@@ -106,7 +106,6 @@ impl Engine {
     /// [`Engine::live`] without any blocking step, for the async paths: `None` when the stream
     /// is not open (opening reads its files) or has expired (deleting it is `live`'s work on a
     /// blocking thread); else the stream, marked used, or `NotFound` / `Gone` as `live` answers.
-    #[cfg(feature = "http")]
     pub(super) fn live_in_memory(&self, name: &StreamName) -> Option<Result<Arc<Stream>>> {
         let s = self.registry.lock().get(name.as_str()).cloned()?;
         {

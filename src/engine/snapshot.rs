@@ -183,8 +183,7 @@ impl Engine {
 
     /// Refuses to delete a snapshot: snapshots are immutable, so deleting the latest is
     /// `SnapshotDeleteRefused` and any other offset `SnapshotNotFound` (older ones go only
-    /// with retention). Only the HTTP route `DELETE {s}/snapshot/{offset}` answers with it.
-    #[cfg(feature = "http")]
+    /// with retention).
     pub(crate) fn delete_snapshot(
         &self,
         name: &StreamName,

@@ -307,7 +307,7 @@ pub(crate) fn json(status: StatusCode, body: impl Into<Body>) -> Response {
 /// `/__brook/ready`: 200 once open (this handler runs only then), 503 `POISONED` while a journal
 /// shard is poisoned (its writes fail until the store is reopened).
 fn ready(app: &AppState) -> Response {
-    let poisoned = app.store.engine().poisoned_shards();
+    let poisoned = app.store.poisoned_shards();
     if poisoned == 0 {
         return json(StatusCode::OK, r#"{"status":"ready"}"#);
     }

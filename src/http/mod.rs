@@ -317,7 +317,7 @@ fn app_state(
     tx: watch::Sender<bool>,
     rx: watch::Receiver<bool>,
 ) -> AppState {
-    let store_root = &store.root().to_path_buf();
+    let store_root = &store.dir().to_path_buf();
     let immutable_cache = read::immutable_cache_control(&config);
     let budget = budget::Budget::new(config.max_memory);
     AppState {

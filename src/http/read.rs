@@ -211,7 +211,7 @@ pub(super) async fn read_chunk(
 ) -> Result<ReadChunk, ApiError> {
     // An open stream's verified range is read right here (index lookups and map slicing); the
     // rest goes to a blocking thread.
-    if let Some(read) = app.store.engine().try_read(name, &req) {
+    if let Some(read) = app.store.try_read(name, &req) {
         return read.map_err(|e| ApiError::Store(e, Op::Read));
     }
     let store = app.store.clone();
@@ -394,11 +394,12 @@ pub(crate) async fn head(
     // An open stream is described right here (a look at memory); the rest goes to a blocking
     // thread, which may load it from disk.
     let expect = expected_incarnation(&parts.headers)?;
-    let info = if let Some(info) = app.store.engine().try_head(&name, expect.as_ref()) {
+    let guard = Guard::from(expect);
+    let info = if let Some(info) = app.store.try_head(&name, &guard) {
         info.map_err(|e| ApiError::Store(e, Op::Read))?
     } else {
         let store = app.store.clone();
-        blocking(Op::Read, move || store.head(&name, &Guard::from(expect))).await?
+        blocking(Op::Read, move || store.head(&name, &guard)).await?
     };
     let mut r = Reply::new(StatusCode::OK)
         .text(header::CONTENT_TYPE, info.content_type)

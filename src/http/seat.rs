@@ -443,7 +443,7 @@ async fn run(tail: Arc<Tail>) {
         return;
     };
     // `None` when the stream cannot be watched (gone): the first pass hands every seat back.
-    let watch = source.app.store.engine().watch(&source.name).ok();
+    let watch = source.app.store.watch(&source.name).ok();
     let mut seats: Vec<Arc<Seat>> = Vec::new();
     let mut frames = Vec::new();
     let mut wake = Vec::new();
@@ -452,7 +452,7 @@ async fn run(tail: Arc<Tail>) {
         let mut pass = Pass {
             tail: &tail,
             source,
-            now: watch.as_ref().and_then(crate::engine::Watch::tail),
+            now: watch.as_ref().and_then(crate::Watch::tail),
             at: Instant::now(),
             interval: interval_at(SystemTime::now()),
             frames: std::mem::take(&mut frames),

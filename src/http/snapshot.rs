@@ -215,7 +215,9 @@ pub(crate) async fn delete_snapshot(
         name,
         &parts.headers,
         Op::Snapshot,
-        move |store, name, expect| store.engine().delete_snapshot(name, offset, expect),
+        move |store, name, expect| {
+            store.delete_snapshot(name, offset, &crate::Guard::from(expect.cloned()))
+        },
     )
     .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT).empty())

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 use tokio::time::{Instant, Sleep};
 
-use crate::engine::Watch;
+use crate::Watch;
 use crate::headers::{InvalidHeader, parse_read_from};
 use crate::name::Digits;
 use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
@@ -668,7 +668,6 @@ pub(super) async fn respond(
     let encoding = encoding_for(&first.content_type);
     let watch = app
         .store
-        .engine()
         .watch(&name)
         .map_err(|e| ApiError::Store(e, Op::Read))?;
     let tail = app.tails.join(&name, &first.incarnation);

@@ -448,7 +448,6 @@ impl Ctx {
                 Op::Create,
             ));
         }
-        super::webhook::kick(&self.app);
         let status = if created {
             StatusCode::CREATED
         } else {
@@ -568,10 +567,14 @@ impl Ctx {
         let store = self.app.store.clone();
         let id = self.id.clone();
         let outcome = blocking(Op::Read, move || {
-            store.engine().ack(&id, generation, &wake_id, &acks, done)
+            let wake = crate::subscription::WakeRef {
+                subscription: &id,
+                generation,
+                wake_id: &wake_id,
+            };
+            store.ack(wake, &acks, done)
         })
         .await?;
-        super::webhook::kick(&self.app);
         Ok(json_response(
             StatusCode::OK,
             &json!({"ok": true, "next_wake": outcome.next_wake}),
@@ -610,7 +613,11 @@ impl Ctx {
         let store = self.app.store.clone();
         let id = self.id.clone();
         blocking(Op::Read, move || {
-            store.engine().release(&id, generation, &wake_id)
+            store.release(crate::subscription::WakeRef {
+                subscription: &id,
+                generation,
+                wake_id: &wake_id,
+            })
         })
         .await?;
         Ok(no_content())

@@ -11,19 +11,19 @@
 //! runs on an append's path, so a slow or dead receiver delays only its own subscription, and
 //! costs at most one request body and one connection.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::engine::subscription::{WebhookJob, WebhookResult};
 use crate::state::now_ms;
+use crate::subscription::{WebhookJob, WebhookResult};
 
 use super::AppState;
 use super::keys::{Keys, TOKEN_LIFETIME_MS};
 use super::subscriptions::wake_streams;
-use crate::Store;
+use crate::{Store, WeakStore};
 
 /// Webhook requests in flight at once, across all subscriptions: 32.
 pub(crate) const MAX_IN_FLIGHT: usize = 32;
@@ -32,22 +32,17 @@ pub(crate) const MAX_RESPONSE: usize = 64 << 10;
 /// How often the delivery loop looks for due retries when nothing wakes it.
 const POLL: Duration = Duration::from_millis(250);
 
-/// Tells the delivery loop to look for due wakes now.
-pub(crate) fn kick(app: &AppState) {
-    app.store.engine().subscriptions_changed();
-}
-
 /// What the delivery tasks share. The store is held weakly, so a dropped router or server lets
 /// the store close (the loop then ends); each engine call upgrades it for the call's length.
 #[derive(Clone)]
 struct Ctx {
-    store: Weak<crate::engine::Engine>,
+    store: WeakStore,
     keys: Arc<Result<Keys, String>>,
 }
 
 impl Ctx {
     fn store(&self) -> Option<Store> {
-        Store::upgrade(&self.store)
+        self.store.upgrade()
     }
 }
 
@@ -78,10 +73,10 @@ async fn run(ctx: Ctx, timeout: Duration, mut shutdown: tokio::sync::watch::Rece
         let Some(store) = ctx.store() else {
             return;
         };
-        let listener = store.engine().subscription_event().listen();
+        let listener = store.subscription_change();
         // With no subscription at all there is nothing to look for (one atomic load).
-        let jobs = if store.engine().subscriptions_active() {
-            tokio::task::spawn_blocking(move || store.engine().take_webhook_jobs())
+        let jobs = if store.has_subscriptions() {
+            tokio::task::spawn_blocking(move || store.take_webhook_jobs())
                 .await
                 .unwrap_or_default()
         } else {
@@ -158,12 +153,7 @@ async fn deliver(ctx: Ctx, client: reqwest::Client, permits: Arc<Semaphore>, job
     let Some(store) = ctx.store() else {
         return;
     };
-    let recorded = tokio::task::spawn_blocking(move || {
-        let recorded = store.engine().webhook_result(&w, result);
-        store.engine().subscriptions_changed();
-        recorded
-    })
-    .await;
+    let recorded = tokio::task::spawn_blocking(move || store.record_webhook(&w, result)).await;
     if let Ok(Err(e)) = recorded {
         tracing::warn!(error = %e, "recording a webhook result failed");
     }
@@ -177,13 +167,9 @@ async fn attempt(ctx: &Ctx, client: &reqwest::Client, job: &WebhookJob) -> (Webh
         return failed("the store is closed".into());
     };
     let w = job.wake.clone();
-    let current = tokio::task::spawn_blocking(move || {
-        store
-            .engine()
-            .wake_is_current(&w.subscription, w.generation, &w.wake_id)
-    })
-    .await
-    .unwrap_or(false);
+    let current = tokio::task::spawn_blocking(move || store.wake_is_current(&w))
+        .await
+        .unwrap_or(false);
     if !current {
         return failed("the wake is no longer current".into());
     }

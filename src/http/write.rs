@@ -7,14 +7,13 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use bytes::Bytes;
 
-use crate::engine::Attempt;
 use crate::headers::{
     parse_closed, parse_expires_at, parse_offset, parse_producer, parse_stream_seq,
     parse_sub_offset, parse_ttl,
 };
 use crate::{
-    AppendRequest, AppendStatus, CreateOptions, Expiry, ForkFrom, Guard, StreamName,
-    normalize_content_type,
+    AppendRequest, AppendStatus, Commit, CreateOptions, Expiry, ForkFrom, Guard, StreamName,
+    TryAppend, normalize_content_type,
 };
 
 use super::body::{Held, read_body};
@@ -237,36 +236,23 @@ pub(crate) async fn append(
         expect,
     };
     // An append to an open stream needs no disk work before its durability wait, so it runs on
-    // this worker; the engine hands the request back when it would block (opening the stream,
+    // this worker; the store hands the request back when it would block (opening the stream,
     // expiry, a large body), and then it goes to a blocking thread.
-    let pending = match app.store.engine().try_append(&name, req) {
-        Attempt::Accepted(p) => p,
-        Attempt::Refused(e, ticket) => {
-            if let Some(t) = ticket {
-                t.wait_async()
-                    .await
-                    .map_err(|e| ApiError::Store(e, Op::Append))?;
-            }
-            return Err(ApiError::Store(e, Op::Append));
-        }
-        Attempt::Blocking(req) => {
+    let pending = match app.store.try_append(&name, req) {
+        TryAppend::Done(p) => p,
+        TryAppend::WouldBlock(req) => {
             let store = app.store.clone();
             blocking(Op::Append, move || store.submit_append(&name, req)).await?
         }
     };
-    // Buffered mode: the first writer to wait commits the whole queue on its own thread. With
-    // other connections open that may be writing, let their appends that are ready on this
-    // worker enqueue first, so one journal write and one write per stream carry all of them.
-    // On the only such connection an append commits at once: live readers (SSE, long-polls at
-    // the tail) send no appends, and a writer to a stream with a thousand SSE subscribers
-    // would otherwise wait for the fan-out of the last append before its own is written.
-    if app.store.options().durability() == crate::Durability::Buffered
-        && app
-            .connections
-            .load(Ordering::Relaxed)
-            .saturating_sub(app.edge.live_readers.load(Ordering::Relaxed))
-            > 1
-    {
+    // The writers that might join this append's batch: every open connection but the live
+    // readers (SSE, long-polls at the tail), which send no appends. The store's group-commit
+    // policy says whether to let them enqueue first.
+    let writers = app
+        .connections
+        .load(Ordering::Relaxed)
+        .saturating_sub(app.edge.live_readers.load(Ordering::Relaxed));
+    if app.store.commit_hint(writers) == Commit::Batch {
         tokio::task::yield_now().await;
     }
     let outcome = pending

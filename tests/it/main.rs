@@ -65,6 +65,7 @@ mod ops_logs;
 mod ops_support;
 mod power_loss;
 mod regressions;
+mod store_api;
 mod subscriptions;
 #[cfg(feature = "http")]
 mod subscriptions_http;

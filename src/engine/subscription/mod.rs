@@ -17,18 +17,36 @@
 //!
 //! Lock order: `state` is taken before any stream lock (appends to the system stream and to
 //! wake streams are made while holding it); [`Hook`]'s queue is a leaf.
+//!
+//! This module holds the state (`Sub`, `State`), its records and their recovery, and
+//! creating, linking and deleting subscriptions; the rest by behaviour:
+//!
+//! | module | what |
+//! |---|---|
+//! | `hook` | the append path's view: whether any subscription exists, the touched-stream queue |
+//! | `thread` | the subscription thread: new links, lease expiry, issuing and announcing wakes |
+//! | `lease` | the pull-wake worker's calls: claim, ack, release, wait for work |
+//! | `delivery` | webhook delivery state: due jobs, results, the retry schedule |
+//! | `codec` | the system stream's JSON records and snapshot |
+//! | `glob` | stream patterns: `*`, `**`, literal prefixes |
 
 mod codec;
+mod delivery;
 pub(crate) mod glob;
+mod hook;
+mod lease;
+mod thread;
+
+pub(crate) use hook::Hook;
+use thread::subscription_thread;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use event_listener::Listener;
-use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
-use serde_json::{Value, json};
+use parking_lot::{Mutex, MutexGuard};
+use serde_json::Value;
 
 use super::Engine;
 use crate::error::{Error, Result};
@@ -36,8 +54,8 @@ use crate::name::ReadFrom;
 use crate::name::{Offset, StreamName};
 use crate::state::now_ms;
 use crate::subscription::{
-    AckOutcome, DeliveryKind, Link, LinkType, MAX_LEASE_TTL, MAX_SUBSCRIPTION_ID_LEN,
-    MIN_LEASE_TTL, SubscriptionConfig, SubscriptionInfo, SubscriptionStatus, Wake, WakeStream,
+    DeliveryKind, Link, LinkType, MAX_LEASE_TTL, MAX_SUBSCRIPTION_ID_LEN, MIN_LEASE_TTL,
+    SubscriptionConfig, SubscriptionInfo, SubscriptionStatus, Wake, WakeStream,
 };
 use crate::types::{AppendRequest, CreateOptions, ReadRequest};
 
@@ -50,118 +68,6 @@ const TICK: Duration = Duration::from_millis(100);
 /// After a pass over published streams, how long the subscription thread lets the next ones
 /// gather before it looks again (a wake follows an append by at most about this much).
 const LINGER: Duration = Duration::from_millis(5);
-#[cfg(feature = "http")]
-/// The first webhook retry waits 1 s; each later one twice as long, up to 60 s (PROTOCOL.md 7.1),
-/// each with up to 20% jitter either way.
-const RETRY_FIRST_MS: u64 = 1000;
-#[cfg(feature = "http")]
-/// The longest wait between webhook retries.
-const RETRY_MAX_MS: u64 = 60_000;
-
-/// The append path's view of subscriptions: whether any exist, which streams can concern one,
-/// and the streams published since the subscription thread last looked.
-pub(crate) struct Hook {
-    active: AtomicBool,
-    filter: RwLock<Filter>,
-    queue: Mutex<HookQueue>,
-    cv: Condvar,
-}
-
-/// The streams a publish can concern: every linked stream, and every stream under a pattern's
-/// literal prefix (the thread matches the pattern itself).
-#[derive(Default)]
-struct Filter {
-    names: HashSet<StreamName>,
-    prefixes: Vec<String>,
-}
-
-#[derive(Default)]
-struct HookQueue {
-    touched: HashSet<StreamName>,
-    stop: bool,
-    /// The thread waits on `cv`: only then does a touch notify it.
-    sleeping: bool,
-}
-
-impl Hook {
-    /// A hook with no subscriptions.
-    pub(crate) fn new() -> Arc<Hook> {
-        Arc::new(Hook {
-            active: AtomicBool::new(false),
-            filter: RwLock::new(Filter::default()),
-            queue: Mutex::new(HookQueue::default()),
-            cv: Condvar::new(),
-        })
-    }
-
-    /// Called by a committer for each stream a batch published. While no subscription exists
-    /// that is one relaxed load; otherwise a stream no subscription can concern costs a read
-    /// lock, a hash lookup and the pattern prefixes; one that can is queued for the
-    /// subscription thread, which is woken only if it sleeps (so a burst of appends wakes it once).
-    #[inline]
-    pub(crate) fn touched(&self, name: &StreamName) {
-        if self.active.load(Ordering::Relaxed) {
-            self.touched_active(name);
-        }
-    }
-
-    /// [`Hook::touched`] while subscriptions exist.
-    fn touched_active(&self, name: &StreamName) {
-        if name.as_str().starts_with("__ds/") {
-            return;
-        }
-        {
-            let f = self.filter.read();
-            if !f.names.contains(name)
-                && !f
-                    .prefixes
-                    .iter()
-                    .any(|p| name.as_str().starts_with(p.as_str()))
-            {
-                return;
-            }
-        }
-        let mut q = self.queue.lock();
-        q.touched.insert(name.clone());
-        if q.sleeping {
-            self.cv.notify_one();
-        }
-    }
-
-    /// Rebuilds the filter from every subscription.
-    fn refresh(&self, subs: &BTreeMap<String, Sub>) {
-        let mut f = Filter::default();
-        for sub in subs.values() {
-            f.names.extend(sub.links.keys().cloned());
-            if let Some(p) = &sub.config.pattern {
-                f.prefixes
-                    .push(format!("{}{}", sub.config.root, glob::literal_prefix(p)));
-            }
-        }
-        *self.filter.write() = f;
-        self.active.store(!subs.is_empty(), Ordering::Relaxed);
-    }
-
-    /// Tells the subscription thread to stop.
-    pub(crate) fn stop(&self) {
-        self.queue.lock().stop = true;
-        self.cv.notify_all();
-    }
-
-    /// Waits up to `TICK` for touched names; `None` once stopped.
-    fn wait(&self) -> Option<Vec<StreamName>> {
-        let mut q = self.queue.lock();
-        if q.touched.is_empty() && !q.stop {
-            q.sleeping = true;
-            self.cv.wait_for(&mut q, TICK);
-            q.sleeping = false;
-        }
-        if q.stop {
-            return None;
-        }
-        Some(q.touched.drain().collect())
-    }
-}
 
 /// One linked stream's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,32 +105,6 @@ pub(super) struct Sub {
     failed: bool,
     attempts: u32,
     next_attempt_at: u64,
-}
-
-#[cfg(feature = "http")]
-/// What a webhook delivery task needs: the wake and where it goes.
-#[derive(Clone, Debug)]
-pub(crate) struct WebhookJob {
-    /// The receiver.
-    pub(crate) url: String,
-    /// The wake to deliver.
-    pub(crate) wake: Wake,
-    /// The subscription's root (paths in the body are relative to it).
-    pub(crate) root: String,
-    /// The base URL callbacks are addressed at.
-    pub(crate) base_url: Option<String>,
-}
-
-#[cfg(feature = "http")]
-/// How a webhook delivery attempt ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WebhookResult {
-    /// 2xx with `{"done": true}`: ack the snapshot's tails.
-    Done,
-    /// 2xx otherwise: the receiver took the wake and will call back.
-    Accepted,
-    /// No 2xx in time: retry later.
-    Failed,
 }
 
 /// The subscriptions of a store.
@@ -283,20 +163,6 @@ fn new_wake_id(st: &mut State, sub: &str) -> String {
     h.update(std::process::id().to_le_bytes());
     h.update(sub.as_bytes());
     format!("w_{}", super::hex(&h.finalize()[..12]))
-}
-
-#[cfg(feature = "http")]
-/// The delay before retry number `attempts` (1-based): 1 s doubling to 60 s, jittered by up
-/// to 20% either way (the jitter comes from the wall clock's nanoseconds).
-fn retry_delay_ms(attempts: u32) -> u64 {
-    let base = RETRY_FIRST_MS
-        .saturating_mul(1u64 << attempts.saturating_sub(1).min(16))
-        .min(RETRY_MAX_MS);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
-    let spread = base / 5;
-    base - spread + nanos % (2 * spread + 1)
 }
 
 /// Checks a configuration before it is stored.
@@ -415,28 +281,15 @@ impl Sub {
 }
 
 impl Engine {
-    /// The data directory.
-    #[cfg(feature = "http")]
-    pub(crate) fn root(&self) -> &std::path::Path {
-        &self.root
+    /// A future that resolves at the next change: a wake issued, delivered or cleared, a
+    /// subscription created or deleted. Registered now, so no change after this call is missed.
+    pub(crate) fn subscription_change(&self) -> event_listener::EventListener {
+        self.subs.changed.listen()
     }
 
-    /// Notified whenever a wake is issued, delivered or cleared.
-    #[cfg(feature = "http")]
-    pub(crate) fn subscription_event(&self) -> &event_listener::Event {
-        &self.subs.changed
-    }
-
-    /// Whether any subscription exists.
-    #[cfg(feature = "http")]
-    pub(crate) fn subscriptions_active(&self) -> bool {
+    /// Whether any subscription exists (one relaxed atomic load).
+    pub(crate) fn has_subscriptions(&self) -> bool {
         self.subs.hook.active.load(Ordering::Relaxed)
-    }
-
-    /// Wakes whoever waits on [`Engine::subscription_event`].
-    #[cfg(feature = "http")]
-    pub(crate) fn subscriptions_changed(&self) {
-        self.subs.changed.notify(usize::MAX);
     }
 
     fn subs_state(&self) -> MutexGuard<'_, State> {
@@ -575,138 +428,6 @@ impl Engine {
             .spawn(move || subscription_thread(&weak, &hook, any))?)
     }
 
-    /// One pass of the subscription thread: links `touched` streams that newly match a
-    /// pattern, expires leases, and issues wakes for pending work (`all`: every subscription,
-    /// not only those the touched streams concern).
-    fn subs_tick(&self, touched: &[StreamName], all: bool) {
-        let mut st = self.subs_state();
-        let now = now_ms();
-        let ids: Vec<String> = st.subs.keys().cloned().collect();
-        for id in ids {
-            let Some(sub) = st.subs.get(&id) else {
-                continue;
-            };
-            // Most subscriptions, most of the time, concern none of this: look without copying.
-            let expiring = sub.wake.as_ref().is_some_and(|w| {
-                w.lease_until.is_some_and(|t| t <= now) && (w.holder.is_some() || w.delivered)
-            });
-            let concerned = all
-                || expiring
-                || touched
-                    .iter()
-                    .any(|n| sub.links.contains_key(n) || sub.matches(n));
-            if !concerned {
-                continue;
-            }
-            let mut next = sub.clone();
-            let mut dirty = false;
-            let mut look = all;
-            for name in touched {
-                if next.links.contains_key(name) {
-                    look = true;
-                } else if next.matches(name) && self.tail_of(name).is_some() {
-                    // Created after the subscription: linked at its start.
-                    next.links.insert(
-                        name.clone(),
-                        LinkRec {
-                            explicit: false,
-                            glob: true,
-                            acked: Offset::ZERO,
-                        },
-                    );
-                    dirty = true;
-                    look = true;
-                }
-            }
-            if let Some(w) = &next.wake
-                && w.lease_until.is_some_and(|t| t <= now)
-                && (w.holder.is_some() || w.delivered)
-            {
-                tracing::info!(subscription = %id, generation = next.generation, "lease expired");
-                next.wake = None;
-                dirty = true;
-                look = true;
-            }
-            let mut announce = None;
-            if look && next.wake.is_none() && self.issue_wake(&mut st, &mut next) {
-                dirty = true;
-                announce = Some(next.generation);
-            }
-            if dirty {
-                if let Err(e) = self.save(&mut st, next.clone()) {
-                    tracing::warn!(subscription = %id, error = %e, "saving a subscription failed");
-                    continue;
-                }
-                self.subs.changed.notify(usize::MAX);
-                if announce.is_some() {
-                    self.announce(&next);
-                }
-            }
-        }
-    }
-
-    /// Issues a wake on `sub` (not yet saved) if any linked stream has unacknowledged data;
-    /// `true` when it did.
-    fn issue_wake(&self, st: &mut State, sub: &mut Sub) -> bool {
-        let tails: Vec<(StreamName, Offset)> = sub
-            .links
-            .keys()
-            .filter_map(|n| self.tail_of(n).map(|t| (n.clone(), t)))
-            .collect();
-        let pending = tails
-            .iter()
-            .any(|(n, t)| sub.links.get(n).is_some_and(|l| *t > l.acked));
-        if !pending {
-            return false;
-        }
-        sub.generation += 1;
-        sub.wake = Some(WakeRec {
-            id: new_wake_id(st, &sub.id),
-            tails,
-            holder: None,
-            lease_until: None,
-            delivered: false,
-        });
-        sub.failed = false;
-        sub.attempts = 0;
-        sub.next_attempt_at = 0;
-        true
-    }
-
-    /// After a pull-wake wake is saved: appends its event to the wake stream (a missing wake
-    /// stream is logged; the wake stays claimable).
-    fn announce(&self, sub: &Sub) {
-        let DeliveryKind::PullWake { wake_stream } = &sub.config.delivery else {
-            return;
-        };
-        let Some(w) = &sub.wake else { return };
-        let stream = w
-            .tails
-            .iter()
-            .find(|(n, t)| sub.links.get(n).is_some_and(|l| *t > l.acked))
-            .map_or(String::new(), |(n, _)| {
-                codec::relative(&sub.config.root, n).to_owned()
-            });
-        let event = json!({
-            "type": "wake",
-            "subscription_id": sub.id,
-            "stream": stream,
-            "generation": sub.generation,
-            "wake_id": w.id,
-            "ts": now_ms(),
-        });
-        let sent = self
-            .append(
-                wake_stream,
-                AppendRequest::new(event.to_string()).content_type("application/json"),
-            )
-            .and_then(crate::Pending::wait);
-        if let Err(e) = sent {
-            tracing::warn!(subscription = %sub.id, wake_stream = %wake_stream.as_str(), error = %e,
-                "appending a wake event failed");
-        }
-    }
-
     /// Creates a subscription, or confirms an identical one (`false`); a different one under
     /// the id is [`Error::SubscriptionExists`].
     pub(crate) fn create_subscription(
@@ -756,6 +477,8 @@ impl Engine {
         }
         let info = sub.info();
         self.save(&mut st, sub)?;
+        drop(st);
+        self.subs.changed.notify(usize::MAX);
         Ok((info, true))
     }
 
@@ -848,271 +571,10 @@ impl Engine {
             Ok(())
         })
     }
-
-    /// Claims the pull-wake subscription's work for `worker`: its current wake, or a new one
-    /// when it has pending work. [`Error::AlreadyClaimed`] while another lease runs,
-    /// [`Error::NoPendingWork`] when every linked stream is acknowledged.
-    pub(crate) fn claim(&self, id: &str, worker: &str) -> Result<Wake> {
-        let mut st = self.subs_state();
-        let mut sub = st
-            .subs
-            .get(id)
-            .cloned()
-            .ok_or(Error::SubscriptionNotFound)?;
-        if !matches!(sub.config.delivery, DeliveryKind::PullWake { .. }) {
-            return Err(invalid("only a pull-wake subscription can be claimed"));
-        }
-        let now = now_ms();
-        if let Some(w) = &sub.wake
-            && let (Some(holder), Some(until)) = (&w.holder, w.lease_until)
-        {
-            if until > now {
-                return Err(Error::AlreadyClaimed {
-                    holder: holder.clone(),
-                    generation: sub.generation,
-                });
-            }
-            // An expired lease the thread has not cleared yet: clear it now.
-            sub.wake = None;
-        }
-        if sub.wake.is_none() && !self.issue_wake(&mut st, &mut sub) {
-            // Save a cleared lease even when nothing is pending.
-            if st.subs.get(id).is_some_and(|s| s.wake.is_some()) {
-                self.save(&mut st, sub)?;
-            }
-            return Err(Error::NoPendingWork);
-        }
-        let tails: Vec<(StreamName, Offset)> = sub
-            .links
-            .keys()
-            .filter_map(|n| self.tail_of(n).map(|t| (n.clone(), t)))
-            .collect();
-        let lease = now + sub.config.lease_ttl.as_millis() as u64;
-        if let Some(w) = sub.wake.as_mut() {
-            w.tails = tails;
-            w.holder = Some(worker.to_owned());
-            w.lease_until = Some(lease);
-        }
-        let wake = sub
-            .wake
-            .as_ref()
-            .map(|w| sub.wake_view(w))
-            .expect("a wake was just set");
-        self.save(&mut st, sub)?;
-        drop(st);
-        self.subs.changed.notify(usize::MAX);
-        Ok(wake)
-    }
-
-    /// Acknowledges offsets for the wake (`generation`, `wake_id`), else [`Error::Fenced`].
-    /// Without `done` it extends the lease (a heartbeat); with `done` it ends the wake and
-    /// issues the next one if work remains. An offset for an unlinked stream, behind the
-    /// acknowledged one or past the tail is [`Error::InvalidAckOffset`] and nothing is applied.
-    pub(crate) fn ack(
-        &self,
-        id: &str,
-        generation: u64,
-        wake_id: &str,
-        acks: &[(StreamName, Offset)],
-        done: bool,
-    ) -> Result<AckOutcome> {
-        self.update(id, |e, st, sub| {
-            let w = sub.fence(generation, wake_id)?;
-            if matches!(sub.config.delivery, DeliveryKind::PullWake { .. }) && w.holder.is_none() {
-                return Err(Error::Fenced);
-            }
-            for (name, offset) in acks {
-                let Some(l) = sub.links.get(name) else {
-                    return Err(Error::InvalidAckOffset(format!(
-                        "{} is not linked to the subscription",
-                        name.as_str()
-                    )));
-                };
-                if *offset < l.acked {
-                    return Err(Error::InvalidAckOffset(format!(
-                        "{offset} is behind the acknowledged offset {}",
-                        l.acked
-                    )));
-                }
-                match e.tail_of(name) {
-                    Some(tail) if *offset <= tail => {}
-                    _ => {
-                        return Err(Error::InvalidAckOffset(format!(
-                            "{offset} is beyond the tail of {}",
-                            name.as_str()
-                        )));
-                    }
-                }
-            }
-            for (name, offset) in acks {
-                if let Some(l) = sub.links.get_mut(name) {
-                    l.acked = *offset;
-                }
-            }
-            if done {
-                sub.wake = None;
-                let next_wake = e.issue_wake(st, sub);
-                Ok(AckOutcome { next_wake })
-            } else {
-                let lease = now_ms() + sub.config.lease_ttl.as_millis() as u64;
-                if let Some(w) = sub.wake.as_mut() {
-                    w.lease_until = Some(lease);
-                }
-                Ok(AckOutcome { next_wake: false })
-            }
-        })
-    }
-
-    /// Gives the wake (`generation`, `wake_id`) back without acknowledging; a new wake follows
-    /// if work remains. A stale wake is [`Error::Fenced`].
-    pub(crate) fn release(&self, id: &str, generation: u64, wake_id: &str) -> Result<()> {
-        self.update(id, |e, st, sub| {
-            sub.fence(generation, wake_id)?;
-            sub.wake = None;
-            e.issue_wake(st, sub);
-            Ok(())
-        })
-    }
-
-    /// Waits until the subscription has a wake nobody holds, up to `timeout`; `false` on
-    /// timeout. [`Error::SubscriptionNotFound`] if it is (or gets) deleted.
-    pub(crate) fn wait_for_work(&self, id: &str, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let listener = self.subs.changed.listen();
-            {
-                let st = self.subs_state();
-                let sub = st.subs.get(id).ok_or(Error::SubscriptionNotFound)?;
-                let now = now_ms();
-                let claimable = sub
-                    .wake
-                    .as_ref()
-                    .is_some_and(|w| w.holder.is_none() || w.lease_until.is_some_and(|t| t <= now));
-                if claimable {
-                    return Ok(true);
-                }
-            }
-            // Leases expire without a notification: look again at least every TICK.
-            let until = deadline.min(Instant::now() + TICK);
-            if listener.wait_deadline(until).is_none() && Instant::now() >= deadline {
-                return Ok(false);
-            }
-        }
-    }
-
-    #[cfg(feature = "http")]
-    /// Webhook wakes due for a delivery attempt now, each marked as being sent.
-    pub(crate) fn take_webhook_jobs(&self) -> Vec<WebhookJob> {
-        let mut st = self.subs_state();
-        let now = now_ms();
-        let mut jobs = Vec::new();
-        let State { subs, sending, .. } = &mut *st;
-        for sub in subs.values() {
-            let DeliveryKind::Webhook { url } = &sub.config.delivery else {
-                continue;
-            };
-            let Some(w) = &sub.wake else { continue };
-            if w.delivered || sub.next_attempt_at > now || sending.contains(&sub.id) {
-                continue;
-            }
-            sending.insert(sub.id.clone());
-            jobs.push(WebhookJob {
-                url: url.clone(),
-                wake: sub.wake_view(w),
-                root: sub.config.root.clone(),
-                base_url: sub.config.base_url.clone(),
-            });
-        }
-        jobs
-    }
-
-    #[cfg(feature = "http")]
-    /// Whether (`id`, `generation`, `wake_id`) is still the subscription's current wake.
-    pub(crate) fn wake_is_current(&self, id: &str, generation: u64, wake_id: &str) -> bool {
-        self.subs_state()
-            .subs
-            .get(id)
-            .is_some_and(|s| s.fence(generation, wake_id).is_ok())
-    }
-
-    #[cfg(feature = "http")]
-    /// Records how a webhook delivery attempt ended (ignored when the wake is no longer
-    /// current, e.g. the subscription was deleted meanwhile).
-    pub(crate) fn webhook_result(&self, wake: &Wake, result: WebhookResult) -> Result<()> {
-        self.subs_state().sending.remove(&wake.subscription);
-        if !self.wake_is_current(&wake.subscription, wake.generation, &wake.wake_id) {
-            return Ok(());
-        }
-        let acks: Vec<(StreamName, Offset)> = wake
-            .streams
-            .iter()
-            .map(|s| (s.stream.clone(), s.tail))
-            .collect();
-        match result {
-            WebhookResult::Done => self
-                .ack(
-                    &wake.subscription,
-                    wake.generation,
-                    &wake.wake_id,
-                    &acks,
-                    true,
-                )
-                .map(|_| ()),
-            WebhookResult::Accepted => self.update(&wake.subscription, |_, _, sub| {
-                sub.failed = false;
-                sub.attempts = 0;
-                let lease = now_ms() + sub.config.lease_ttl.as_millis() as u64;
-                if let Some(w) = sub.wake.as_mut() {
-                    w.delivered = true;
-                    w.lease_until = Some(lease);
-                }
-                Ok(())
-            }),
-            WebhookResult::Failed => self.update(&wake.subscription, |_, _, sub| {
-                sub.failed = true;
-                sub.attempts = sub.attempts.saturating_add(1);
-                sub.next_attempt_at = now_ms() + retry_delay_ms(sub.attempts);
-                Ok(())
-            }),
-        }
-    }
 }
-
-/// The subscription thread: waits for touched streams (or `TICK`), then runs a tick. The first
-/// tick looks at every subscription.
-fn subscription_thread(engine: &Weak<Engine>, hook: &Hook, mut all: bool) {
-    while let Some(touched) = hook.wait() {
-        let Some(engine) = engine.upgrade() else {
-            return;
-        };
-        if engine.subs.hook.active.load(Ordering::Relaxed) || !touched.is_empty() {
-            engine.subs_tick(&touched, all);
-        }
-        all = false;
-        drop(engine);
-        if !touched.is_empty() {
-            // Let the next burst of appends gather (they do not wake a thread that is not
-            // waiting): one pass per LINGER at most while appends keep coming.
-            std::thread::sleep(LINGER);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[cfg(feature = "http")]
-    #[test]
-    fn retry_delays_double_to_a_minute_with_jitter() {
-        for (attempt, base) in [(1, 1000), (2, 2000), (3, 4000), (7, 60_000), (40, 60_000)] {
-            let d = retry_delay_ms(attempt);
-            assert!(
-                d >= base - base / 5 && d <= base + base / 5,
-                "{attempt}: {d}"
-            );
-        }
-    }
 
     #[test]
     fn ids_and_leases_are_validated() {

@@ -29,7 +29,7 @@ async fn live_and_ready_answer_200_on_a_healthy_store() -> TestResult {
 #[tokio::test]
 async fn a_poisoned_shard_makes_the_server_not_ready() -> TestResult {
     let (h, store) = harness_and_store()?;
-    store.engine().poison_for_test();
+    store.poison_for_test();
     let ready = h.get("/__brook/ready", &[]).await;
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(ready.code().as_deref(), Some("POISONED"));

@@ -1,0 +1,480 @@
+//! One segment: its log and its index, the write buffer and held bodies that reach the log
+//! lazily, index entries, the read map, and checking messages against their CRCs on first read.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use memmap2::Mmap;
+
+use crate::error::{Error, Result};
+use crate::fs;
+use crate::name::Offset;
+use crate::state::Body;
+
+use super::mmap::{self, ReadMap};
+use super::{
+    COLD_BLOCK, ColdPiece, ENTRY, FLUSH_AT, IDX_HEADER, IDX_MAGIC, IDX_VERSION, MIN_IDX_ENTRIES,
+    MIN_LOG_CAP, Piece, WRITE_THROUGH, WRITEBACK_AT, idx_path, log_path,
+};
+
+pub(super) struct Segment {
+    pub(super) base: Offset,
+    /// Shared with the read maps, which keep it open for responses still sending their bytes.
+    /// `None` for a cold segment: a sealed one whose log is only in the cold tier (its index
+    /// stays here), read through [`Piece::Cold`].
+    pub(super) log: Option<Arc<File>>,
+    pub(super) log_cap: u64,
+    pub(super) idx: File,
+    /// The index file, read-only: entries reach it by `pwrite` (see `idx_pending`), so a
+    /// checkpoint's sync, which write-protects the pages it writes back, leaves no page for the
+    /// next append to fault on.
+    pub(super) idx_map: Mmap,
+    /// Messages in this segment.
+    pub(super) count: u64,
+    /// Messages whose index entries are in the index file; those of the rest (up to `count`)
+    /// are in `idx_pending`.
+    pub(super) idx_written: u64,
+    /// The encoded index entries of messages `idx_written..count`, written to the index file
+    /// with the log's buffered bytes (`flush`), in one call.
+    pub(super) idx_pending: Vec<u8>,
+    /// Absolute end in bytes.
+    pub(super) end: u64,
+    /// Messages, from the segment's first, whose bytes are known to match their index entry:
+    /// written by this process, or checked against their CRC on first read after an open. Reads
+    /// serve only checked bytes, so a damaged log or index is an error, never wrong data.
+    pub(super) verified: u64,
+    pub(super) read_map: Option<Arc<ReadMap>>,
+    /// The last bytes appended, not yet written to the log file: they end at `end`. The
+    /// journal holds them (an append is acknowledged once its journal record is written), so
+    /// the log is written lazily, in one call for many appends: when [`FLUSH_AT`] bytes have
+    /// gathered, when a read reaches into them, and when a checkpoint rotates the journal
+    /// (before the sync that lets the journal go). Bodies of [`WRITE_THROUGH`] bytes or more
+    /// are written at once (what is buffered first); their index entries wait with the others.
+    pub(super) unwritten: Vec<u8>,
+    /// Bodies of placed appends (`journal::Placed`) that follow `unwritten`, held as they came
+    /// (the request's own buffers) rather than copied: the writer writes them, with
+    /// `unwritten`, in one `pwritev` before it acknowledges their batch. `held_len` is their
+    /// total length.
+    pub(super) held: Vec<Bytes>,
+    pub(super) held_len: u64,
+    /// The log's bytes, from the segment's start, whose write-back was asked for (see
+    /// [`WRITEBACK_AT`]).
+    pub(super) started: u64,
+    /// A range of the log (from, to; from the segment's start) to start writing back, once
+    /// the engine takes it ([`SegmentSet::take_writeback`]).
+    pub(super) writeback: Option<(u64, u64)>,
+}
+
+impl Drop for Segment {
+    /// Writes what is still buffered (the engine's checkpoints flush every stream they record,
+    /// so this matters only to a segment dropped between checkpoints, such as one of a store
+    /// that was shut down without its final checkpoint).
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+impl Segment {
+    /// Creates a segment at `base`: an empty log, unless `keep_log` (replay), which keeps the
+    /// bytes of a log already there for [`SegmentSet::adopt`]; always a new index.
+    pub(super) fn create(dir: &Path, base: Offset, keep_log: bool) -> Result<Segment> {
+        let log = Arc::new(fs::open_create(
+            OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(!keep_log),
+            &log_path(dir, base.bytes),
+        )?);
+        let had = if keep_log { log.metadata()?.len() } else { 0 };
+        if had < MIN_LOG_CAP {
+            fs::set_len(&log, &log_path(dir, base.bytes), MIN_LOG_CAP)?;
+        }
+        let log_cap = had.max(MIN_LOG_CAP);
+        let log = Some(log);
+        let idx = fs::open_create(
+            OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(true),
+            &idx_path(dir, base.bytes),
+        )?;
+        let idx_len = IDX_HEADER + MIN_IDX_ENTRIES * ENTRY;
+        fs::set_len(&idx, &idx_path(dir, base.bytes), idx_len)?;
+        let mut header = [0u8; IDX_HEADER as usize];
+        header[0..4].copy_from_slice(IDX_MAGIC);
+        header[4..8].copy_from_slice(&IDX_VERSION.to_le_bytes());
+        header[8..16].copy_from_slice(&base.messages.to_le_bytes());
+        header[16..24].copy_from_slice(&base.bytes.to_le_bytes());
+        idx.write_all_at(&header, 0)?;
+        let idx_map = mmap::map_index(&idx, idx_len as usize)?;
+        Ok(Segment {
+            base,
+            log,
+            log_cap,
+            idx,
+            idx_map,
+            count: 0,
+            idx_written: 0,
+            idx_pending: Vec::new(),
+            end: base.bytes,
+            verified: 0,
+            read_map: None,
+            unwritten: Vec::new(),
+            held: Vec::new(),
+            held_len: 0,
+            started: 0,
+            writeback: None,
+        })
+    }
+
+    /// Opens a segment's files; `cold_len` is the log's length in the cold tier when the local
+    /// log is missing and the tier holds it (the segment then opens cold).
+    pub(super) fn open(dir: &Path, base_bytes: u64, cold_len: Option<u64>) -> Result<Segment> {
+        let lp = log_path(dir, base_bytes);
+        let ip = idx_path(dir, base_bytes);
+        let open = |p: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => Error::corrupt(p, "segment file is missing"),
+                    _ => e.into(),
+                })
+        };
+        let (log, log_cap) = match (open(&lp), cold_len) {
+            (Ok(f), _) => {
+                let cap = f.metadata()?.len();
+                (Some(Arc::new(f)), cap)
+            }
+            (Err(Error::Corrupt { .. }), Some(len)) => (None, len),
+            (Err(e), _) => return Err(e),
+        };
+        let idx = open(&ip)?;
+        let idx_len = idx.metadata()?.len();
+        if idx_len < IDX_HEADER || !(idx_len - IDX_HEADER).is_multiple_of(ENTRY) {
+            return Err(Error::corrupt(
+                ip,
+                "index length is not a whole number of entries",
+            ));
+        }
+        let idx_map = mmap::map_index(&idx, idx_len as usize)?;
+        let h = &idx_map[..IDX_HEADER as usize];
+        let field = |r: std::ops::Range<usize>| {
+            h.get(r)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        if &h[0..4] != IDX_MAGIC || h[4..8] != IDX_VERSION.to_le_bytes() {
+            return Err(Error::corrupt(ip, "bad index header"));
+        }
+        let base = Offset::new(field(8..16).unwrap_or(0), field(16..24).unwrap_or(u64::MAX));
+        if base.bytes != base_bytes {
+            return Err(Error::corrupt(
+                ip,
+                "index header does not match its file name",
+            ));
+        }
+        Ok(Segment {
+            base,
+            log,
+            log_cap,
+            idx,
+            idx_map,
+            count: 0,
+            idx_written: 0,
+            idx_pending: Vec::new(),
+            end: base_bytes,
+            verified: 0,
+            read_map: None,
+            unwritten: Vec::new(),
+            held: Vec::new(),
+            held_len: 0,
+            started: 0,
+            writeback: None,
+        })
+    }
+
+    /// Index entry `i`'s bytes: from the file, or from `idx_pending` when not written yet.
+    fn entry(&self, i: u64) -> Option<&[u8]> {
+        let (bytes, at) = match i.checked_sub(self.idx_written) {
+            Some(p) => (&self.idx_pending[..], p * ENTRY),
+            None => (&self.idx_map[..], IDX_HEADER + i * ENTRY),
+        };
+        bytes.get(at as usize..(at + ENTRY) as usize)
+    }
+
+    pub(super) fn entry_end(&self, i: u64) -> u64 {
+        self.entry(i)
+            .and_then(|e| e[0..8].try_into().ok())
+            .map_or(u64::MAX, u64::from_le_bytes)
+    }
+
+    pub(super) fn entry_crc(&self, i: u64) -> u32 {
+        self.entry(i)
+            .and_then(|e| e[8..12].try_into().ok())
+            .map_or(0, u32::from_le_bytes)
+    }
+
+    pub(super) fn entry_start(&self, i: u64) -> u64 {
+        if i == 0 {
+            self.base.bytes
+        } else {
+            self.entry_end(i - 1)
+        }
+    }
+
+    /// Messages of this segment that end at or before `pos`.
+    pub(super) fn count_ending_by(&self, pos: u64) -> u64 {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = u64::midpoint(lo, hi);
+            if self.entry_end(mid) <= pos {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    pub(super) fn map_for(&mut self, end: u64) -> Result<Arc<ReadMap>> {
+        let need = end - self.base.bytes;
+        if let Some(m) = &self.read_map
+            && m.len() as u64 >= need
+        {
+            return Ok(m.clone());
+        }
+        let log = self.local_log()?;
+        let m = Arc::new(mmap::map_read(log, self.log_cap as usize)?);
+        self.read_map = Some(m.clone());
+        Ok(m)
+    }
+
+    /// The local log file (a cold segment has none: `Corrupt`, as nothing reads or writes a
+    /// cold segment's log here).
+    pub(super) fn local_log(&self) -> Result<&Arc<File>> {
+        self.log.as_ref().ok_or_else(|| {
+            Error::corrupt(
+                format!("{:020}.log", self.base.bytes),
+                "the segment's log is in the cold tier",
+            )
+        })
+    }
+
+    /// Bytes appended and not yet in the log file: `unwritten`, then `held`.
+    pub(super) fn pending(&self) -> u64 {
+        self.unwritten.len() as u64 + self.held_len
+    }
+
+    /// Appends `body` (its bytes buffered, held (`hold`: a placed append's, see `held`) or
+    /// written through, its index entries buffered) to this segment of the stream in `dir`,
+    /// growing the files as needed.
+    pub(super) fn write(&mut self, dir: &Path, body: &Body, hold: bool) -> Result<()> {
+        let rel = self.end - self.base.bytes;
+        let need = rel + body.data.len() as u64;
+        if need > self.log_cap {
+            let cap = need.next_power_of_two().max(MIN_LOG_CAP);
+            fs::set_len(self.local_log()?, &log_path(dir, self.base.bytes), cap)?;
+            self.log_cap = cap;
+        }
+        if body.data.len() >= WRITE_THROUGH {
+            self.flush_log()?;
+            self.local_log()?.write_all_at(&body.data, rel)?;
+            self.written_to(rel + body.data.len() as u64);
+        } else if hold {
+            self.held.push(body.data.clone());
+            self.held_len += body.data.len() as u64;
+        } else {
+            if !self.held.is_empty() {
+                // Copied bytes go after the held ones: those go first.
+                self.flush_log()?;
+            }
+            if self.unwritten.len() + body.data.len() > self.unwritten.capacity().max(FLUSH_AT) {
+                // This body would take a full buffer past a flush's worth: write what is
+                // buffered first, rather than copy it into a larger buffer (with bodies whose
+                // size does not divide `FLUSH_AT`, a copy of up to 16 KiB per stream after
+                // each checkpoint gave its buffer back).
+                self.flush()?;
+            }
+            let need = self.unwritten.len() + body.data.len();
+            if need > self.unwritten.capacity() {
+                // Room for a few more bodies like this one, or twice the room it had, up to a
+                // flush's worth: bodies of a few KiB are not copied again at every doubling,
+                // and small ones are copied a few times in all before the buffer is written.
+                let want = (4 * body.data.len())
+                    .max(2 * self.unwritten.capacity())
+                    .min(FLUSH_AT + body.data.len())
+                    .max(need);
+                self.unwritten.reserve_exact(want - self.unwritten.len());
+            }
+            self.unwritten.extend_from_slice(&body.data);
+        }
+        self.add_entries(dir, body)
+    }
+
+    /// The index part of an append of `body`, whose bytes are in the log or its buffer from
+    /// `end` on: buffers its index entries and moves `end` past it.
+    pub(super) fn add_entries(&mut self, dir: &Path, body: &Body) -> Result<()> {
+        let n = body.ends.len() as u64;
+        let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
+        if need_idx > self.idx_map.len() as u64 {
+            let len =
+                IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
+            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
+            self.idx_map = mmap::map_index(&self.idx, len as usize)?;
+        }
+        let mut prev = 0usize;
+        for &end in body.ends.iter() {
+            let end = end as usize;
+            let crc = if n == 1 {
+                body.single_crc()
+            } else {
+                crc32fast::hash(body.data.get(prev..end).unwrap_or(&[]))
+            };
+            let mut entry = [0u8; ENTRY as usize];
+            entry[0..8].copy_from_slice(&(self.end + end as u64).to_le_bytes());
+            entry[8..12].copy_from_slice(&crc.to_le_bytes());
+            self.idx_pending.extend_from_slice(&entry);
+            prev = end;
+        }
+        if self.verified == self.count {
+            self.verified += n;
+        }
+        self.count += n;
+        self.end += body.data.len() as u64;
+        // Bodies of many small messages gather more entry bytes than data bytes.
+        if self.unwritten.len() >= FLUSH_AT || self.idx_pending.len() >= FLUSH_AT {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered bytes (`unwritten`, which end at `end`) to the log file, then the
+    /// buffered index entries to the index file: one call each. What fails to be written stays
+    /// buffered.
+    pub(super) fn flush(&mut self) -> Result<()> {
+        self.flush_log()?;
+        if !self.idx_pending.is_empty() {
+            self.idx
+                .write_all_at(&self.idx_pending, IDX_HEADER + self.idx_written * ENTRY)?;
+            self.idx_written = self.count;
+            self.idx_pending.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered bytes to the log file, in one call; the index entries stay buffered
+    /// (a read of the bytes finds their entries in the buffer).
+    pub(super) fn flush_log(&mut self) -> Result<()> {
+        let pending = self.pending();
+        if pending == 0 {
+            return Ok(());
+        }
+        let rel = self.end - self.base.bytes - pending;
+        match (self.unwritten.is_empty(), self.held.as_slice()) {
+            (_, []) => self.local_log()?.write_all_at(&self.unwritten, rel)?,
+            (true, [one]) => self.local_log()?.write_all_at(one, rel)?,
+            (_, held) => {
+                let mut bufs: Vec<&[u8]> = Vec::with_capacity(held.len() + 1);
+                if !self.unwritten.is_empty() {
+                    bufs.push(&self.unwritten);
+                }
+                bufs.extend(held.iter().map(|b| &b[..]));
+                fs::write_all_vectored_at(self.local_log()?, &bufs, rel)?;
+            }
+        }
+        self.unwritten.clear();
+        self.held.clear();
+        self.held_len = 0;
+        self.written_to(self.end - self.base.bytes);
+        Ok(())
+    }
+
+    /// The log holds its bytes up to `end` (from the segment's start): once [`WRITEBACK_AT`]
+    /// of them were not asked for, notes their range for [`SegmentSet::take_writeback`].
+    pub(super) fn written_to(&mut self, end: u64) {
+        if end.saturating_sub(self.started) >= WRITEBACK_AT {
+            let from = self.writeback.map_or(self.started, |(from, _)| from);
+            self.writeback = Some((from, end));
+            self.started = end;
+        }
+    }
+
+    /// The first message of this segment that starts at or after byte position `pos` (its
+    /// index; `count` past the last).
+    fn first_starting_at(&self, pos: u64) -> u64 {
+        let k = self.count_ending_by(pos);
+        if k < self.count && self.entry_start(k) < pos {
+            k + 1
+        } else {
+            k
+        }
+    }
+
+    /// Where cold block `g` of this segment starts: at its first message, the first that
+    /// starts at or after `base + g * COLD_BLOCK` (the segment's end past the last).
+    fn cold_block_start(&self, g: u64) -> u64 {
+        let i = self.first_starting_at(self.base.bytes.saturating_add(g * COLD_BLOCK));
+        if i < self.count {
+            self.entry_start(i)
+        } else {
+            self.end
+        }
+    }
+
+    /// Appends the cold blocks covering `[from, to)` of this (cold) segment to `out`. A message
+    /// belongs to the block its start falls in (`(start - base) / COLD_BLOCK`), so blocks hold
+    /// whole messages, can be checked against the index, and are the same for every read.
+    pub(super) fn cold_pieces(&self, from: u64, to: u64, out: &mut Vec<Piece>) {
+        let mut pos = from;
+        while pos < to {
+            // The message containing `pos`, and the block its start falls in.
+            let i = self.count_ending_by(pos).min(self.count.saturating_sub(1));
+            let g = (self.entry_start(i) - self.base.bytes) / COLD_BLOCK;
+            let start = self.cold_block_start(g);
+            let mut end = self.cold_block_start(g + 1);
+            if end <= pos {
+                end = self.end;
+            }
+            let want = (pos, to.min(end));
+            out.push(Piece::Cold(ColdPiece {
+                seg_base: self.base.bytes,
+                seg_len: self.end - self.base.bytes,
+                block: (start, end),
+                want,
+            }));
+            pos = want.1;
+        }
+    }
+
+    /// Checks, against their index entries, the messages not yet verified that start before `to`.
+    pub(super) fn verify_to(&mut self, to: u64, path: &Path) -> Result<()> {
+        while self.verified < self.count && self.entry_start(self.verified) < to {
+            let i = self.verified;
+            let (start, end) = (self.entry_start(i), self.entry_end(i));
+            if start < self.base.bytes || end <= start || end > self.end {
+                return Err(Error::corrupt(
+                    idx_path(path, self.base.bytes),
+                    format!("index entry {i} is out of order"),
+                ));
+            }
+            let crc = self.entry_crc(i);
+            let map = self.map_for(end)?;
+            let bytes =
+                map.get((start - self.base.bytes) as usize..(end - self.base.bytes) as usize);
+            if bytes.map(crc32fast::hash) != Some(crc) {
+                return Err(Error::corrupt(
+                    log_path(path, self.base.bytes),
+                    format!("message {i} fails its checksum"),
+                ));
+            }
+            self.verified += 1;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,549 @@
+//! A stream's run of segments: create, open and replay, append and roll, reads as views of
+//! the maps (or cold pieces), message boundaries, and retention.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::fs;
+use crate::name::Offset;
+use crate::state::Body;
+
+use super::log::Segment;
+use super::{ENTRY, IDX_HEADER, MapSlice, Piece, idx_path, log_path, parse_log_name};
+
+/// The segments of one stream, from its base (fork point or zero) to its applied end.
+pub(crate) struct SegmentSet {
+    pub(super) dir: PathBuf,
+    pub(super) segs: Vec<Segment>,
+    pub(super) segment_bytes: u64,
+    /// Opened or created by recovery's replay, until [`SegmentSet::end_replay`]: the logs on
+    /// disk past the applied end may hold the bytes of placed appends still to be replayed
+    /// ([`SegmentSet::adopt`]), so they are kept, and a segment created by a roll keeps the log
+    /// already there.
+    pub(super) replaying: bool,
+    /// While `replaying`: the bases of the logs on disk past the last segment, ascending. The
+    /// writer rolled to each of them (at its `segment_bytes`, which may not be this open's), so
+    /// replay rolls exactly there and nowhere else, and finds placed bytes where they were put.
+    pub(super) ahead: Vec<u64>,
+}
+
+/// The bases of the segment logs in `dir` past `after`, ascending.
+fn logs_after(dir: &Path, after: u64) -> Result<Vec<u64>> {
+    let mut bases: Vec<u64> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(parse_log_name))
+        .filter(|&b| b > after)
+        .collect();
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+impl SegmentSet {
+    /// Creates the first segment of a new stream at `base`.
+    pub(crate) fn create(dir: &Path, base: Offset, segment_bytes: u64) -> Result<SegmentSet> {
+        Self::create_as(dir, base, segment_bytes, false)
+    }
+
+    /// Creates the first segment of a stream whose create replay is applying: a log already
+    /// there keeps its bytes, for the placed appends that follow (see `replaying`).
+    pub(crate) fn create_replaying(
+        dir: &Path,
+        base: Offset,
+        segment_bytes: u64,
+    ) -> Result<SegmentSet> {
+        Self::create_as(dir, base, segment_bytes, true)
+    }
+
+    fn create_as(
+        dir: &Path,
+        base: Offset,
+        segment_bytes: u64,
+        replaying: bool,
+    ) -> Result<SegmentSet> {
+        let ahead = if replaying {
+            logs_after(dir, base.bytes)?
+        } else {
+            Vec::new()
+        };
+        Ok(SegmentSet {
+            dir: dir.to_path_buf(),
+            segs: vec![Segment::create(dir, base, replaying)?],
+            segment_bytes,
+            replaying,
+            ahead,
+        })
+    }
+
+    /// Opens a stream's segments, valid from `start` (its base, or the retained start when
+    /// retention may have reclaimed segments) to `end`. `cold` lists the sealed segments the
+    /// cold tier holds, as (base byte position, log length): one whose local log is missing
+    /// opens cold (its index must be here).
+    ///
+    /// Segment files that start at or after `end` (other than the first) hold nothing durable and
+    /// are removed (kept while `replaying`: see [`SegmentSet::end_replay`]); so are those wholly
+    /// before the segment holding `start`, which retention reclaimed (a power loss may keep
+    /// some of those removals and undo others). The last message is checked against its index
+    /// entry.
+    pub(crate) fn open(
+        dir: &Path,
+        start: Offset,
+        end: Offset,
+        segment_bytes: u64,
+        cold: &[(u64, u64)],
+        replaying: bool,
+    ) -> Result<SegmentSet> {
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if let Some(b) = entry.file_name().to_str().and_then(parse_log_name) {
+                bases.push(b);
+            }
+        }
+        bases.extend(cold.iter().map(|c| c.0).filter(|b| *b < end.bytes));
+        bases.sort_unstable();
+        bases.dedup();
+        // The segment holding `start` among those the state knows of (starting before `end`).
+        let first = bases
+            .iter()
+            .rposition(|&b| b <= start.bytes && b < end.bytes)
+            .unwrap_or(0);
+        for &b in &bases[..first] {
+            let _ = fs::remove_file(&log_path(dir, b));
+            let _ = fs::remove_file(&idx_path(dir, b));
+        }
+        let mut segs: Vec<Segment> = Vec::new();
+        for &b in &bases[first..] {
+            if segs.is_empty() || b < end.bytes {
+                let cold_len = cold.iter().find(|c| c.0 == b).map(|c| c.1);
+                segs.push(Segment::open(dir, b, cold_len)?);
+            } else if !replaying {
+                fs::remove_file(&log_path(dir, b))?;
+                let _ = fs::remove_file(&idx_path(dir, b));
+            }
+        }
+        if segs.is_empty() {
+            return Err(Error::corrupt(dir, "stream has no segment"));
+        }
+        let n = segs.len();
+        for i in 0..n {
+            let next = if i + 1 < n { segs[i + 1].base } else { end };
+            let s = &mut segs[i];
+            if next.bytes < s.base.bytes || next.messages < s.base.messages {
+                return Err(Error::corrupt(dir, "segments out of order"));
+            }
+            s.count = next.messages - s.base.messages;
+            s.idx_written = s.count;
+            s.end = next.bytes;
+            let idx_entries = (s.idx_map.len() as u64 - IDX_HEADER) / ENTRY;
+            if s.count > idx_entries || s.end - s.base.bytes > s.log_cap {
+                return Err(Error::corrupt(
+                    idx_path(dir, s.base.bytes),
+                    "index or log shorter than the stream",
+                ));
+            }
+            if s.count > 0 && s.entry_end(s.count - 1) != s.end {
+                return Err(Error::corrupt(
+                    idx_path(dir, s.base.bytes),
+                    "index disagrees with the stream's length",
+                ));
+            }
+        }
+        let ahead = match (replaying, segs.last()) {
+            (true, Some(last)) => logs_after(dir, last.base.bytes)?,
+            _ => Vec::new(),
+        };
+        let mut set = SegmentSet {
+            dir: dir.to_path_buf(),
+            segs,
+            segment_bytes,
+            replaying,
+            ahead,
+        };
+        set.verify_last()?;
+        Ok(set)
+    }
+
+    /// Recovery's replay is over: later rolls start empty logs, and the segment files past the
+    /// last segment (a roll whose placed appends replay did not adopt) are removed.
+    pub(crate) fn end_replay(&mut self) {
+        if !std::mem::take(&mut self.replaying) {
+            return;
+        }
+        self.ahead = Vec::new();
+        let last = self.segs.last().map_or(0, |s| s.base.bytes);
+        for b in logs_after(&self.dir, last).unwrap_or_default() {
+            let _ = fs::remove_file(&log_path(&self.dir, b));
+            let _ = fs::remove_file(&idx_path(&self.dir, b));
+        }
+    }
+
+    /// Checks the newest message's bytes against its index CRC.
+    fn verify_last(&mut self) -> Result<()> {
+        let Some(s) = self.segs.iter_mut().rev().find(|s| s.count > 0) else {
+            return Ok(());
+        };
+        let i = s.count - 1;
+        let (start, end) = (s.entry_start(i), s.end);
+        let crc = s.entry_crc(i);
+        let map = s.map_for(end)?;
+        let range = start
+            .checked_sub(s.base.bytes)
+            .zip(end.checked_sub(s.base.bytes));
+        let bytes = range.and_then(|(a, b)| map.get(a as usize..b as usize));
+        if bytes.map(crc32fast::hash) != Some(crc) {
+            return Err(Error::corrupt(
+                log_path(&self.dir, s.base.bytes),
+                "last message fails its checksum",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The applied end.
+    pub(crate) fn end(&self) -> Offset {
+        self.segs
+            .last()
+            .map(|s| Offset::new(s.base.messages + s.count, s.end))
+            .unwrap_or_default()
+    }
+
+    /// Appends a body at the end; `start` must be the current end.
+    pub(crate) fn append(&mut self, start: Offset, body: &Body) -> Result<()> {
+        self.append_as(start, body, false)
+    }
+
+    /// Appends a placed body (see `journal::Placed`) at the end: as [`SegmentSet::append`], but
+    /// its bytes are held, not copied, and reach the log at the next
+    /// [`SegmentSet::write_placed`], which the writer calls before it acknowledges the batch.
+    pub(crate) fn append_placed(&mut self, start: Offset, body: &Body) -> Result<()> {
+        self.append_as(start, body, true)
+    }
+
+    fn append_as(&mut self, start: Offset, body: &Body, hold: bool) -> Result<()> {
+        self.check_start(start)?;
+        if body.data.is_empty() {
+            return Ok(());
+        }
+        self.roll_if_full(start)?;
+        match self.segs.last_mut() {
+            Some(s) => s.write(&self.dir, body, hold),
+            None => Err(Error::corrupt(&self.dir, "stream has no segment")),
+        }
+    }
+
+    /// Writes the buffered bytes to the log if placed bodies are held among them (one call for
+    /// all the stream's placed appends in a batch); the index entries stay buffered. Held bodies
+    /// can only be in the last segment: a roll, a copied body and a read write them first.
+    pub(crate) fn write_placed(&mut self) -> Result<()> {
+        match self.segs.last_mut() {
+            Some(s) if !s.held.is_empty() => s.flush_log(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Replay: takes the `placed.len` bytes at the end of the log as the body of a placed
+    /// append at `start` whose message ends are `ends`, if they are there and match
+    /// `placed.crc`: appends their index entries and returns the body (its bytes read back).
+    /// `None` when the log does not hold them (the process died before it wrote them; after a
+    /// power loss, their pages never reached the disk): the stream ends before this append.
+    pub(crate) fn adopt(
+        &mut self,
+        start: Offset,
+        ends: &[u32],
+        placed: crate::journal::Placed,
+    ) -> Result<Option<Body>> {
+        self.check_start(start)?;
+        self.roll_if_full(start)?;
+        let (dir, segs) = (&self.dir, &mut self.segs);
+        let Some(s) = segs.last_mut() else {
+            return Err(Error::corrupt(dir, "stream has no segment"));
+        };
+        // Bytes replayed from the journal before this append go to the log first, so the log
+        // is written up to `end`.
+        s.flush_log()?;
+        let rel = s.end - s.base.bytes;
+        let len = u64::from(placed.len);
+        if rel + len > s.log_cap {
+            return Ok(None);
+        }
+        let mut data = vec![0u8; placed.len as usize];
+        if s.local_log()?.read_exact_at(&mut data, rel).is_err()
+            || crc32fast::hash(&data) != placed.crc
+        {
+            return Ok(None);
+        }
+        let body = Body::new(Bytes::from(data), ends.to_vec());
+        if ends.len() == 1 {
+            let _ = body.crc.set(placed.crc);
+        }
+        s.add_entries(dir, &body)?;
+        s.written_to(rel + len);
+        Ok(Some(body))
+    }
+
+    fn check_start(&self, start: Offset) -> Result<()> {
+        if start != self.end() {
+            return Err(Error::corrupt(
+                &self.dir,
+                format!("append at {start} but the stream ends at {}", self.end()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts a new segment at `start` (the end) once the last one is full; while
+    /// `replaying`, where the writer did (see `ahead`), keeping the bytes of the log there.
+    fn roll_if_full(&mut self, start: Offset) -> Result<()> {
+        let roll = if self.replaying {
+            self.ahead.retain(|&b| b >= start.bytes);
+            self.ahead.first() == Some(&start.bytes)
+                && self.segs.last().is_some_and(|s| s.base.bytes < start.bytes)
+        } else {
+            self.segs
+                .last()
+                .is_some_and(|s| s.count > 0 && s.end - s.base.bytes >= self.segment_bytes)
+        };
+        if roll {
+            self.flush()?;
+            let seg = Segment::create(&self.dir, start, self.replaying)?;
+            self.segs.push(seg);
+        }
+        Ok(())
+    }
+
+    /// The last segment's log and the range of it written since its write-back was last asked
+    /// for, once that is [`WRITEBACK_AT`] or more (absolute file offsets in the log).
+    pub(crate) fn take_writeback(&mut self) -> Option<(Arc<File>, u64, u64)> {
+        let seg = self.segs.last_mut()?;
+        let (from, to) = seg.writeback.take()?;
+        Some((seg.log.clone()?, from, to - from))
+    }
+
+    /// Writes the bytes appended since the last flush to the log file, and gives the write
+    /// buffer's memory back. Appends are buffered (see `Segment::unwritten`); reads flush what
+    /// they need themselves, and a checkpoint flushes before it syncs the file system.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        match self.segs.last_mut() {
+            Some(s) => {
+                s.flush()?;
+                s.unwritten = Vec::new();
+                s.idx_pending = Vec::new();
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Views of the bytes in `[from, to)`, without copying, and the cold tier's blocks for the
+    /// parts in cold segments (to fetch without this set's lock: see [`Piece::Cold`]). Fails
+    /// with `None` when part of the range is not held (reclaimed by retention).
+    pub(crate) fn read(&mut self, from: u64, to: u64) -> Result<Option<Vec<Piece>>> {
+        let mut out = Vec::new();
+        let mut pos = from;
+        for s in &mut self.segs {
+            if pos >= to {
+                break;
+            }
+            if s.end <= pos || s.base.bytes >= to {
+                continue;
+            }
+            if s.base.bytes > pos {
+                return Ok(None);
+            }
+            let end = to.min(s.end);
+            if s.log.is_none() {
+                s.cold_pieces(pos, end, &mut out);
+                pos = end;
+                continue;
+            }
+            if end > s.end - s.pending() {
+                // A read is served from the log's map: the bytes it reaches must be in the file
+                // (their index entries need not: they are read from the buffer).
+                s.flush_log()?;
+            }
+            s.verify_to(end, &self.dir)?;
+            let map = s.map_for(end)?;
+            let (a, b) = ((pos - s.base.bytes) as usize, (end - s.base.bytes) as usize);
+            if b > map.len() {
+                return Err(Error::corrupt(
+                    log_path(&self.dir, s.base.bytes),
+                    "log shorter than its index",
+                ));
+            }
+            out.push(Piece::Local(Bytes::from_owner(MapSlice {
+                map,
+                start: a,
+                end: b,
+            })));
+            pos = end;
+        }
+        Ok((pos >= to).then_some(out))
+    }
+
+    /// [`SegmentSet::read`] of a range with no cold segment in it, as plain views (tests).
+    #[cfg(test)]
+    pub(crate) fn read_local(&mut self, from: u64, to: u64) -> Result<Option<Vec<Bytes>>> {
+        Ok(self.read(from, to)?.map(|v| {
+            v.into_iter()
+                .map(|p| match p {
+                    Piece::Local(b) => b,
+                    Piece::Cold(c) => panic!("unexpected cold piece {c:?}"),
+                })
+                .collect()
+        }))
+    }
+
+    /// Whether reading `[from, to)` needs no message checked against its checksum first, so the
+    /// read touches no data pages (and can run where blocking is not allowed).
+    pub(crate) fn verified(&self, from: u64, to: u64) -> bool {
+        self.segs
+            .iter()
+            .filter(|s| s.end > from && s.base.bytes < to)
+            .all(|s| s.log.is_some() && (s.verified >= s.count || s.entry_start(s.verified) >= to))
+    }
+
+    #[cfg(feature = "tier")]
+    /// Turns the sealed segment at byte position `base` cold: its log is in the cold tier and
+    /// is about to leave the disk, so this set lets go of the file and its map (views already
+    /// handed out keep theirs). False if no such sealed segment is here.
+    pub(crate) fn make_cold(&mut self, base: u64) -> bool {
+        let n = self.segs.len();
+        match self
+            .segs
+            .iter_mut()
+            .take(n.saturating_sub(1))
+            .find(|s| s.base.bytes == base)
+        {
+            Some(s) => {
+                s.log = None;
+                s.read_map = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[cfg(feature = "tier")]
+    /// Checks the bytes of a cold block (`block` as [`Piece::Cold`] named it, fetched from the
+    /// tier) against the index entries of its messages: `Corrupt` if any differs or the block
+    /// is not the length the index says.
+    pub(crate) fn check_block(&self, seg_base: u64, block: (u64, u64), bytes: &[u8]) -> Result<()> {
+        let bad = |why: &str| Error::corrupt(log_path(&self.dir, seg_base), why.to_owned());
+        let s = self
+            .segs
+            .iter()
+            .find(|s| s.base.bytes == seg_base)
+            .ok_or_else(|| bad("the segment of a cold block is gone"))?;
+        if bytes.len() as u64 != block.1 - block.0 {
+            return Err(bad("a cold block has the wrong length"));
+        }
+        let mut i = s.count_ending_by(block.0);
+        while i < s.count && s.entry_end(i) <= block.1 {
+            let (a, b) = (s.entry_start(i) - block.0, s.entry_end(i) - block.0);
+            let got = bytes.get(a as usize..b as usize).map(crc32fast::hash);
+            if got != Some(s.entry_crc(i)) {
+                return Err(bad(&format!("cold message {i} fails its checksum")));
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn seg_for(&self, pos: u64) -> Option<&Segment> {
+        self.segs.iter().rev().find(|s| s.base.bytes <= pos)
+    }
+
+    /// The offset of byte position `pos`: the messages that end at or before it.
+    pub(crate) fn offset_at(&self, pos: u64) -> Offset {
+        match self.seg_for(pos) {
+            Some(s) => Offset::new(s.base.messages + s.count_ending_by(pos), pos),
+            None => Offset::new(0, pos),
+        }
+    }
+
+    /// Whether `pos` is a message boundary (or the segment set's start).
+    pub(crate) fn is_boundary(&self, pos: u64) -> bool {
+        match self.seg_for(pos) {
+            Some(s) if pos == s.base.bytes => true,
+            Some(s) => {
+                let k = s.count_ending_by(pos);
+                k > 0 && s.entry_end(k - 1) == pos
+            }
+            None => false,
+        }
+    }
+
+    /// The largest message boundary in `(from, limit]`, or, if none, the end of the message that
+    /// contains `from` (so a read always makes progress by whole messages).
+    pub(crate) fn boundary_for_read(&self, from: u64, limit: u64) -> u64 {
+        let end = self.end().bytes;
+        let limit = limit.min(end);
+        if let Some(s) = self.seg_for(limit) {
+            let k = s.count_ending_by(limit);
+            let b = if k > 0 {
+                s.entry_end(k - 1)
+            } else {
+                s.base.bytes
+            };
+            if b > from {
+                return b;
+            }
+        }
+        self.next_boundary_after(from).unwrap_or(end)
+    }
+
+    /// The first message end strictly after `pos`.
+    pub(crate) fn next_boundary_after(&self, pos: u64) -> Option<u64> {
+        let s = self.seg_for(pos)?;
+        let k = s.count_ending_by(pos);
+        if k < s.count {
+            return Some(s.entry_end(k));
+        }
+        self.segs
+            .iter()
+            .find(|n| n.base.bytes > pos && n.count > 0)
+            .map(|n| n.entry_end(0))
+    }
+
+    /// Message boundaries `(start, end)` of the messages inside `[from, to)`.
+    pub(crate) fn message_ranges(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for s in &self.segs {
+            if s.end <= from || s.base.bytes >= to {
+                continue;
+            }
+            let mut i = s.count_ending_by(from);
+            while i < s.count {
+                let (a, b) = (s.entry_start(i), s.entry_end(i));
+                if b > to {
+                    break;
+                }
+                if a >= from {
+                    out.push((a, b));
+                }
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// Drops whole segments that end at or before `earliest` (never the last one) and returns
+    /// their files, to be unlinked once the retention record is durable.
+    pub(crate) fn retain(&mut self, earliest: u64) -> Vec<PathBuf> {
+        let mut gone = Vec::new();
+        while self.segs.len() > 1
+            && self.segs[0].end <= earliest
+            && self.segs[1].base.bytes <= earliest
+        {
+            let s = self.segs.remove(0);
+            gone.push(log_path(&self.dir, s.base.bytes));
+            gone.push(idx_path(&self.dir, s.base.bytes));
+        }
+        gone
+    }
+}

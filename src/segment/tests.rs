@@ -1,0 +1,320 @@
+//! The segment set's unit tests: appends, rolls, reopens, flushes, damage, placed bodies and
+//! cold blocks.
+
+use super::*;
+use crate::name::Offset;
+use crate::state::Body;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+
+fn body(msgs: &[&[u8]]) -> Body {
+    let mut data = Vec::new();
+    let mut ends = Vec::new();
+    for m in msgs {
+        data.extend_from_slice(m);
+        ends.push(data.len() as u32);
+    }
+    Body::new(data.into(), ends)
+}
+
+#[test]
+#[cfg(feature = "tier")]
+fn cold_segments_read_as_whole_message_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 3 << 20).unwrap();
+    let mut expect = Vec::new();
+    // 300-byte messages: a 1 MiB block boundary falls inside one.
+    for i in 0..12_000u32 {
+        let m = format!("{i:0300}");
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+    }
+    set.flush().unwrap();
+    assert!(set.segs.len() > 1);
+    let first_len = set.segs[1].base.bytes;
+    assert!(set.make_cold(0));
+    assert!(
+        !set.make_cold(set.segs[1].base.bytes),
+        "the open segment never goes cold"
+    );
+    let pieces = set.read(10, first_len + 10).unwrap().unwrap();
+    let mut got = Vec::new();
+    let mut blocks = Vec::new();
+    for p in pieces {
+        match p {
+            Piece::Local(b) => got.extend_from_slice(&b),
+            Piece::Cold(c) => {
+                assert_eq!(c.seg_base, 0);
+                assert!(c.block.0 <= c.want.0 && c.want.1 <= c.block.1);
+                assert!(set.is_boundary(c.block.0) && set.is_boundary(c.block.1));
+                let block = &expect[c.block.0 as usize..c.block.1 as usize];
+                set.check_block(0, c.block, block).unwrap();
+                let mut bad = block.to_vec();
+                bad[5] ^= 1;
+                assert!(set.check_block(0, c.block, &bad).is_err());
+                got.extend_from_slice(&expect[c.want.0 as usize..c.want.1 as usize]);
+                blocks.push(c.block);
+            }
+        }
+    }
+    assert_eq!(got, &expect[10..(first_len + 10) as usize]);
+    assert!(blocks.len() >= 3, "{blocks:?}");
+    assert!(blocks.windows(2).all(|w| w[0].1 == w[1].0));
+    assert!(!set.verified(0, 10));
+}
+
+#[test]
+fn append_read_roll_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
+    let mut expect = Vec::new();
+    for i in 0..200u32 {
+        let m = format!("message-{i:05}-").repeat(3);
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+    }
+    assert!(set.segs.len() > 1, "rolled");
+    let end = set.end();
+    assert_eq!(end, Offset::new(200, expect.len() as u64));
+    let got: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, expect);
+    let m = 42u64; // each message is "message-NNNNN-" three times
+    assert!(set.is_boundary(m * 2));
+    assert!(!set.is_boundary(m * 2 + 1));
+    assert_eq!(set.offset_at(m * 5), Offset::new(5, m * 5));
+    assert_eq!(set.offset_at(m * 5 + 3), Offset::new(5, m * 5 + 3));
+    assert_eq!(set.boundary_for_read(0, 100), 84);
+    assert_eq!(set.boundary_for_read(0, 10), 42);
+    assert_eq!(
+        set.message_ranges(42, 168),
+        vec![(42, 84), (84, 126), (126, 168)]
+    );
+    let late = 150 * m;
+    assert!(set.is_boundary(late));
+    assert_eq!(set.offset_at(late + 1), Offset::new(150, late + 1));
+    assert_eq!(set.next_boundary_after(late + 1), Some(late + m));
+    drop(set);
+    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096, &[], false).unwrap();
+    let got: Vec<u8> = set.read_local(100, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, &expect[100..]);
+    // Reopening at an earlier end (a checkpoint before a crash) drops later segments.
+    let early = Offset::new(10, 420);
+    drop(set);
+    let set = SegmentSet::open(dir.path(), Offset::ZERO, early, 4096, &[], false).unwrap();
+    assert_eq!(set.end(), early);
+    assert_eq!(set.segs.len(), 1);
+}
+
+/// Bodies whose size does not divide `FLUSH_AT` never make the write buffer grow past
+/// a flush's worth (what is buffered is written first instead of copied into a larger
+/// buffer), and every byte still reads back, flushed or not.
+#[test]
+fn the_write_buffer_never_grows_past_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    let mut expect = Vec::new();
+    for (i, size) in [
+        1usize, 4096, 4096, 4096, 4096, 5000, 300, 9000, 4095, 16_383,
+    ]
+    .into_iter()
+    .cycle()
+    .take(60)
+    .enumerate()
+    {
+        let m: Vec<u8> = (0..size).map(|j| (i + j) as u8).collect();
+        set.append(set.end(), &body(&[&m])).unwrap();
+        expect.extend_from_slice(&m);
+        let s = set.segs.last().unwrap();
+        assert!(
+            s.unwritten.capacity() <= FLUSH_AT + size,
+            "capacity {} after a {size} B body",
+            s.unwritten.capacity()
+        );
+        assert!(s.unwritten.len() < FLUSH_AT, "a full buffer is written");
+    }
+    let end = set.end().bytes;
+    let got: Vec<u8> = set.read_local(0, end).unwrap().unwrap().concat();
+    assert_eq!(got, expect);
+    drop(set);
+    let set = SegmentSet::open(
+        dir.path(),
+        Offset::ZERO,
+        Offset::new(60, end),
+        1 << 20,
+        &[],
+        false,
+    );
+    let got: Vec<u8> = set.unwrap().read_local(0, end).unwrap().unwrap().concat();
+    assert_eq!(got, expect, "dropping the set wrote what was buffered");
+}
+
+/// Index entries wait with the buffered bytes and reach the index file at a flush (the map
+/// is read-only), not at a read; boundaries read the same before and after, a body of many
+/// small messages is flushed once its entries fill a buffer, and a reopened set finds every
+/// entry.
+#[test]
+fn index_entries_are_written_at_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    set.append(set.end(), &body(&[b"ab", b"cde"])).unwrap();
+    set.append(set.end(), &body(&[b"f"])).unwrap();
+    let s = set.segs.last().unwrap();
+    assert_eq!(
+        (s.idx_written, s.idx_pending.len()),
+        (0, 3 * ENTRY as usize)
+    );
+    let idx = std::fs::read(idx_path(dir.path(), 0)).unwrap();
+    assert!(
+        idx[IDX_HEADER as usize..].iter().all(|&b| b == 0),
+        "nothing written yet"
+    );
+    let ends = |set: &SegmentSet| (1..=6).filter(|&p| set.is_boundary(p)).collect::<Vec<_>>();
+    assert_eq!(ends(&set), [2, 5, 6]);
+    // A read writes the bytes it serves, not their entries.
+    let got: Vec<u8> = set.read_local(0, 6).unwrap().unwrap().concat();
+    assert_eq!(got, b"abcdef");
+    let s = set.segs.last().unwrap();
+    assert!(s.unwritten.is_empty() && s.idx_pending.len() == 3 * ENTRY as usize);
+    set.flush().unwrap();
+    let s = set.segs.last().unwrap();
+    assert_eq!((s.idx_written, s.idx_pending.len()), (3, 0));
+    assert_eq!(ends(&set), [2, 5, 6]);
+    let idx = std::fs::read(idx_path(dir.path(), 0)).unwrap();
+    let at = IDX_HEADER as usize + 2 * ENTRY as usize;
+    assert_eq!(
+        idx[at..at + 8],
+        6u64.to_le_bytes(),
+        "the third entry ends at 6"
+    );
+    // 4096 one-byte messages: 64 KiB of entries for 4 KiB of data.
+    let many: Vec<&[u8]> = vec![b"x"; 4096];
+    set.append(set.end(), &body(&many)).unwrap();
+    let s = set.segs.last().unwrap();
+    assert!(
+        s.idx_pending.is_empty() && s.idx_written == s.count,
+        "flushed by its entries"
+    );
+    let end = set.end();
+    drop(set);
+    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false).unwrap();
+    assert_eq!(set.end(), Offset::new(4099, 4102));
+    assert!(set.is_boundary(4101) && set.is_boundary(5));
+    let got: Vec<u8> = set.read_local(0, 6).unwrap().unwrap().concat();
+    assert_eq!(got, b"abcdef");
+}
+
+#[test]
+fn a_damaged_last_message_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    set.append(Offset::ZERO, &body(&[b"hello", b"world"]))
+        .unwrap();
+    let end = set.end();
+    drop(set);
+    let log = log_path(dir.path(), 0);
+    let f = OpenOptions::new().write(true).open(&log).unwrap();
+    f.write_all_at(b"W", 5).unwrap();
+    assert!(matches!(
+        SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false),
+        Err(Error::Corrupt { .. })
+    ));
+}
+
+/// Replay adopts a placed body where the writer put it, across a roll the writer made
+/// (whatever segment size this open has), and adopts nothing whose bytes are missing or
+/// differ; once replay is over, the logs past the last segment go.
+#[test]
+fn replay_adopts_placed_bytes_where_the_writer_put_them() {
+    use crate::journal::Placed;
+    let dir = tempfile::tempdir().unwrap();
+    let a = body(&[&[1u8; 3000]]);
+    let b = body(&[&[2u8; 1000], &[3u8; 2500]]);
+    let c = body(&[&[4u8; 5000]]);
+    let placed = |x: &Body| Placed {
+        len: x.data.len() as u32,
+        crc: crc32fast::hash(&x.data),
+    };
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
+    set.append(Offset::ZERO, &a).unwrap();
+    set.flush().unwrap();
+    let after_a = set.end();
+    set.append_placed(after_a, &b).unwrap();
+    set.write_placed().unwrap();
+    let after_b = set.end();
+    // The first segment holds 6500 bytes now: `c` rolls to a second one.
+    set.append_placed(after_b, &c).unwrap();
+    set.write_placed().unwrap();
+    let end = set.end();
+    assert_eq!(set.segs.len(), 2);
+    drop(set);
+    let mut all = a.data.to_vec();
+    all.extend_from_slice(&b.data);
+    all.extend_from_slice(&c.data);
+    for size in [4096, 1 << 20] {
+        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, after_a, size, &[], true).unwrap();
+        let got = set.adopt(after_a, &b.ends, placed(&b)).unwrap();
+        assert_eq!(got.map(|g| g.data), Some(b.data.clone()), "size {size}");
+        let got = set.adopt(after_b, &c.ends, placed(&c)).unwrap();
+        assert_eq!(got.map(|g| g.data), Some(c.data.clone()), "size {size}");
+        assert_eq!((set.end(), set.segs.len()), (end, 2), "size {size}");
+        let read: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
+        assert_eq!(read, all, "size {size}");
+        assert_eq!(set.message_ranges(0, end.bytes).len(), 4);
+    }
+    // Bytes that fail the CRC, or lie past the log's end, are not adopted.
+    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, after_a, 4096, &[], true).unwrap();
+    let wrong = Placed {
+        crc: placed(&b).crc ^ 1,
+        ..placed(&b)
+    };
+    assert!(set.adopt(after_a, &b.ends, wrong).unwrap().is_none());
+    assert_eq!(set.end(), after_a);
+    let past = Placed {
+        len: 1 << 20,
+        crc: 0,
+    };
+    assert!(set.adopt(after_a, &[1 << 20], past).unwrap().is_none());
+    // Replay ended before the roll: its log goes with the end of replay.
+    let rolled = log_path(dir.path(), after_b.bytes);
+    assert!(rolled.exists());
+    set.end_replay();
+    assert!(!rolled.exists());
+    assert!(!idx_path(dir.path(), after_b.bytes).exists());
+}
+
+/// Placed bodies are held, not copied, and written after the bytes copied before them, in
+/// order, whether a read, a copied body, a flush or `write_placed` writes them.
+#[test]
+fn held_placed_bodies_reach_the_log_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    let mut all = Vec::new();
+    let mut at = Offset::ZERO;
+    for k in 0..40u32 {
+        let len = if k % 3 == 0 { 100 } else { 2500 + k as usize };
+        let b = body(&[&vec![(k % 251) as u8; len]]);
+        if k % 3 == 0 {
+            set.append(at, &b).unwrap();
+        } else {
+            set.append_placed(at, &b).unwrap();
+        }
+        all.extend_from_slice(&b.data);
+        at = set.end();
+        if k % 7 == 6 {
+            set.write_placed().unwrap();
+        }
+        if k % 11 == 10 {
+            // A read of everything so far writes what is pending first.
+            let read: Vec<u8> = set.read_local(0, at.bytes).unwrap().unwrap().concat();
+            assert_eq!(read, all, "after body {k}");
+        }
+    }
+    set.write_placed().unwrap();
+    set.flush().unwrap();
+    let log = std::fs::read(log_path(dir.path(), 0)).unwrap();
+    assert_eq!(&log[..all.len()], &all[..]);
+    drop(set);
+    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, at, 1 << 20, &[], false).unwrap();
+    let read: Vec<u8> = set.read_local(0, at.bytes).unwrap().unwrap().concat();
+    assert_eq!(read, all);
+}
