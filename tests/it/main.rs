@@ -71,3 +71,5 @@ mod tier;
 #[cfg(feature = "http")]
 mod tier_s3;
 mod util;
+#[cfg(feature = "http")]
+mod webhook_policy;
