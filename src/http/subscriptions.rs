@@ -368,7 +368,14 @@ impl Ctx {
                 check_webhook_url(url, &config.webhook_allow, lookup, config.webhook_timeout)
                     .await
                     .map_err(|why| {
-                        ApiError::bad_request("WEBHOOK_URL_REJECTED", format!("{url}: {why}"))
+                        // Where to look when a development receiver on loopback is refused.
+                        let hint = if why.starts_with("refused by policy") {
+                            " (the server's --webhook-allow CIDR permits a range)"
+                        } else {
+                            ""
+                        };
+                        let detail = format!("{url}: {why}{hint}");
+                        ApiError::bad_request("WEBHOOK_URL_REJECTED", detail)
                     })?;
                 SubscriptionConfig::webhook(url)
             }
