@@ -232,6 +232,12 @@ struct ServeArgs {
     /// How long a webhook receiver has to answer one delivery (subscriptions), in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     webhook_timeout_ms: u64,
+    /// Let webhooks reach this address range, which the address policy refuses otherwise
+    /// (loopback, private, link-local, ...): e.g. 127.0.0.0/8 for a receiver on this machine,
+    /// 10.0.0.0/8 inside your network; a bare address is one host (repeatable, or
+    /// comma-separated). Default: public addresses only.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = parse_cidr)]
+    webhook_allow: Vec<ipnet::IpNet>,
     /// What an acknowledged write survives.
     #[arg(long, value_enum, default_value = "sync")]
     durability: DurabilityArg,
@@ -534,8 +540,12 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         portable_names: args.portable_names,
         public_url: args.public_url.clone(),
         webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),
+        webhook_allow: args.webhook_allow.clone(),
         ..ServerConfig::default()
     };
+    if !config.webhook_allow.is_empty() {
+        tracing::info!(webhook_allow = ?config.webhook_allow, "webhooks may also reach these ranges");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -674,6 +684,13 @@ fn run_token(cmd: &TokenCommand) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// A `--webhook-allow` value: a CIDR range, or one address.
+fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s} is not a CIDR range (such as 127.0.0.0/8) or an IP address"))
 }
 
 /// Opens the store in `dir`; the error is the message to print. `BROOK_TEST_OPEN_DELAY_MS`

@@ -148,6 +148,12 @@ pub struct ServerConfig {
     /// How long a webhook receiver has to answer one delivery (connect to the last byte of
     /// the response) before the attempt counts as failed and is retried. Default 10 s.
     pub webhook_timeout: Duration,
+    /// Address ranges webhooks may reach although the address policy refuses them (loopback,
+    /// private, link-local, unique-local, ...: docs/http.md, "Webhook URLs and the address
+    /// policy"), e.g. `127.0.0.0/8` for a receiver on this machine or `10.0.0.0/8` inside the
+    /// operator's network; `"127.0.0.0/8".parse()` makes one. Checked on every connect.
+    /// Default empty: public addresses only.
+    pub webhook_allow: Vec<ipnet::IpNet>,
     /// Serve TLS with this certificate instead of plain HTTP/1.1: ALPN picks HTTP/2 or
     /// HTTP/1.1 per connection. Default `None` (plain HTTP/1.1).
     pub tls: Option<Tls>,
@@ -179,7 +185,7 @@ impl Default for ServerConfig {
     /// immutable chunks), URLs from `Host`, 30 s body reads at 4 KiB/s after 10 s, a memory
     /// budget of an eighth of the machine (32 to 192 MiB), 60 s write stalls, 10 s of shutdown
     /// grace, plain HTTP/1.1, 30 s to send headers, no access control, 10 000 connections and
-    /// 10 000 live readers.
+    /// 10 000 live readers; webhooks to public addresses only.
     fn default() -> Self {
         ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
@@ -196,6 +202,7 @@ impl Default for ServerConfig {
             write_stall_timeout: Duration::from_mins(1),
             shutdown_grace: Duration::from_secs(10),
             webhook_timeout: Duration::from_secs(10),
+            webhook_allow: Vec::new(),
             tls: None,
             header_read_timeout: Duration::from_secs(30),
             access: None,

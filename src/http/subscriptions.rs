@@ -17,7 +17,6 @@
 //! `TOKEN_INVALID`, an expired token 401 `TOKEN_EXPIRED`, and a token or request whose
 //! generation or wake id is not the current one 409 `FENCED`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::body::Body;
@@ -32,6 +31,7 @@ use crate::subscription::{DeliveryKind, SubscriptionConfig, SubscriptionInfo, Wa
 
 use super::error::{ApiError, Op};
 use super::keys::{Keys, TOKEN_LIFETIME_MS, TokenError};
+use super::webhook::policy;
 use super::{AppState, blocking};
 
 /// The largest subscription request body: 1 MiB.
@@ -184,77 +184,48 @@ fn conflict(code: &'static str, detail: impl Into<String>) -> ApiError {
     }
 }
 
-/// Whether a webhook URL may be used (PROTOCOL.md 6.2 and 12.8): `https://` to a public host,
-/// or plain `http://` only to `localhost` or a 127.0.0.0/8 (or `[::1]`) address. Private
-/// (RFC 1918, unique-local), link-local (including the cloud metadata address
-/// 169.254.169.254), loopback over HTTPS, unspecified, multicast and broadcast addresses are
-/// refused. A host name other than `localhost` is not resolved here.
-pub(crate) fn check_webhook_url(url: &str) -> Result<(), String> {
+/// Whether a webhook URL may be used (PROTOCOL.md 6.2 and 12.8), decided without connecting:
+/// `https://`, or plain `http://` only to `localhost`, a 127.0.0.0/8 address or `[::1]` (the
+/// protocol's development exception), to a host the address policy lets webhooks reach
+/// (`webhook/policy.rs`): an IP literal outside the refused ranges or inside `allow`, or a name
+/// that `lookup` resolves, within `timeout`, to at least one such address. Loopback is refused
+/// like any local target unless `allow` covers it, so the development exception needs the
+/// operator's `--webhook-allow 127.0.0.0/8`. Deliveries apply the policy again on every
+/// connect; this check only answers early.
+pub(crate) async fn check_webhook_url(
+    url: &str,
+    allow: &[ipnet::IpNet],
+    lookup: policy::Lookup,
+    timeout: Duration,
+) -> Result<(), String> {
     let u = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
-    let loopback_host = |h: &url::Host<&str>| match h {
-        url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
-        url::Host::Ipv4(a) => a.is_loopback(),
-        url::Host::Ipv6(a) => a.is_loopback(),
-    };
     let host = u.host().ok_or("the URL has no host")?;
     match u.scheme() {
+        "https" => {}
         "http" => {
-            if loopback_host(&host) {
-                Ok(())
-            } else {
-                Err("plain http:// is allowed only to localhost or 127.0.0.x".into())
+            let development = match &host {
+                url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
+                url::Host::Ipv4(a) => a.is_loopback(),
+                url::Host::Ipv6(a) => a.is_loopback(),
+            };
+            if !development {
+                return Err("plain http:// is allowed only to localhost or 127.0.0.x".into());
             }
         }
-        "https" => match host {
-            url::Host::Domain(d) if d.eq_ignore_ascii_case("localhost") => {
-                Err("loopback targets are refused".into())
-            }
-            url::Host::Domain(_) => Ok(()),
-            url::Host::Ipv4(a) => check_ip(IpAddr::V4(a)),
-            url::Host::Ipv6(a) => check_ip(IpAddr::V6(a)),
-        },
-        other => Err(format!("the scheme {other}: is not allowed")),
+        other => return Err(format!("the scheme {other}: is not allowed")),
     }
-}
-
-fn check_ip(ip: IpAddr) -> Result<(), String> {
-    let local = match ip {
-        IpAddr::V4(a) => v4_local(a),
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => v4_local(v4),
-            None => v6_local(a),
-        },
+    let url::Host::Domain(name) = host else {
+        return policy::check_literal(&host, allow).map_err(|r| r.to_string());
     };
-    if local {
-        Err(format!(
-            "{ip} is a private, loopback, link-local or otherwise local address"
-        ))
-    } else {
-        Ok(())
+    match tokio::time::timeout(timeout, policy::reachable(name, allow, lookup)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(unreachable)) => Err(unreachable.to_string()),
+        Err(_) => Err(policy::Unreachable {
+            host: name.to_owned(),
+            cause: "the lookup timed out".into(),
+        }
+        .to_string()),
     }
-}
-
-fn v4_local(a: Ipv4Addr) -> bool {
-    let [o0, o1, ..] = a.octets();
-    a.is_private()
-        || a.is_loopback()
-        || a.is_link_local()
-        || a.is_unspecified()
-        || a.is_broadcast()
-        || a.is_multicast()
-        || o0 == 0
-        // 100.64.0.0/10, carrier-grade NAT.
-        || (o0 == 100 && (64..128).contains(&o1))
-}
-
-fn v6_local(a: Ipv6Addr) -> bool {
-    let s0 = a.segments()[0];
-    a.is_loopback()
-        || a.is_unspecified()
-        || a.is_multicast()
-        // fc00::/7 unique local, fe80::/10 link-local.
-        || (s0 & 0xfe00) == 0xfc00
-        || (s0 & 0xffc0) == 0xfe80
 }
 
 /// The JSON of a wake's streams, paths relative to `root`.
@@ -393,9 +364,20 @@ impl Ctx {
                     .pointer("/webhook/url")
                     .and_then(Value::as_str)
                     .ok_or_else(|| bad("a webhook subscription needs webhook.url"))?;
-                check_webhook_url(url).map_err(|why| {
-                    ApiError::bad_request("WEBHOOK_URL_REJECTED", format!("{url}: {why}"))
-                })?;
+                let config = &self.app.config;
+                let lookup = policy::system_lookup;
+                check_webhook_url(url, &config.webhook_allow, lookup, config.webhook_timeout)
+                    .await
+                    .map_err(|why| {
+                        // Where to look when a development receiver on loopback is refused.
+                        let hint = if why.starts_with("refused by policy") {
+                            " (the server's --webhook-allow CIDR permits a range)"
+                        } else {
+                            ""
+                        };
+                        let detail = format!("{url}: {why}{hint}");
+                        ApiError::bad_request("WEBHOOK_URL_REJECTED", detail)
+                    })?;
                 SubscriptionConfig::webhook(url)
             }
             Some("pull-wake") => {
@@ -626,38 +608,102 @@ impl Ctx {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
-    #[test]
-    fn webhook_urls_follow_section_12_8() {
+    /// A resolver table for the URL checks: no test asks a DNS server.
+    fn table(
+        host: String,
+    ) -> futures_util::future::BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("a test address");
+        Box::pin(async move {
+            match host.as_str() {
+                "hooks.example.com" => Ok(vec![ip("8.8.8.8")]),
+                "localhost" | "localhost." | "box.internal" => Ok(vec![ip("127.0.0.1"), ip("::1")]),
+                "metadata.google.internal" => Ok(vec![ip("169.254.169.254")]),
+                _ => Err(std::io::Error::other("no such host")),
+            }
+        })
+    }
+
+    async fn check(url: &str, allow: &[&str]) -> Result<(), String> {
+        let allow: Vec<ipnet::IpNet> = allow.iter().map(|s| s.parse().expect("a CIDR")).collect();
+        check_webhook_url(url, &allow, table, Duration::from_secs(5)).await
+    }
+
+    #[tokio::test]
+    async fn webhook_urls_follow_section_12_8() {
         for ok in [
             "https://hooks.example.com/x",
+            "https://8.8.8.8/h",
+            "https://[2606:4700:4700::1111]/h",
+            "https://[::ffff:8.8.8.8]/h",
+        ] {
+            assert_eq!(check(ok, &[]).await, Ok(()), "{ok}");
+        }
+        // The development exception, and loopback over https, once the operator allows it.
+        for ok in [
             "http://localhost:8080/h",
             "http://127.0.0.1:9/h",
             "http://127.0.0.7/h",
-            "http://[::1]:80/h",
-            "https://8.8.8.8/h",
+            "https://127.0.0.1/h",
+            "https://localhost./h",
+            "https://box.internal/h",
         ] {
-            assert!(check_webhook_url(ok).is_ok(), "{ok}");
+            assert_eq!(check(ok, &["127.0.0.0/8"]).await, Ok(()), "{ok}");
         }
+        assert_eq!(check("http://[::1]:80/h", &["::1/128"]).await, Ok(()));
+        // Refused by the protocol's scheme rule, whatever the allow list says.
         for bad in [
             "http://10.0.0.1/hook",
             "http://example.com/h",
-            "https://10.1.2.3/h",
-            "https://192.168.1.1/h",
-            "https://172.16.0.1/h",
-            "https://169.254.169.254/latest",
-            "https://127.0.0.1/h",
-            "https://localhost/h",
-            "https://[fe80::1]/h",
-            "https://[fd00::1]/h",
-            "https://[::ffff:10.0.0.1]/h",
-            "https://0.0.0.0/h",
+            "http://localhost./h",
+            "http://[::ffff:127.0.0.1]/h",
             "ftp://example.com/h",
             "not a url",
         ] {
-            assert!(check_webhook_url(bad).is_err(), "{bad}");
+            let e = check(bad, &["0.0.0.0/0", "::/0"]).await.expect_err(bad);
+            assert!(!e.contains("refused by policy"), "{bad}: {e}");
         }
+        // Refused by the address policy, before any connection.
+        for bad in [
+            "http://localhost:8080/h",
+            "http://127.0.0.1:9/h",
+            "http://[::1]:80/h",
+            "https://localhost/h",
+            "https://localhost./h",
+            "https://box.internal/h",
+            "https://10.1.2.3/h",
+            "https://192.168.1.1/h",
+            "https://172.16.0.1/h",
+            "https://100.64.0.1/h",
+            "https://169.254.169.254/latest",
+            "https://metadata.google.internal/computeMetadata/v1/",
+            "https://nowhere.test/h",
+            "https://127.0.0.1/h",
+            "https://[fe80::1]/h",
+            "https://[fd00::1]/h",
+            "https://[::ffff:10.0.0.1]/h",
+            "https://[::ffff:127.0.0.1]/h",
+            "https://[::7f00:1]/h",
+            "https://[::a9fe:a9fe]/h",
+            "https://[64:ff9b::a9fe:a9fe]/h",
+            "https://[64:ff9b::7f00:1]/h",
+            "https://[2002:a9fe:a9fe::1]/h",
+            "https://[2002:7f00:1::1]/h",
+            "https://0.0.0.0/h",
+            "https://[::]/h",
+            "https://224.0.0.1/h",
+            "https://255.255.255.255/h",
+        ] {
+            let e = check(bad, &[]).await.expect_err(bad);
+            assert!(e.starts_with("refused by policy: "), "{bad}: {e}");
+        }
+        // An allow entry admits its range only.
+        let e = check("https://10.2.0.1/h", &["10.1.0.0/16"]).await;
+        assert!(e.is_err_and(|e| e.contains("10.0.0.0/8")));
+        assert_eq!(check("https://10.1.0.1/h", &["10.1.0.0/16"]).await, Ok(()));
     }
 
     #[test]

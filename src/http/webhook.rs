@@ -10,6 +10,14 @@
 //! schedules a retry (1 s doubling to 60 s, 20% jitter; the schedule is durable). Nothing here
 //! runs on an append's path, so a slow or dead receiver delays only its own subscription, and
 //! costs at most one request body and one connection.
+//!
+//! Every connection goes only where the address policy ([`policy`]) and the operator's
+//! `ServerConfig::webhook_allow` let it: host names are resolved by the policy's resolver on
+//! each connect, IP literals are checked before each request, proxies from the environment are
+//! not used (a proxy would resolve the host itself), and redirects are not followed. A refused
+//! attempt fails as "refused by policy" without connecting.
+
+pub(crate) mod policy;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -38,6 +46,8 @@ const POLL: Duration = Duration::from_millis(250);
 struct Ctx {
     store: WeakStore,
     keys: Arc<Result<Keys, String>>,
+    /// The operator's `webhook_allow`.
+    allow: Arc<[ipnet::IpNet]>,
 }
 
 impl Ctx {
@@ -52,16 +62,24 @@ pub(crate) fn spawn(app: &AppState) {
     let ctx = Ctx {
         store: app.store.downgrade(),
         keys: app.keys.clone(),
+        allow: app.config.webhook_allow.clone().into(),
     };
     tokio::spawn(run(ctx, app.config.webhook_timeout, app.shutdown.clone()));
 }
 
-async fn run(ctx: Ctx, timeout: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let client = match reqwest::Client::builder()
+/// The delivery client: the policy's resolver, no proxies, no redirects, `timeout` per attempt.
+fn client(timeout: Duration, allow: Arc<[ipnet::IpNet]>) -> reqwest::Result<reqwest::Client> {
+    let resolver = policy::PolicyResolver::new(allow, policy::system_lookup);
+    reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(Arc::new(resolver))
         .build()
-    {
+}
+
+async fn run(ctx: Ctx, timeout: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let client = match client(timeout, ctx.allow.clone()) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "webhook delivery disabled: no HTTP client");
@@ -176,13 +194,24 @@ async fn attempt(ctx: &Ctx, client: &reqwest::Client, job: &WebhookJob) -> (Webh
     let Ok(keys) = ctx.keys.as_ref() else {
         return failed("the signing keys are unavailable".into());
     };
+    // The resolver judges host names at connect time; it is never asked about IP literals.
+    let url = match reqwest::Url::parse(&job.url) {
+        Ok(url) => url,
+        Err(e) => return failed(format!("not a URL: {e}")),
+    };
+    let Some(host) = url.host() else {
+        return failed("the URL has no host".into());
+    };
+    if let Err(refused) = policy::check_literal(&host, &ctx.allow) {
+        return failed(refused.to_string());
+    }
     let body = body(keys, job);
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let signature = keys.webhook_signature(t, body.as_bytes());
     let sent = client
-        .post(&job.url)
+        .post(url)
         .header("content-type", "application/json")
         .header("webhook-signature", signature)
         .body(body)
@@ -191,7 +220,13 @@ async fn attempt(ctx: &Ctx, client: &reqwest::Client, job: &WebhookJob) -> (Webh
     let mut res = match sent {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => return failed(format!("the receiver answered {}", r.status())),
-        Err(e) => return failed(chain(&e)),
+        Err(e) => {
+            return failed(match policy::refusal_in(&e) {
+                // The resolver's reason (the addresses refused) is for the log only.
+                Some(refused) => format!("{refused} ({})", refused.cause),
+                None => chain(&e),
+            });
+        }
     };
     let mut answer = Vec::new();
     loop {

@@ -74,3 +74,5 @@ mod tier;
 #[cfg(feature = "http")]
 mod tier_s3;
 mod util;
+#[cfg(feature = "http")]
+mod webhook_policy;

@@ -25,6 +25,9 @@ impl Brook {
             .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
             .arg("--data-dir")
             .arg(dir)
+            // The receivers of these tests listen on loopback, which webhooks reach only when
+            // the operator allows it.
+            .args(["--webhook-allow", "127.0.0.0/8"])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
