@@ -103,6 +103,16 @@ impl ApiError {
         }
     }
 
+    /// 403 `FORBIDDEN`, the refusal of a token outside its grants (`auth/mod.rs`), for one a
+    /// handler decides (a subscription id taken under a root the token cannot see).
+    pub(crate) fn forbidden(detail: impl Into<String>) -> Self {
+        ApiError::Http {
+            status: StatusCode::FORBIDDEN,
+            code: "FORBIDDEN",
+            detail: detail.into(),
+        }
+    }
+
     /// 404 `NOT_FOUND` for a path under a reserved prefix that no route serves.
     pub(crate) fn no_such_route(path: &str) -> Self {
         ApiError::Http {

@@ -247,7 +247,7 @@ pub(crate) async fn get(
     let credential = parts
         .extensions
         .get::<CredentialExpiry>()
-        .map(|e| e.deadline());
+        .and_then(|e| e.deadline());
     match p.live {
         Live::CatchUp => catch_up(app, name, parts, p, expect).await,
         Live::LongPoll => long_poll(app, name, p, expect, credential).await,

@@ -29,6 +29,7 @@ use crate::name::{Offset, StreamName};
 use crate::state::now_ms;
 use crate::subscription::{DeliveryKind, SubscriptionConfig, SubscriptionInfo, Wake};
 
+use super::auth::Grants;
 use super::error::{ApiError, Op};
 use super::keys::{Keys, TOKEN_LIFETIME_MS, TokenError};
 use super::webhook::policy;
@@ -69,6 +70,7 @@ pub(crate) async fn dispatch(
         root: root.to_owned(),
         id,
         base: base_url(app, &parts, root),
+        grants: parts.extensions.get::<Grants>().cloned(),
     };
     match (action, m) {
         (None, Method::PUT) => ctx.put(body).await,
@@ -265,12 +267,14 @@ fn rfc3339_ms(t: std::time::SystemTime) -> String {
     )
 }
 
-/// One subscription request: the app, the root, the subscription id and the root's URL.
+/// One subscription request: the app, the root, the subscription id, the root's URL, and the
+/// grants of the token that admitted it (`None` when access control is off).
 struct Ctx {
     app: AppState,
     root: String,
     id: String,
     base: String,
+    grants: Option<Grants>,
 }
 
 impl Ctx {
@@ -423,7 +427,12 @@ impl Ctx {
         let store = self.app.store.clone();
         let id = self.id.clone();
         let (info, created) =
-            blocking(Op::Create, move || store.create_subscription(&id, config)).await?;
+            match blocking(Op::Create, move || store.create_subscription(&id, config)).await {
+                Err(ApiError::Store(crate::Error::SubscriptionExists, _)) => {
+                    return Err(self.taken().await);
+                }
+                made => made?,
+            };
         if info.config.root != self.root {
             return Err(ApiError::Store(
                 crate::Error::SubscriptionExists,
@@ -436,6 +445,30 @@ impl Ctx {
             StatusCode::OK
         };
         Ok(json_response(status, &self.view(&info)?))
+    }
+
+    /// The answer to a create whose id is taken: 409 `SUBSCRIPTION_ALREADY_EXISTS` when the
+    /// request may see the subscription holding it (access control off, or admin on its root),
+    /// else 403 `FORBIDDEN`, the refusal of a create outside the token's grants: a tenant
+    /// neither learns that another root holds the id nor what it holds (DESIGN.md, section 9,
+    /// "Prefixes and tenants").
+    async fn taken(&self) -> ApiError {
+        let exists = ApiError::Store(crate::Error::SubscriptionExists, Op::Create);
+        let Some(grants) = &self.grants else {
+            return exists;
+        };
+        let store = self.app.store.clone();
+        let id = self.id.clone();
+        match blocking(Op::Read, move || store.subscription(&id)).await {
+            Ok(held) if held.config.root != self.root && !grants.admin_on(&held.config.root) => {
+                ApiError::forbidden(format!(
+                    "the token does not grant admin on the subscription {}",
+                    self.id
+                ))
+            }
+            // Visible, or deleted since the create (then a retry creates it).
+            _ => exists,
+        }
     }
 
     async fn get(&self) -> Result<Response, ApiError> {

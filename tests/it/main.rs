@@ -47,6 +47,8 @@ mod http_sse_resume;
 #[cfg(feature = "http")]
 mod http_support;
 #[cfg(feature = "http")]
+mod http_tenants;
+#[cfg(feature = "http")]
 mod http_tls;
 #[cfg(all(feature = "mirror", feature = "http"))]
 mod mirror;

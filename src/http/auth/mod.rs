@@ -7,16 +7,17 @@
 //! bootstrap; `write` for appends and closes (POST); `admin` for creating or forking (PUT),
 //! deleting, publishing or deleting snapshots, retention, and every route under the reserved
 //! prefixes `/__ds/` and `/__brook/` ([`reserved_route_needs`]). A grant is a right on a
-//! stream-name prefix (a plain string prefix: `chat/` covers `chat/room-1`; the empty prefix
-//! covers every stream). Rights are independent: `admin` does not imply `read`.
+//! stream-name prefix that ends at a path-segment boundary ([`covers`]): `app` covers `app` and
+//! `app/x` but not `apple`, `chat/` covers `chat/room-1` but not `chat`, and the empty prefix
+//! (`/`) covers every stream. Rights are independent: `admin` does not imply `read`.
 //!
 //! Credentials are bearer tokens, in `Authorization: Bearer <token>` or, for clients that
 //! cannot set headers (a browser's `EventSource`), an `access_token` query parameter (RFC 6750
-//! 2.3). A token is either listed in a token file (only its SHA-256 is stored; the file is
-//! reloaded when it changes) or a JWT verified with one configured key (HS256, RS256 or `EdDSA`;
-//! `exp` required, `nbf` and `aud` checked), whose grants are the RFC 9068 `scope` claim's
-//! space-separated `<right>:<prefix>` items. Prefixes listed as public readable need no token
-//! for reads.
+//! 2.3). A token is either listed in a token file ([`tokens`]: only its SHA-256 is stored; the
+//! file is reloaded when it changes) or a JWT verified with one configured key ([`jwt`]: HS256,
+//! RS256 or `EdDSA`; `exp` required, `nbf` and `aud` checked), whose grants are the RFC 9068
+//! `scope` claim's space-separated `<right>:<prefix>` items. Prefixes listed as public readable
+//! need no token for reads.
 //!
 //! Refusals are problem+json: 401 `UNAUTHORIZED` (no token), 401 `INVALID_TOKEN` (unknown,
 //! malformed, badly signed, wrong audience, not yet valid), 401 `TOKEN_EXPIRED`, each with
@@ -24,19 +25,28 @@
 //! long-poll) admitted with an expiring token ends at the expiry: SSE with a final
 //! `event: credential-expired`, a waiting long-poll with 401 `TOKEN_EXPIRED`. A catch-up read
 //! admitted by a token is cached `private`, never `public`.
+//!
+//! The subscription routes get the admitting token's grants ([`Grants`]): a subscription under
+//! a root they give no `admin` on is one that does not exist, to that token.
 
-use std::collections::HashMap;
+mod jwt;
+mod tokens;
+
 use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
+
+pub use jwt::{JwtAlgorithm, JwtKey};
+use tokens::{TokenFile, read_token_file, stamp_of};
+pub use tokens::{check_token_line, token_hash};
 
 use crate::StreamName;
 
@@ -76,7 +86,7 @@ impl Right {
     }
 }
 
-/// Rights on the streams whose names start with `prefix`.
+/// Rights on the streams `prefix` [`covers`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Grant {
     /// The stream-name prefix (no leading `/`; empty for every stream).
@@ -94,12 +104,40 @@ struct Principal {
     expires: Option<SystemTime>,
 }
 
+/// Whether `prefix` (normalized: no leading `/`) covers the stream `name`. A prefix ends at a
+/// path-segment boundary, so that a grant on `app` is not one on `apple`: the empty prefix
+/// covers every name; one ending in `/` covers the names that start with it (`chat/` covers
+/// `chat/1`, not `chat`); any other covers itself and the names under it (`app` covers `app`
+/// and `app/x`). A reserved route's root (`app/` of `/app/__ds/...`) is covered like a name.
+fn covers(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix).is_some_and(|rest| {
+        prefix.is_empty() || prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/')
+    })
+}
+
 /// Whether some grant gives `right` on `name`.
 fn allows(grants: &[Grant], right: Right, name: &str) -> bool {
     grants
         .iter()
-        .any(|g| g.rights & right as u8 != 0 && name.starts_with(&g.prefix))
+        .any(|g| g.rights & right as u8 != 0 && covers(&g.prefix, name))
 }
+
+/// The grants of the token that admitted a request to a `{root}__ds/` route (none when no token
+/// was needed), put in its extensions when access control is on: a subscription under a root
+/// they give no `admin` on is, to that request, one that does not exist.
+#[derive(Clone, Debug)]
+pub(crate) struct Grants(Arc<[Grant]>);
+
+impl Grants {
+    /// Whether they give `admin` on the stream root `root`.
+    pub(crate) fn admin_on(&self, root: &str) -> bool {
+        allows(&self.0, Right::Admin, root)
+    }
+}
+
+/// Expiries further away than this set live reads no deadline: none lasts that long, and an
+/// instant near the end of tokio's range would overflow its timer's arithmetic.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// When the credential that admitted a request expires: put in the request's extensions for the
 /// live readers, which end then.
@@ -107,13 +145,17 @@ fn allows(grants: &[Grant], right: Right, name: &str) -> bool {
 pub(crate) struct CredentialExpiry(pub(crate) SystemTime);
 
 impl CredentialExpiry {
-    /// The expiry as a deadline on tokio's clock.
-    pub(crate) fn deadline(self) -> tokio::time::Instant {
+    /// The expiry as a deadline on tokio's clock; `None` when it is more than [`FAR_FUTURE`]
+    /// away (or past what the clock can hold): the credential outlives any live read.
+    pub(crate) fn deadline(self) -> Option<tokio::time::Instant> {
         let left = self
             .0
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO);
-        tokio::time::Instant::now() + left
+        if left > FAR_FUTURE {
+            return None;
+        }
+        tokio::time::Instant::now().checked_add(left)
     }
 }
 
@@ -121,259 +163,6 @@ impl CredentialExpiry {
 /// `/` is dropped (so `/` alone is every stream).
 fn normalize_prefix(p: &str) -> String {
     p.strip_prefix('/').unwrap_or(p).to_owned()
-}
-
-/// The SHA-256 of a token, as a token file stores it: `sha256:<64 lowercase hex>`.
-pub fn token_hash(token: &str) -> String {
-    use std::fmt::Write as _;
-    let digest = Sha256::digest(token.as_bytes());
-    let mut out = String::with_capacity(71);
-    out.push_str("sha256:");
-    for b in digest {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
-/// Checks one token-file line as the server would read it; the error says what is wrong.
-pub fn check_token_line(line: &str) -> Result<(), String> {
-    parse_token_file(line).map(drop)
-}
-
-/// The parsed lines of a token file: SHA-256 of each token to its grants.
-type TokenTable = HashMap<[u8; 32], Vec<Grant>>;
-
-/// Parses a token file (format in docs/http.md): `sha256:<hex> <rights> <prefix>...` per line,
-/// `#` comments and blank lines ignored. The first bad line fails the whole file.
-fn parse_token_file(text: &str) -> Result<TokenTable, String> {
-    let mut table = TokenTable::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let bad = |why: &str| format!("line {}: {why}", n + 1);
-        let mut words = line.split_whitespace();
-        let hash = words.next().unwrap_or("");
-        let hex = hash
-            .strip_prefix("sha256:")
-            .ok_or_else(|| bad("a token is `sha256:<64 hex digits>` (see `brook token hash`)"))?;
-        let digest = decode_hex32(hex).ok_or_else(|| bad("the hash is not 64 hex digits"))?;
-        let rights = parse_rights(words.next().unwrap_or(""))
-            .ok_or_else(|| bad("rights are a comma-separated list of read, write, admin"))?;
-        let prefixes: Vec<&str> = words.collect();
-        if prefixes.is_empty() {
-            return Err(bad("no stream-name prefix (`/` for every stream)"));
-        }
-        let grants = table.entry(digest).or_default();
-        for p in prefixes {
-            grants.push(Grant {
-                prefix: normalize_prefix(p),
-                rights,
-            });
-        }
-    }
-    Ok(table)
-}
-
-/// A comma-separated list of rights as a mask; `None` when empty or with an unknown name.
-fn parse_rights(s: &str) -> Option<u8> {
-    let mut mask = 0;
-    for name in s.split(',') {
-        mask |= Right::parse(name.trim())? as u8;
-    }
-    (mask != 0).then_some(mask)
-}
-
-/// 64 hex digits as 32 bytes.
-fn decode_hex32(hex: &str) -> Option<[u8; 32]> {
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
-/// A token file and the table last read from it.
-struct TokenFile {
-    /// The file.
-    path: PathBuf,
-    /// Its parsed content.
-    table: RwLock<TokenTable>,
-    /// Its modification time and length when last read.
-    seen: Mutex<Option<(SystemTime, u64)>>,
-}
-
-/// A file's modification time and length.
-fn stamp_of(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
-}
-
-/// Reads and parses a token file.
-fn read_token_file(path: &Path) -> io::Result<TokenTable> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    parse_token_file(&text).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{}: {e}", path.display()),
-        )
-    })
-}
-
-/// The signature algorithms a JWT key may be for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JwtAlgorithm {
-    /// HMAC with SHA-256: the key file holds the shared secret (trailing whitespace dropped).
-    Hs256,
-    /// RSA PKCS#1 v1.5 with SHA-256: the key file holds the PEM public key.
-    Rs256,
-    /// Ed25519: the key file holds the PEM public key.
-    EdDsa,
-}
-
-impl std::str::FromStr for JwtAlgorithm {
-    type Err = String;
-
-    /// `HS256`, `RS256` or `EdDSA` (case-insensitive).
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_uppercase().as_str() {
-            "HS256" => Ok(JwtAlgorithm::Hs256),
-            "RS256" => Ok(JwtAlgorithm::Rs256),
-            "EDDSA" => Ok(JwtAlgorithm::EdDsa),
-            _ => Err(format!(
-                "unknown JWT algorithm {s:?} (HS256, RS256 or EdDSA)"
-            )),
-        }
-    }
-}
-
-/// The key JWTs are verified with, the audience they must name, and optionally their issuer.
-#[derive(Clone)]
-pub struct JwtKey {
-    /// The verification key.
-    key: jsonwebtoken::DecodingKey,
-    /// The only algorithm accepted (a token naming another is refused).
-    algorithm: jsonwebtoken::Algorithm,
-    /// The `aud` a token must carry.
-    audience: String,
-    /// The `iss` a token must carry, when set.
-    issuer: Option<String>,
-}
-
-impl fmt::Debug for JwtKey {
-    /// The algorithm, audience and issuer; never the key.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JwtKey")
-            .field("algorithm", &self.algorithm)
-            .field("audience", &self.audience)
-            .field("issuer", &self.issuer)
-            .finish_non_exhaustive()
-    }
-}
-
-impl JwtKey {
-    /// A key for `algorithm` from `bytes` (the HS256 secret, or a PEM public key), accepting
-    /// tokens whose `aud` is `audience`.
-    pub fn new(algorithm: JwtAlgorithm, bytes: &[u8], audience: &str) -> io::Result<JwtKey> {
-        use jsonwebtoken::{Algorithm, DecodingKey};
-        let bad = |e: jsonwebtoken::errors::Error| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("JWT key: {e}"))
-        };
-        let (key, algorithm) = match algorithm {
-            JwtAlgorithm::Hs256 => {
-                let secret = bytes.trim_ascii_end();
-                if secret.len() < 32 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "JWT key: an HS256 secret must be at least 32 bytes",
-                    ));
-                }
-                (DecodingKey::from_secret(secret), Algorithm::HS256)
-            }
-            JwtAlgorithm::Rs256 => (
-                DecodingKey::from_rsa_pem(bytes).map_err(bad)?,
-                Algorithm::RS256,
-            ),
-            JwtAlgorithm::EdDsa => (
-                DecodingKey::from_ed_pem(bytes).map_err(bad)?,
-                Algorithm::EdDSA,
-            ),
-        };
-        Ok(JwtKey {
-            key,
-            algorithm,
-            audience: audience.to_owned(),
-            issuer: None,
-        })
-    }
-
-    /// Also require `iss` to be `issuer`.
-    #[must_use]
-    pub fn with_issuer(mut self, issuer: &str) -> JwtKey {
-        self.issuer = Some(issuer.to_owned());
-        self
-    }
-
-    /// The token's grants and expiry, or why it is refused.
-    fn verify(&self, token: &str) -> Result<Principal, Refusal> {
-        use jsonwebtoken::errors::ErrorKind;
-        /// The claims brook reads; the others (sub, jti, ...) are the issuer's business.
-        #[derive(serde::Deserialize)]
-        struct Claims {
-            /// Seconds since the epoch.
-            exp: u64,
-            /// Space-separated `<right>:<prefix>` items (unknown items are ignored).
-            #[serde(default)]
-            scope: String,
-        }
-        let mut v = jsonwebtoken::Validation::new(self.algorithm);
-        v.set_audience(&[&self.audience]);
-        if let Some(iss) = &self.issuer {
-            v.set_issuer(&[iss]);
-        }
-        v.set_required_spec_claims(&["exp", "aud"]);
-        v.validate_nbf = true;
-        // The expiry is exact: a live read ends at `exp`, and so does the token's admission.
-        v.leeway = 0;
-        let data =
-            jsonwebtoken::decode::<Claims>(token, &self.key, &v).map_err(|e| match e.kind() {
-                ErrorKind::ExpiredSignature => Refusal::Expired,
-                ErrorKind::InvalidAudience => {
-                    Refusal::Invalid("the token's audience is not this server")
-                }
-                ErrorKind::ImmatureSignature => {
-                    Refusal::Invalid("the token is not valid yet (nbf)")
-                }
-                ErrorKind::InvalidSignature => {
-                    Refusal::Invalid("the token's signature does not verify")
-                }
-                ErrorKind::InvalidAlgorithm => {
-                    Refusal::Invalid("the token is signed with another algorithm")
-                }
-                _ => Refusal::Invalid("the token is not a valid JWT for this server"),
-            })?;
-        let mut grants = Vec::new();
-        for item in data.claims.scope.split_whitespace() {
-            let Some((right, prefix)) = item.split_once(':') else {
-                continue;
-            };
-            if let Some(right) = Right::parse(right) {
-                grants.push(Grant {
-                    prefix: normalize_prefix(prefix),
-                    rights: right as u8,
-                });
-            }
-        }
-        Ok(Principal {
-            grants,
-            expires: Some(UNIX_EPOCH + Duration::from_secs(data.claims.exp)),
-        })
-    }
 }
 
 /// Who may do what on which streams: token files, a JWT key and public-read prefixes. Put one in
@@ -429,7 +218,8 @@ impl AccessControl {
         self
     }
 
-    /// Let anyone, without a token, read the streams whose names start with `prefix`.
+    /// Let anyone, without a token, read the streams `prefix` covers: it ends at a path-segment
+    /// boundary (`news` covers `news` and `news/a`, not `newsroom`; `news/` covers `news/a`).
     #[must_use]
     pub fn with_public_read(mut self, prefix: &str) -> AccessControl {
         self.public_read.push(normalize_prefix(prefix));
@@ -456,32 +246,42 @@ impl AccessControl {
     }
 
     /// Admits or refuses a request; on admission, notes the credential's expiry in the
-    /// request's extensions (for live reads) and returns whether a token admitted it.
+    /// request's extensions (for live reads), and for a `{root}__ds/` route its [`Grants`], and
+    /// returns whether a token admitted it.
     pub(crate) fn admit(&self, parts: &mut Parts) -> Result<Admitted, Refusal> {
         let Ok(route) = parse_route(parts.uri.path()) else {
             // An invalid path is answered 400 by the route itself: no stream is touched.
             return Ok(Admitted::Public);
         };
+        let protocol = matches!(route, Route::Protocol(..));
         let needs = needs(&route, &parts.method, &parts.headers);
         let public = needs.each().all(|(right, name)| {
-            right == Right::Read
-                && self
-                    .public_read
-                    .iter()
-                    .any(|p| name.starts_with(p.as_str()))
+            right == Right::Read && self.public_read.iter().any(|p| covers(p, name))
         });
         if public {
+            if protocol {
+                parts.extensions.insert(Grants(Arc::from([])));
+            }
             return Ok(Admitted::Public);
         }
-        let expires = self.authorize(parts, &needs)?;
+        let (expires, grants) = self.authorize(parts, &needs, protocol)?;
         if let Some(at) = expires {
             parts.extensions.insert(CredentialExpiry(at));
+        }
+        if let Some(grants) = grants {
+            parts.extensions.insert(Grants(grants));
         }
         Ok(Admitted::Token)
     }
 
-    /// Checks that the request's bearer token grants every one of `needs`; returns its expiry.
-    fn authorize(&self, parts: &Parts, needs: &Needs<'_>) -> Result<Option<SystemTime>, Refusal> {
+    /// Checks that the request's bearer token grants every one of `needs`; returns its expiry
+    /// and, when `keep`, its grants.
+    fn authorize(
+        &self,
+        parts: &Parts,
+        needs: &Needs<'_>,
+        keep: bool,
+    ) -> Result<(Option<SystemTime>, Option<Arc<[Grant]>>), Refusal> {
         let forbidden = |(right, name): (Right, &str)| {
             Refusal::Forbidden(if name.is_empty() {
                 format!("the token does not grant {} on this route", right.name())
@@ -501,7 +301,8 @@ impl AccessControl {
             {
                 return Err(forbidden(missing));
             }
-            return Ok(principal.expires);
+            let grants = keep.then(|| Arc::from(principal.grants));
+            return Ok((principal.expires, grants));
         }
         let file = self
             .tokens
@@ -515,7 +316,7 @@ impl AccessControl {
         if let Some(missing) = needs.each().find(|(r, n)| !allows(grants, *r, n)) {
             return Err(forbidden(missing));
         }
-        Ok(None)
+        Ok((None, keep.then(|| Arc::from(grants.as_slice()))))
     }
 }
 
@@ -761,28 +562,6 @@ pub(crate) async fn watch(access: Arc<AccessControl>, every: Duration, app: supe
 mod tests {
     use super::*;
 
-    /// Token-file lines parse into grants; every malformed line is refused with its number.
-    #[test]
-    fn token_files_parse_and_bad_lines_are_refused() {
-        let h = token_hash("secret");
-        let text = format!("# comment\n\n{h} read,write chat/ /logs/  # trailing\n");
-        let table = parse_token_file(&text).expect("valid");
-        let digest = decode_hex32(h.strip_prefix("sha256:").expect("prefix")).expect("hex");
-        let grants = &table[&digest];
-        assert_eq!(grants.len(), 2);
-        assert_eq!(grants[1].prefix, "logs/");
-        assert_eq!(grants[0].rights, Right::Read as u8 | Right::Write as u8);
-        for bad in [
-            "md5:00 read /".to_owned(),
-            "sha256:abcd read /".to_owned(),
-            format!("{h} delete /"),
-            format!("{h} read"),
-        ] {
-            let err = parse_token_file(&format!("\n{bad}")).expect_err(&bad);
-            assert!(err.starts_with("line 2:"), "{err}");
-        }
-    }
-
     /// Rights are per prefix and independent.
     #[test]
     fn grants_cover_their_prefix_and_right_only() {
@@ -803,5 +582,30 @@ mod tests {
         assert!(!allows(&p.grants, Right::Read, "chatter"));
         assert!(allows(&p.grants, Right::Write, "anything"));
         assert!(!allows(&p.grants, Right::Admin, "chat/a"));
+    }
+
+    /// A prefix ends at a path-segment boundary; a trailing `/` leaves out the name itself.
+    #[test]
+    fn prefixes_end_at_a_segment_boundary() {
+        for (prefix, name, want) in [
+            ("app", "app", true),
+            ("app", "app/x", true),
+            ("app", "app/", true),
+            ("app", "apple", false),
+            ("app", "apple/y", false),
+            ("app", "ap", false),
+            ("chat/", "chat/1", true),
+            ("chat/", "chat/", true),
+            ("chat/", "chat", false),
+            ("chat/", "chatter", false),
+            ("", "anything", true),
+            ("", "", true),
+            ("a/b", "a/b/c", true),
+            ("a/b", "a/bc", false),
+        ] {
+            assert_eq!(covers(prefix, name), want, "{prefix:?} covers {name:?}");
+        }
+        assert_eq!(normalize_prefix("/"), "");
+        assert_eq!(normalize_prefix("/app"), "app");
     }
 }
