@@ -46,7 +46,7 @@ mod http_sse_resume;
 mod http_support;
 #[cfg(feature = "http")]
 mod http_tls;
-#[cfg(all(feature = "mirror", feature = "http"))]
+#[cfg(feature = "http")]
 mod mirror;
 mod model;
 #[cfg(feature = "http")]
