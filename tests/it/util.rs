@@ -200,6 +200,7 @@ impl Rng {
 /// exports, or `CI`, set to anything but empty, `0` or `false`) this is the error that fails the
 /// test; elsewhere it says so on one line of standard error and returns `Ok`: the caller then
 /// returns, the test passing with that check not made.
+#[cfg(feature = "http")] // its callers all run a server
 pub fn missing_prerequisite(test: &str, what: &str) -> Result<(), String> {
     let required = ["BROOK_REQUIRE_ALL", "CI"]
         .iter()
