@@ -14,15 +14,30 @@ use crate::http_support::{R, Served, spawn_serve};
 
 const BUCKET: &str = "brook-tier-test";
 
-/// Whether the S3 tests are skipped (said on stderr): `SKIP_S3` asks so, or moto is missing
-/// where that may pass (see `missing_prerequisite`).
+/// Whether the S3 tests are skipped (said on stderr): `SKIP_S3` asks so, or no working moto is
+/// installed where that may pass (see `missing_prerequisite`). A `moto_server` that does not
+/// run (moto installed without its `[server]` extra) counts as missing: it would otherwise
+/// only show as moto never answering.
 fn skipped() -> R<bool> {
     if std::env::var_os("SKIP_S3").is_some() {
         eprintln!("tier_s3: skipped (SKIP_S3 is set)");
         return Ok(true);
     }
-    if let Err(e) = moto_binary() {
-        crate::util::missing_prerequisite("tier_s3", &e.to_string())?;
+    let missing = match moto_binary() {
+        Err(e) => Some(e.to_string()),
+        Ok(bin) => match Command::new(&bin).arg("--help").output() {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(format!(
+                "{} does not run ({}; moto without its [server] extra?): scripts/s3-server \
+                 installs a working one",
+                bin.display(),
+                out.status
+            )),
+            Err(e) => Some(format!("{}: {e}", bin.display())),
+        },
+    };
+    if let Some(what) = missing {
+        crate::util::missing_prerequisite("tier_s3", &what)?;
         return Ok(true);
     }
     Ok(false)
@@ -70,10 +85,13 @@ impl Moto {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let moto = Moto { child, port };
+        let mut moto = Moto { child, port };
         let http = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
+            if let Some(status) = moto.child.try_wait()? {
+                return Err(format!("moto_server exited with {status} before serving").into());
+            }
             if let Ok(r) = http.put(moto.url(BUCKET)).send().await
                 && r.status().is_success()
             {
