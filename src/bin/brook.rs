@@ -62,7 +62,8 @@ enum Command {
     Mirror(mirror_cli::MirrorArgs),
     /// List streams whose names start with PREFIX (all when omitted), in name order.
     #[command(after_help = "Examples:\n  brook ls --data-dir ./data demo/\n  \
-                            brook ls --long --url http://127.0.0.1:4437")]
+                            brook ls --long --url http://127.0.0.1:4437\n  \
+                            brook ls --url https://brook.internal:4437 --ca-cert ca.pem")]
     Ls(LsArgs),
     /// Print a stream's data from OFFSET (the start by default) to its tail. A JSON stream
     /// prints one message a line.
