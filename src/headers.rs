@@ -313,7 +313,10 @@ mod tests {
         assert_eq!(parse_stream_seq(Some(b"tab\there")), Ok(None));
         assert_eq!(parse_stream_seq(Some(b"del\x7f")), Ok(None));
         assert!(parse_stream_seq(Some(&[b'x'; 256])).is_ok_and(|v| v.is_some()));
-        assert!(parse_stream_seq(Some(&[b'x'; 257])).is_err());
+        assert_eq!(
+            parse_stream_seq(Some(&[b'x'; 257])).map_err(|e| e.name),
+            Err("Stream-Seq")
+        );
         // A long value with a non-printable byte is ignored, not refused.
         let mut long = vec![b'x'; 300];
         long[0] = 0x01;
@@ -324,6 +327,10 @@ mod tests {
     /// up to 2^53-1.
     #[test]
     fn producer_headers_come_together_and_are_safe_integers() {
+        // The header a refusal names, or `None` when the headers are accepted.
+        let refused = |id: Option<&[u8]>, epoch: Option<&[u8]>, seq: Option<&[u8]>| {
+            parse_producer(id, epoch, seq).err().map(|e| e.name)
+        };
         assert_eq!(parse_producer(None, None, None), Ok(None));
         let p = parse_producer(Some(b"p"), Some(b"1"), Some(b"0"))
             .unwrap()
@@ -336,11 +343,20 @@ mod tests {
                 seq: 0
             }
         );
-        assert!(parse_producer(Some(b"p"), None, None).is_err());
-        assert!(parse_producer(None, Some(b"0"), None).is_err());
-        assert!(parse_producer(Some(b"p"), Some(b"0"), None).is_err());
-        assert!(parse_producer(Some(b""), Some(b"0"), Some(b"0")).is_err());
-        assert!(parse_producer(Some(&[b'i'; 257]), Some(b"0"), Some(b"0")).is_err());
+        assert_eq!(refused(Some(b"p"), None, None), Some("producer headers"));
+        assert_eq!(refused(None, Some(b"0"), None), Some("producer headers"));
+        assert_eq!(
+            refused(Some(b"p"), Some(b"0"), None),
+            Some("producer headers")
+        );
+        assert_eq!(
+            refused(Some(b""), Some(b"0"), Some(b"0")),
+            Some("Producer-Id")
+        );
+        assert_eq!(
+            refused(Some(&[b'i'; 257]), Some(b"0"), Some(b"0")),
+            Some("Producer-Id")
+        );
         for bad in [
             &b"1abc"[..],
             b"0xyz",
@@ -352,12 +368,14 @@ mod tests {
             b" 1",
             b"9007199254740992",
         ] {
-            assert!(
-                parse_producer(Some(b"p"), Some(bad), Some(b"0")).is_err(),
+            assert_eq!(
+                refused(Some(b"p"), Some(bad), Some(b"0")),
+                Some("Producer-Epoch"),
                 "{bad:?}"
             );
-            assert!(
-                parse_producer(Some(b"p"), Some(b"0"), Some(bad)).is_err(),
+            assert_eq!(
+                refused(Some(b"p"), Some(b"0"), Some(bad)),
+                Some("Producer-Seq"),
                 "{bad:?}"
             );
         }
@@ -384,11 +402,19 @@ mod tests {
             b" 1",
             b"99999999999999999999",
         ] {
-            assert!(parse_ttl(bad).is_err(), "{bad:?}");
+            assert_eq!(
+                parse_ttl(bad).map_err(|e| e.name),
+                Err("Stream-TTL"),
+                "{bad:?}"
+            );
         }
         assert_eq!(parse_sub_offset(b"5"), Ok(5));
         for bad in [&b"-1"[..], b"abc", b"1.5", b"05", b"+1"] {
-            assert!(parse_sub_offset(bad).is_err(), "{bad:?}");
+            assert_eq!(
+                parse_sub_offset(bad).map_err(|e| e.name),
+                Err("Stream-Fork-Sub-Offset"),
+                "{bad:?}"
+            );
         }
     }
 
@@ -402,9 +428,13 @@ mod tests {
             t
         );
         assert_eq!(format_expires_at(t), "2026-01-02T03:04:05.678Z");
-        assert!(parse_expires_at(b"not-a-timestamp").is_err());
-        assert!(parse_expires_at(b"2026-01-02").is_err());
-        assert!(parse_expires_at(b"\xff").is_err());
+        for bad in [&b"not-a-timestamp"[..], b"2026-01-02", b"\xff"] {
+            assert_eq!(
+                parse_expires_at(bad).map_err(|e| e.name),
+                Err("Stream-Expires-At"),
+                "{bad:?}"
+            );
+        }
     }
 
     /// `Stream-Closed` is `true` in any case; every other value is absence.
@@ -443,7 +473,11 @@ mod tests {
             "NOW",
             "0000000000000000_000000000000000",
         ] {
-            assert!(parse_read_from(bad).is_err(), "{bad:?}");
+            assert_eq!(
+                parse_read_from(bad).map_err(|e| e.name),
+                Err("offset"),
+                "{bad:?}"
+            );
         }
     }
 

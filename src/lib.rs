@@ -30,10 +30,11 @@
 //! server is built on this public API alone, webhook delivery included
 //! ([`Store::take_webhook_jobs`]).
 //!
-//! Features: none by default (the engine); `http` adds the server (`brook serve`) and the
-//! [`headers`] module; `client` adds a Rust client with the conditional-write recipes; `mirror`
-//! adds `brook mirror` (copying streams to another Durable Streams server); `tier` (on with
-//! `http`) adds the cold tier on object storage ([`TierOptions`], `Options::with_tier`).
+//! Features: none by default (the engine); `http` adds the server (`brook serve`), the
+//! [`headers`] module and the `brook` binary, and turns on the three below; `client` adds a Rust
+//! client with the conditional-write recipes; `mirror` adds `brook::mirror` (copying streams to
+//! another Durable Streams server, `brook mirror`); `tier` adds the cold tier on object storage
+//! ([`TierOptions`], `Options::with_tier`).
 #![deny(unsafe_code)]
 
 #[cfg(feature = "client")]

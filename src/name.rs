@@ -544,7 +544,10 @@ mod tests {
             "000000000000000a_0000000000000000",
             "0000000000000000-0000000000000000",
         ] {
-            assert!(bad.parse::<Offset>().is_err(), "{bad}");
+            assert!(
+                matches!(bad.parse::<Offset>(), Err(Error::InvalidArgument(ref m)) if m.starts_with("malformed offset")),
+                "{bad}"
+            );
         }
     }
 
@@ -583,7 +586,10 @@ mod tests {
             "x/retention/5",
             "x/snapshot/0",
         ] {
-            assert!(StreamName::new(bad).is_err(), "{bad:?}");
+            assert!(
+                matches!(StreamName::new(bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
         }
         assert!(StreamName::new("snapshots/x").is_ok());
         for reserved in [
@@ -627,7 +633,10 @@ mod tests {
             "application/json;charset=utf-8"
         );
         assert_eq!(normalize_content_type("text/plain").unwrap(), "text/plain");
-        assert!(normalize_content_type("nonsense").is_err());
+        assert!(matches!(
+            normalize_content_type("nonsense"),
+            Err(Error::InvalidArgument(m)) if m.starts_with("malformed content type")
+        ));
         for ct in [
             "text/PLAIN",
             "text/plain ",
@@ -669,7 +678,11 @@ mod tests {
             "text/plain; =v",
             "text/plain; x=a\"b",
         ] {
-            assert!(n(bad).is_err(), "{bad:?} -> {:?}", n(bad));
+            assert!(
+                matches!(n(bad), Err(Error::InvalidArgument(ref m)) if m.starts_with("malformed content type")),
+                "{bad:?} -> {:?}",
+                n(bad)
+            );
         }
         assert_eq!(n("a/b;;c=d;").unwrap(), "a/b;c=d");
     }

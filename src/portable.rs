@@ -40,7 +40,9 @@ pub(crate) fn stream_problem(bucket: &str, stream: &str) -> Option<String> {
 
 /// Why the stream name `name` (without its leading `/`) could not move to a server with
 /// Ursula's rules, if it could not: it must be exactly `bucket/stream`, the bucket 4 to 64 of
-/// `[a-z0-9_-]`, the stream segment as [`stream_problem`] says.
+/// `[a-z0-9_-]`, the stream segment as [`stream_problem`] says. Only the server checks whole
+/// names (`--portable-names`); the mirror maps them segment by segment.
+#[cfg(feature = "http")]
 pub(crate) fn name_problem(name: &str) -> Option<String> {
     let Some((bucket, stream)) = name.split_once('/') else {
         return Some("a portable name is bucket/stream: it has no '/'".into());
@@ -58,6 +60,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "http")]
     fn portable_names_follow_ursulas_rules() {
         for ok in ["chat/room-1", "a_b-/x.y", "tenant42/orders:2026"] {
             assert_eq!(name_problem(ok), None, "{ok}");
@@ -76,6 +79,10 @@ mod tests {
             assert!(name_problem(bad).is_some(), "{bad}");
         }
         assert_eq!(name_problem(&format!("chat/{}", "s".repeat(117))), None);
+    }
+
+    #[test]
+    fn buckets_are_lowercase_digits_dash_and_underscore() {
         assert!(is_bucket("a-_9") && !is_bucket("a.bc"));
     }
 }

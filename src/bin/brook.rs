@@ -2,8 +2,8 @@
 //! directory; `ls`, `cat`, `tail` and `head` read streams from a data directory or a server;
 //! `check` verifies a data directory.
 
-#[path = "brook/http1.rs"]
-mod http1;
+#[path = "brook/mirror_cli.rs"]
+mod mirror_cli;
 #[path = "brook/ops.rs"]
 mod ops;
 
@@ -19,10 +19,6 @@ use brook::http::{
 };
 use brook::{Durability, Error, Options, Store, TierOptions};
 use clap::{Parser, Subcommand, ValueEnum};
-
-#[cfg(feature = "mirror")]
-#[path = "brook/mirror_cli.rs"]
-mod mirror_cli;
 
 #[derive(Parser)]
 #[command(
@@ -62,13 +58,12 @@ enum Command {
     /// Make access tokens for `brook serve --auth-tokens`.
     #[command(subcommand)]
     Token(TokenCommand),
-    /// Copy streams to another Durable Streams server, exactly once and resumably (feature
-    /// `mirror`).
-    #[cfg(feature = "mirror")]
+    /// Copy streams to another Durable Streams server, exactly once and resumably.
     Mirror(mirror_cli::MirrorArgs),
     /// List streams whose names start with PREFIX (all when omitted), in name order.
     #[command(after_help = "Examples:\n  brook ls --data-dir ./data demo/\n  \
-                            brook ls --long --url http://127.0.0.1:4437")]
+                            brook ls --long --url http://127.0.0.1:4437\n  \
+                            brook ls --url https://brook.internal:4437 --ca-cert ca.pem")]
     Ls(LsArgs),
     /// Print a stream's data from OFFSET (the start by default) to its tail. A JSON stream
     /// prints one message a line.
@@ -111,14 +106,27 @@ struct ArchiveArgs {
     file: PathBuf,
 }
 
-/// Where a reading command finds its streams: exactly one of the two.
+/// Where a reading command finds its streams, and how it trusts a server's certificate.
+#[derive(clap::Args)]
+struct TargetArgs {
+    #[command(flatten)]
+    at: TargetChoice,
+    /// Verify an `https://` server's certificate against the CA certificates in this PEM file
+    /// instead of the Mozilla roots (for a private CA); default: the file `SSL_CERT_FILE`
+    /// names, if set.
+    #[arg(long, value_name = "FILE", requires = "url")]
+    ca_cert: Option<PathBuf>,
+}
+
+/// A data directory or a server: exactly one of the two.
 #[derive(clap::Args)]
 #[group(required = true, multiple = false)]
-struct TargetArgs {
+struct TargetChoice {
     /// A data directory (it is locked while the command runs: not one a server is using).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// A running server, `http://HOST:PORT` (plain HTTP).
+    /// A running server: `http://HOST:PORT` or `https://HOST:PORT` (with a path, for a
+    /// server behind a prefix).
     #[arg(long, value_name = "URL")]
     url: Option<String>,
 }
@@ -394,7 +402,6 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => run_serve(&args),
         Command::Token(cmd) => run_token(&cmd),
-        #[cfg(feature = "mirror")]
         Command::Mirror(args) => mirror_cli::run(args),
         Command::Ls(a) => target(&a.target)
             .and_then(|t| ops::ls(&t, &a.prefix, a.long, &mut std::io::stdout().lock())),
@@ -424,9 +431,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// The data directory or server a reading command names.
+/// The data directory or server a reading command names; a server's certificate is checked
+/// against `--ca-cert`, else the file `SSL_CERT_FILE` names (as OpenSSL and curl read it),
+/// else the Mozilla roots.
 fn target(t: &TargetArgs) -> Result<ops::Target, String> {
-    ops::Target::open(t.data_dir.as_deref(), t.url.as_deref())
+    let ca_cert = match (&t.ca_cert, &t.at.url) {
+        (Some(file), _) => Some(file.clone()),
+        (None, Some(_)) => std::env::var_os("SSL_CERT_FILE")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+        (None, None) => None,
+    };
+    ops::Target::open(
+        t.at.data_dir.as_deref(),
+        t.at.url.as_deref(),
+        ca_cert.as_deref(),
+    )
 }
 
 /// `brook cat` (`follow` false) or `brook tail` (`follow` true, starting at the tail unless

@@ -3,7 +3,7 @@
 //!
 //! | name | what it is |
 //! |---|---|
-//! | [`Client`] | a base URL and a pooled HTTP client; hands out [`StreamHandle`]s |
+//! | [`Client`] | a base URL and a pooled HTTP client; hands out [`StreamHandle`]s, lists a brook server's streams ([`list_page`](Client::list_page)) |
 //! | [`StreamHandle`] | one stream URL: create, append, read, long-poll, SSE, HEAD, DELETE, [`read_to_tail`](StreamHandle::read_to_tail) |
 //! | [`PrefixCount`] | the prefix-count compare-and-set commit loop for writers sharing one log |
 //! | [`Outbox`] | publishes facts committed elsewhere, exactly once and in commit order, with failover |
@@ -51,7 +51,8 @@ pub use subscription::{
     Claim, ClaimedStream, SubscriptionHandle, SubscriptionSpec, is_code, verify_webhook,
 };
 pub use types::{
-    Append, Appended, Chunk, Create, Created, Info, Position, Read, TailData, TailRead, stream_seq,
+    Append, Appended, Chunk, Create, Created, Info, ListedStream, Listing, Position, Read,
+    TailData, TailRead, stream_seq,
 };
 
 /// A Durable Streams server at a base URL.
@@ -67,10 +68,31 @@ impl Client {
     /// A client for the server at `base_url` (e.g. `http://127.0.0.1:4437`), with a fresh
     /// connection pool and no request timeout (a long-poll waits as long as the server lets it).
     pub fn new(base_url: &str) -> Result<Client> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .build()
-            .map_err(Error::Transport)?;
+        let http = http_builder().build().map_err(Error::Transport)?;
+        Client::with_http_client(http, base_url)
+    }
+
+    /// A client for the server at `base_url` that verifies the server's certificate against
+    /// the certificate authorities in `pem` (one or more PEM `CERTIFICATE` blocks) and no
+    /// other: for an `https://` server whose certificate a private CA signed. Otherwise as
+    /// [`new`](Self::new), which trusts the Mozilla root set.
+    ///
+    /// Refused with [`Error::InvalidArgument`] when `pem` holds no certificate or one that
+    /// does not parse.
+    pub fn with_root_certificates(base_url: &str, pem: &[u8]) -> Result<Client> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+            Error::InvalidArgument(format!("the CA certificates do not parse: {e}"))
+        })?;
+        if certs.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the CA certificates hold no PEM CERTIFICATE block".into(),
+            ));
+        }
+        let builder = certs.into_iter().fold(
+            http_builder().tls_built_in_root_certs(false),
+            reqwest::ClientBuilder::add_root_certificate,
+        );
+        let http = builder.build().map_err(Error::Transport)?;
         Client::with_http_client(http, base_url)
     }
 
@@ -108,6 +130,54 @@ impl Client {
         SubscriptionHandle::new(self.http.clone(), url)
     }
 
+    /// One page of a brook server's listing (`GET {base}/__brook/streams`, brook's extension,
+    /// not the protocol's): the live streams whose names start with `prefix` (`""`: all), in
+    /// name order, after the cursor `after` (the previous page's [`Listing::next`]; `None` for
+    /// the first page), at most `limit` of them (the server takes 1 to 1000 and refuses
+    /// others with 400 `INVALID_ARGUMENT`). A server without the listing answers
+    /// [`Error::Http`] with status 404.
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Listing> {
+        let mut query = vec![("prefix", prefix.to_owned()), ("limit", limit.to_string())];
+        if let Some(a) = after {
+            query.push(("after", a.to_owned()));
+        }
+        let res = self
+            .http
+            .get(format!("{}/__brook/streams", self.base))
+            .query(&query)
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res.bytes().await.map_err(Error::Transport)?;
+        match status {
+            200 => types::parse_listing(&body),
+            // The generic mapping would call a 404 a missing stream; here it is a server
+            // without brook's listing.
+            404 => Err(Error::Http {
+                status,
+                code: None,
+                detail: Some("the server has no /__brook/streams listing (not brook?)".into()),
+            }),
+            _ => Err(Error::from_response(
+                status,
+                |n| {
+                    headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                },
+                &body,
+            )),
+        }
+    }
+
     /// The server's webhook signing keys (`{base}/__ds/jwks.json`), for [`verify_webhook`].
     pub async fn webhook_jwks(&self) -> Result<serde_json::Value> {
         let res = self
@@ -127,4 +197,10 @@ impl Client {
         serde_json::from_slice(&bytes)
             .map_err(|e| Error::InvalidResponse(format!("the JWKS is not JSON: {e}")))
     }
+}
+
+/// The HTTP client every constructor starts from: connections time out after 10 s, requests
+/// never (a long-poll waits as long as the server lets it).
+fn http_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10))
 }

@@ -308,16 +308,16 @@ mod tests {
                 closed: false,
             }))
         );
-        assert!(
+        assert!(matches!(
             decode(
                 RawEvent {
                     event: "control".into(),
                     data: "{}".into()
                 },
                 false
-            )
-            .is_err()
-        );
+            ),
+            Err(Error::InvalidResponse(m)) if m.contains("without streamNextOffset")
+        ));
         assert!(matches!(
             decode(
                 RawEvent {

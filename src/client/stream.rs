@@ -11,9 +11,9 @@ use crate::Incarnation;
 use crate::headers::{
     PRODUCER_EPOCH, PRODUCER_ID, PRODUCER_SEQ, QUERY_CONSISTENCY, QUERY_CURSOR, QUERY_LIVE,
     QUERY_MAX_BYTES, QUERY_OFFSET, STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET,
-    STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_TTL,
-    STREAM_UP_TO_DATE, format_expires_at, parse_closed, parse_expires_at, parse_safe_integer,
-    parse_stream_seq,
+    STREAM_EXPIRES_AT, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SEQ, STREAM_SNAPSHOT_OFFSET,
+    STREAM_TTL, STREAM_UP_TO_DATE, format_expires_at, parse_closed, parse_expires_at,
+    parse_safe_integer, parse_stream_seq,
 };
 
 use super::error::{Error, Result};
@@ -309,6 +309,7 @@ impl StreamHandle {
             expires_at: header(h, STREAM_EXPIRES_AT)
                 .and_then(|t| parse_expires_at(t.as_bytes()).ok()),
             earliest: header(h, STREAM_EARLIEST_OFFSET).map(Position::new),
+            snapshot: header(h, STREAM_SNAPSHOT_OFFSET).map(Position::new),
         })
     }
 

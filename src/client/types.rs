@@ -364,6 +364,57 @@ pub struct Info {
     pub expires_at: Option<SystemTime>,
     /// `Stream-Earliest-Offset` (brook sends it; other servers may not).
     pub earliest: Option<Position>,
+    /// `Stream-Snapshot-Offset`: where the latest snapshot was taken (brook's extension).
+    pub snapshot: Option<Position>,
+}
+
+/// One page of a brook server's stream listing ([`Client::list_page`](super::Client::list_page)).
+#[derive(Clone, Debug)]
+pub struct Listing {
+    /// The page's streams, in name order.
+    pub streams: Vec<ListedStream>,
+    /// The cursor of the next page (pass it as `after`); `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// A stream as a listing describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedStream {
+    /// The stream's name (its path under the base URL, without a leading `/`).
+    pub name: String,
+    /// The stream's content type.
+    pub content_type: String,
+    /// The stream's tail when listed.
+    pub tail: Position,
+    /// Whether the stream is closed.
+    pub closed: bool,
+}
+
+/// A listing body, `{"streams":[{"name","contentType","tail","closed"}],"next":C|null}`.
+pub(crate) fn parse_listing(body: &[u8]) -> Result<Listing> {
+    let bad = |what: &str| Error::InvalidResponse(format!("a stream listing {what}"));
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| bad(&format!("that is not JSON: {e}")))?;
+    let entries = v
+        .get("streams")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("without a \"streams\" array"))?;
+    let mut streams = Vec::with_capacity(entries.len());
+    for s in entries {
+        let text = |k: &str| s.get(k).and_then(Value::as_str).map(str::to_owned);
+        streams.push(ListedStream {
+            name: text("name").ok_or_else(|| bad("entry without a \"name\""))?,
+            content_type: text("contentType").unwrap_or_default(),
+            tail: Position::new(text("tail").ok_or_else(|| bad("entry without a \"tail\""))?),
+            closed: s.get("closed").and_then(Value::as_bool).unwrap_or(false),
+        });
+    }
+    let next = match v.get("next") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) => Some(c.clone()),
+        Some(_) => return Err(bad("whose \"next\" is not a string")),
+    };
+    Ok(Listing { streams, next })
 }
 
 /// What [`read_to_tail`](super::StreamHandle::read_to_tail) read.
@@ -431,8 +482,45 @@ mod tests {
             json_messages(br#"[{"a":1},2]"#).ok(),
             Some(vec![serde_json::json!({"a":1}), serde_json::json!(2)])
         );
-        assert!(json_messages(b"{}").is_err());
+        assert!(matches!(
+            json_messages(b"{}"),
+            Err(Error::InvalidResponse(ref m)) if m.contains("not a JSON array")
+        ));
         assert!(content_type_is_json("Application/JSON; charset=utf-8"));
         assert!(!content_type_is_json("text/plain"));
+    }
+
+    #[test]
+    fn a_listing_parses_its_pages_and_refuses_what_is_not_one() -> Result<()> {
+        let page = parse_listing(
+            br#"{"streams":[{"name":"a/b","contentType":"text/plain","tail":"0_5","closed":true}],"next":"a/b"}"#,
+        )?;
+        assert_eq!(
+            page.streams,
+            vec![ListedStream {
+                name: "a/b".into(),
+                content_type: "text/plain".into(),
+                tail: Position::new("0_5"),
+                closed: true,
+            }]
+        );
+        assert_eq!(page.next.as_deref(), Some("a/b"));
+        assert!(
+            parse_listing(br#"{"streams":[],"next":null}"#)?
+                .next
+                .is_none()
+        );
+        for bad in [
+            &b"[]"[..],
+            br#"{"streams":[{"tail":"0_0"}]}"#,
+            br#"{"streams":[],"next":1}"#,
+        ] {
+            assert!(
+                matches!(parse_listing(bad), Err(Error::InvalidResponse(_))),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        Ok(())
     }
 }

@@ -348,13 +348,16 @@ mod tests {
             parse_listing(br#"{"streams":[],"next":null}"#)?,
             (vec![], None)
         );
-        assert!(parse_listing(b"[]").is_err());
+        assert_eq!(parse_listing(b"[]"), Err("no 'streams' array".to_owned()));
         let base = base_url("http://h:1/v1/stream/")?;
         assert_eq!(
             join(&base, "a b/c?").as_str(),
             "http://h:1/v1/stream/a%20b/c%3F"
         );
-        assert!(base_url("ftp://h").is_err());
+        assert!(matches!(
+            base_url("ftp://h"),
+            Err(MirrorError::Url(u, why)) if u == "ftp://h" && why == "not an http(s) URL"
+        ));
         Ok(())
     }
 }

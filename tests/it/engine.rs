@@ -387,11 +387,11 @@ fn snapshots_and_retention() -> R {
     );
     let c = store.read(&n, &ReadRequest::from(ReadFrom::At(last)))?;
     assert_eq!(c.to_vec(), b"[]");
-    assert!(
-        store
-            .set_retention(&n, &RetentionRequest::to(Offset::new(301, last.bytes + 10)))
-            .is_err()
-    );
+    let beyond = Offset::new(301, last.bytes + 10);
+    assert!(matches!(
+        store.set_retention(&n, &RetentionRequest::to(beyond)),
+        Err(Error::NotOnBoundary(o)) if o == beyond
+    ));
     drop(store);
     let store = Store::open(dir.path(), Options::default().with_segment_bytes(4096))?;
     assert_eq!(store.head(&n, &Guard::NONE)?.earliest, last);

@@ -45,11 +45,14 @@ fn nginx_binary() -> R<Option<PathBuf>> {
     let bin =
         std::env::var_os("NGINX").map_or_else(|| PathBuf::from("/usr/sbin/nginx"), PathBuf::from);
     if !bin.exists() {
-        return Err(format!(
-            "no nginx at {} (apt-get install nginx, set NGINX, or SKIP_NGINX=1)",
-            bin.display()
-        )
-        .into());
+        crate::util::missing_prerequisite(
+            "http_cache",
+            &format!(
+                "no nginx at {} (apt-get install nginx, or set NGINX; scripts/test installs it)",
+                bin.display()
+            ),
+        )?;
+        return Ok(None);
     }
     Ok(Some(bin))
 }

@@ -16,9 +16,9 @@ use tokio::sync::oneshot;
 use crate::http_support::{R, config};
 
 /// A certificate authority and a `localhost` leaf it signed, as PEM.
-struct TestPki {
+pub(crate) struct TestPki {
     /// The CA's certificate: what a client trusts.
-    ca: String,
+    pub(crate) ca: String,
     /// The leaf's certificate chain.
     cert: String,
     /// The leaf's private key.
@@ -26,7 +26,7 @@ struct TestPki {
 }
 
 /// A fresh CA and a leaf for `localhost` and 127.0.0.1.
-fn pki() -> R<TestPki> {
+pub(crate) fn pki() -> R<TestPki> {
     let ca_key = rcgen::KeyPair::generate()?;
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -46,7 +46,7 @@ fn pki() -> R<TestPki> {
 }
 
 /// Writes `pki`'s leaf to `dir/cert.pem` and `dir/key.pem`; returns both paths.
-fn write_pki(dir: &Path, pki: &TestPki) -> R<(PathBuf, PathBuf)> {
+pub(crate) fn write_pki(dir: &Path, pki: &TestPki) -> R<(PathBuf, PathBuf)> {
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
     std::fs::write(&cert, &pki.cert)?;

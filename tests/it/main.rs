@@ -50,7 +50,7 @@ mod http_support;
 mod http_tenants;
 #[cfg(feature = "http")]
 mod http_tls;
-#[cfg(all(feature = "mirror", feature = "http"))]
+#[cfg(feature = "http")]
 mod mirror;
 mod model;
 #[cfg(feature = "http")]

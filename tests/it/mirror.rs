@@ -327,6 +327,18 @@ impl NodeServer {
             eprintln!("mirror: the Node reference server test is skipped (SKIP_NODE is set)");
             return Ok(None);
         }
+        let conformance = concat!(env!("CARGO_MANIFEST_DIR"), "/conformance");
+        let node = Command::new("node").arg("--version").output().is_ok();
+        let modules = Path::new(conformance).join("node_modules/@durable-streams/server");
+        if !node || !modules.exists() {
+            let what = if node {
+                "conformance/node_modules is not installed (scripts/node-deps installs it)"
+            } else {
+                "node not found (scripts/test needs it for the conformance suite too)"
+            };
+            crate::util::missing_prerequisite("mirror::mirror_to_node_reference", what)?;
+            return Ok(None);
+        }
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/conformance/reference-server.mjs"
@@ -334,7 +346,7 @@ impl NodeServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = Killed(
+        let mut child = Killed(
             Command::new("node")
                 .arg(script)
                 .args(["--port", &port.to_string(), "--long-poll-timeout-ms", "500"])
@@ -345,6 +357,9 @@ impl NodeServer {
                 .map_err(|e| format!("node (SKIP_NODE=1 skips this test): {e}"))?,
         );
         for _ in 0..200 {
+            if let Some(status) = child.0.try_wait()? {
+                return Err(format!("the Node reference server exited with {status}").into());
+            }
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
                 .is_ok()

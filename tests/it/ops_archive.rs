@@ -182,6 +182,12 @@ fn a_damaged_archive_is_refused() -> R {
     let cut = &archive[..archive.len() - 3];
     let other = tempfile::tempdir()?;
     let fresh = Store::open(other.path(), Options::default())?;
-    assert!(fresh.import(&mut &cut[..], &mut |_| {}).is_err());
+    let e = fresh
+        .import(&mut &cut[..], &mut |_| {})
+        .expect_err("a cut archive is refused");
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("not a valid brook archive")),
+        "{e}"
+    );
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! The `brook` commands on a data directory and on a server: `ls`, `cat`, `tail`, `head`,
-//! `check` (finding a flipped byte), and a clear refusal on a directory a server holds.
+//! The `brook` commands on a data directory and on a server (plain and TLS): `ls`, `cat`,
+//! `tail`, `head`, `check` (finding a flipped byte), and a clear refusal on a directory a
+//! server holds.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -147,6 +148,105 @@ fn ls_cat_head_and_tail_read_a_server() -> R {
     assert_eq!(lines.next().ok_or("tail ended")??, "two");
     let close = [("content-type", "text/plain"), ("stream-closed", "true")];
     assert_eq!(http(&addr, "POST", "/cli/live", &close, b"")?.status, 204);
+    assert!(tail.wait()?.success());
+    p.stop()?;
+    Ok(())
+}
+
+/// `ls`, `cat`, `head` and `tail` read an `https://` server whose certificate a private CA
+/// signed, trusting the CA given by `--ca-cert` (or `SSL_CERT_FILE`); without it the
+/// certificate is refused, and a CA file that holds no certificate is named.
+#[test]
+fn ls_cat_head_and_tail_read_a_tls_server_with_a_ca_file() -> R {
+    let tmp = tempfile::tempdir()?;
+    let data = tmp.path().join("data");
+    sample_store(&data)?;
+    let pki = crate::http_tls::pki()?;
+    let (cert, key) = crate::http_tls::write_pki(tmp.path(), &pki)?;
+    let ca = tmp.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca)?;
+    let ca = ca.to_str().ok_or("path")?;
+    let (cert, key) = (cert.to_str().ok_or("path")?, key.to_str().ok_or("path")?);
+    let mut p = Proc::serve(&data, &["--tls-cert", cert, "--tls-key", key], "info")?;
+    let line = p.wait_for("listening on https://")?;
+    let port = line
+        .split("https://127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split([',', ' ', ';']).next())
+        .ok_or("no port")?;
+    let url = format!("https://localhost:{port}");
+    let tls = |args: &[&str]| -> R<Output> {
+        Ok(Command::new(env!("CARGO_BIN_EXE_brook"))
+            .args(args)
+            .args(["--url", &url])
+            .env_remove("SSL_CERT_FILE")
+            .stdin(Stdio::null())
+            .output()?)
+    };
+
+    let out = tls(&["ls", "--ca-cert", ca, "cli/"])?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "cli/bytes\ncli/json\n");
+    let out = tls(&["cat", "--ca-cert", ca, "cli/json"])?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "{\"a\":1}\n{\"b\":2}\n");
+    let out = tls(&["head", "--ca-cert", ca, "cli/bytes"])?;
+    let text = stdout(&out);
+    assert!(text.contains("closed: true\n"), "{text}");
+    assert!(
+        text.contains("tail: 0000000000000001_0000000000000006\n"),
+        "{text}"
+    );
+
+    // The CA from the environment, as OpenSSL and curl read it.
+    let out = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .args(["cat", "--url", &url, "cli/bytes"])
+        .env("SSL_CERT_FILE", ca)
+        .stdin(Stdio::null())
+        .output()?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "hello ");
+
+    // Without the CA the server's certificate is not trusted.
+    let out = tls(&["ls"])?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("certificate"), "{err}");
+    // A CA file with no certificate in it is named as such.
+    let out = tls(&["ls", "--ca-cert", key])?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no PEM CERTIFICATE"), "{err}");
+
+    // tail follows appends over TLS until the stream is closed.
+    let client = brook::client::Client::with_root_certificates(&url, pki.ca.as_bytes())?;
+    let live = client.stream("cli/live");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(live.create(&brook::client::Create::new("text/plain")))?;
+    let mut tail = Command::new(env!("CARGO_BIN_EXE_brook"))
+        .args([
+            "tail",
+            "--url",
+            &url,
+            "--ca-cert",
+            ca,
+            "cli/live",
+            "--from",
+            "-1",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut lines = std::io::BufReader::new(tail.stdout.take().ok_or("stdout")?).lines();
+    let append = |data: &'static str| {
+        runtime.block_on(live.append(&brook::client::Append::new("text/plain", data)))
+    };
+    append("one\n")?;
+    assert_eq!(lines.next().ok_or("tail ended")??, "one");
+    append("two\n")?;
+    assert_eq!(lines.next().ok_or("tail ended")??, "two");
+    runtime.block_on(live.append(&brook::client::Append::close_only()))?;
     assert!(tail.wait()?.success());
     p.stop()?;
     Ok(())

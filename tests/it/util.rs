@@ -194,3 +194,22 @@ impl Rng {
         (0..n).map(|_| self.next() as u8).collect()
     }
 }
+
+/// A test's external prerequisite (a program it runs as a peer) is missing; `what` says which
+/// and how to get it. Where every check must run (`BROOK_REQUIRE_ALL`, which scripts/test
+/// exports, or `CI`, set to anything but empty, `0` or `false`) this is the error that fails the
+/// test; elsewhere it says so on one line of standard error and returns `Ok`: the caller then
+/// returns, the test passing with that check not made.
+#[cfg(feature = "http")] // its callers all run a server
+pub fn missing_prerequisite(test: &str, what: &str) -> Result<(), String> {
+    let required = ["BROOK_REQUIRE_ALL", "CI"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|x| !matches!(x.trim(), "" | "0" | "false")));
+    if required {
+        return Err(format!(
+            "{test}: {what} (BROOK_REQUIRE_ALL or CI is set: no check may be skipped)"
+        ));
+    }
+    eprintln!("{test}: skipped: {what}");
+    Ok(())
+}

@@ -7,27 +7,77 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
+use brook::client::{self, Client, Position, Read};
 use brook::{Error, Guard, Options, ReadFrom, ReadRequest, Store, StreamName, is_json};
-
-use super::http1::{Server, encode};
 
 /// What a command reads from: a data directory (opened, taking its lock) or a server.
 pub enum Target {
     /// A store opened in this process.
     Dir(Store),
-    /// A server over HTTP.
-    Url(Server),
+    /// A server over HTTP or HTTPS.
+    Url(Remote),
+}
+
+/// A server a command reads through brook's own client, on a runtime of the command's own.
+pub struct Remote {
+    /// The client for the server's base URL.
+    client: Client,
+    /// Runs the client's requests (one at a time: a command is sequential).
+    runtime: tokio::runtime::Runtime,
 }
 
 impl Target {
-    /// The target the flags name: `--data-dir` (which must hold a store) or `--url`.
-    pub fn open(dir: Option<&Path>, url: Option<&str>) -> Result<Target, String> {
+    /// The target the flags name: `--data-dir` (which must hold a store) or `--url`, whose
+    /// certificate is verified against `ca_cert` when given (else the Mozilla roots).
+    pub fn open(
+        dir: Option<&Path>,
+        url: Option<&str>,
+        ca_cert: Option<&Path>,
+    ) -> Result<Target, String> {
         match (dir, url) {
             (Some(dir), None) => open_store(dir).map(Target::Dir),
-            (None, Some(url)) => Server::parse(url).map(Target::Url),
+            (None, Some(url)) => Remote::open(url, ca_cert).map(Target::Url),
             _ => Err("give exactly one of --data-dir DIR and --url URL".to_owned()),
         }
     }
+}
+
+impl Remote {
+    /// A client for `url` (`http://` or `https://`), trusting only the CA certificates in the
+    /// PEM file `ca_cert` when given.
+    fn open(url: &str, ca_cert: Option<&Path>) -> Result<Remote, String> {
+        let client = match ca_cert {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    format!("cannot read the CA certificates {}: {e}", path.display())
+                })?;
+                Client::with_root_certificates(url, &pem)
+                    .map_err(|e| format!("--ca-cert {}: {e}", path.display()))?
+            }
+            None => Client::new(url).map_err(|e| format!("--url {url}: {e}"))?,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        Ok(Remote { client, runtime })
+    }
+}
+
+/// A client error with the errors under it (a TLS refusal sits a few sources down a transport
+/// error), as one line.
+fn describe(e: &client::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// Opens an existing store in `dir` for a command: a missing store or a directory held by a
@@ -68,7 +118,8 @@ fn stream_name(s: &str) -> Result<StreamName, String> {
 pub fn ls(target: &Target, prefix: &str, long: bool, out: &mut impl Write) -> Result<(), String> {
     let mut after: Option<String> = None;
     loop {
-        let (entries, next) = match target {
+        // (name, tail, content type, closed) of one page, and the next page's cursor.
+        let (entries, next): (Vec<(String, String, String, bool)>, _) = match target {
             Target::Dir(store) => {
                 let page = store
                     .list_page(prefix, after.as_deref(), 1000)
@@ -87,7 +138,18 @@ pub fn ls(target: &Target, prefix: &str, long: bool, out: &mut impl Write) -> Re
                     .collect();
                 (entries, page.next)
             }
-            Target::Url(server) => ls_page(server, prefix, after.as_deref())?,
+            Target::Url(remote) => {
+                let page = remote
+                    .runtime
+                    .block_on(remote.client.list_page(prefix, after.as_deref(), 1000))
+                    .map_err(|e| format!("listing failed: {}", describe(&e)))?;
+                let entries = page
+                    .streams
+                    .into_iter()
+                    .map(|s| (s.name, s.tail.to_string(), s.content_type, s.closed))
+                    .collect();
+                (entries, page.next)
+            }
         };
         for (name, tail, ct, closed) in entries {
             let line = if long {
@@ -107,41 +169,6 @@ pub fn ls(target: &Target, prefix: &str, long: bool, out: &mut impl Write) -> Re
     }
 }
 
-/// One page of `/__brook/streams` as (name, tail, content type, closed) and the next cursor.
-type Page = (Vec<(String, String, String, bool)>, Option<String>);
-
-/// Reads one page of the server's listing.
-fn ls_page(server: &Server, prefix: &str, after: Option<&str>) -> Result<Page, String> {
-    let mut query = format!("streams?limit=1000&prefix={}", encode(prefix, false));
-    if let Some(a) = after {
-        query.push_str("&after=");
-        query.push_str(&encode(a, false));
-    }
-    let r = server.request("GET", &server.admin_path(&query), Duration::from_mins(1))?;
-    if r.status != 200 {
-        return Err(format!("listing failed: {}", r.refusal()));
-    }
-    let v: serde_json::Value =
-        serde_json::from_slice(&r.body).map_err(|e| format!("a malformed listing: {e}"))?;
-    let entries = v["streams"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| {
-                    let text = |k: &str| s[k].as_str().unwrap_or_default().to_owned();
-                    (
-                        text("name"),
-                        text("tail"),
-                        text("contentType"),
-                        s["closed"] == true,
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok((entries, v["next"].as_str().map(str::to_owned)))
-}
-
 /// `brook cat` (`follow` false) and `brook tail` (`follow` true): the stream's data from `from`
 /// to its tail (then, following, as it is appended until the stream is closed). A JSON stream
 /// prints one message a line; any other stream its bytes as they are.
@@ -155,7 +182,7 @@ pub fn cat(
     let name = stream_name(stream)?;
     match target {
         Target::Dir(store) => cat_dir(store, &name, from, follow, out),
-        Target::Url(server) => cat_url(server, &name, from, follow, out),
+        Target::Url(remote) => cat_url(remote, &name, from, follow, out),
     }
 }
 
@@ -191,57 +218,64 @@ fn cat_dir(
     }
 }
 
-/// The wire form of `from` for `offset=`.
-fn offset_param(from: ReadFrom) -> String {
+/// Where a read over HTTP starts for `from`.
+fn position(from: ReadFrom) -> Position {
     match from {
-        ReadFrom::Start => "-1".to_owned(),
-        ReadFrom::Tail => "now".to_owned(),
-        ReadFrom::At(o) => o.to_string(),
+        ReadFrom::Start => Position::start(),
+        ReadFrom::Tail => Position::now(),
+        ReadFrom::At(o) => Position::from(o),
     }
 }
 
-/// [`cat`] over HTTP: catch-up reads, then (following) long-polls.
+/// [`cat`] over HTTP: catch-up reads to the tail, then (following) long-polls, each echoing
+/// the last cursor, until the stream is closed.
 fn cat_url(
-    server: &Server,
+    remote: &Remote,
     name: &StreamName,
     from: ReadFrom,
     follow: bool,
     out: &mut impl Write,
 ) -> Result<(), String> {
-    let mut offset = offset_param(from);
-    let mut caught_up = false;
-    loop {
-        let live = if caught_up { "&live=long-poll" } else { "" };
-        let path = server.stream_path(name.as_str(), &format!("offset={offset}{live}"));
-        let r = server.request("GET", &path, Duration::from_mins(2))?;
-        if r.status != 200 && r.status != 204 {
-            return Err(format!("{}: {}", name.as_str(), r.refusal()));
-        }
-        if r.status == 200 {
-            let json = r.header("content-type").is_some_and(is_json);
-            if json {
-                let values: Vec<Box<serde_json::value::RawValue>> = serde_json::from_slice(&r.body)
-                    .map_err(|e| format!("a malformed JSON read: {e}"))?;
-                for v in values {
-                    write_out(out, v.get().as_bytes())?;
-                    write_out(out, b"\n")?;
+    let stream = remote.client.stream(name.as_str());
+    let failed = |e: client::Error| format!("{}: {}", name.as_str(), describe(&e));
+    remote.runtime.block_on(async {
+        let mut req = Read::from(position(from));
+        let mut cursor: Option<String> = None;
+        let mut caught_up = false;
+        loop {
+            let chunk = if caught_up {
+                stream.long_poll(&req, cursor.as_deref()).await
+            } else {
+                stream.read(&req).await
+            }
+            .map_err(failed)?;
+            if chunk.is_json() {
+                // Each message as the server sent it (a parsed value would reorder keys).
+                if !chunk.data.iter().all(u8::is_ascii_whitespace) {
+                    let values: Vec<Box<serde_json::value::RawValue>> =
+                        serde_json::from_slice(&chunk.data)
+                            .map_err(|e| format!("a malformed JSON read: {e}"))?;
+                    for v in values {
+                        write_out(out, v.get().as_bytes())?;
+                        write_out(out, b"\n")?;
+                    }
                 }
             } else {
-                write_out(out, &r.body)?;
+                write_out(out, &chunk.data)?;
             }
             out.flush().map_err(|e| e.to_string())?;
-        }
-        if let Some(next) = r.header("stream-next-offset") {
-            next.clone_into(&mut offset);
-        }
-        let up_to_date = r.status == 204 || r.header("stream-up-to-date") == Some("true");
-        if up_to_date {
-            if !follow || r.header("stream-closed") == Some("true") {
-                return Ok(());
+            if chunk.cursor.is_some() {
+                cursor.clone_from(&chunk.cursor);
             }
-            caught_up = true;
+            if chunk.up_to_date {
+                if !follow || chunk.closed {
+                    return Ok(());
+                }
+                caught_up = true;
+            }
+            req = Read::from(chunk.next);
         }
-    }
+    })
 }
 
 /// `brook head STREAM`: the stream's metadata, one `field: value` a line.
@@ -263,10 +297,7 @@ pub fn head(target: &Target, stream: &str, out: &mut impl Write) -> Result<(), S
                 lines.push(("ttl-seconds", t.as_secs().to_string()));
             }
             if let Some(at) = i.expires_at {
-                let ms = at
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis());
-                lines.push(("expires-at-ms", ms.to_string()));
+                lines.push(("expires-at-ms", millis(at).to_string()));
             }
             if let Some(s) = &i.snapshot {
                 lines.push(("snapshot", s.offset.to_string()));
@@ -278,33 +309,31 @@ pub fn head(target: &Target, stream: &str, out: &mut impl Write) -> Result<(), S
                 lines.push(("stream-seq", seq.clone()));
             }
         }
-        Target::Url(server) => {
-            let r = server.request(
-                "HEAD",
-                &server.stream_path(name.as_str(), ""),
-                Duration::from_mins(1),
-            )?;
-            if r.status != 200 {
-                return Err(format!("{}: status {}", name.as_str(), r.status));
-            }
+        Target::Url(remote) => {
+            let i = remote
+                .runtime
+                .block_on(remote.client.stream(name.as_str()).head())
+                .map_err(|e| format!("{}: {}", name.as_str(), describe(&e)))?;
             lines.push(("name", name.as_str().to_owned()));
-            for (field, header) in [
-                ("content-type", "content-type"),
-                ("tail", "stream-next-offset"),
-                ("closed", "stream-closed"),
-                ("incarnation", "stream-incarnation"),
-                ("earliest", "stream-earliest-offset"),
-                ("ttl-seconds", "stream-ttl"),
-                ("expires-at", "stream-expires-at"),
-                ("snapshot", "stream-snapshot-offset"),
-                ("stream-seq", "stream-last-seq"),
-            ] {
-                if let Some(v) = r.header(header) {
-                    lines.push((field, v.to_owned()));
-                }
+            if let Some(ct) = i.content_type {
+                lines.push(("content-type", ct));
             }
-            if !lines.iter().any(|(f, _)| *f == "closed") {
-                lines.push(("closed", "false".to_owned()));
+            lines.push(("tail", i.next.to_string()));
+            lines.push(("closed", i.closed.to_string()));
+            if let Some(inc) = i.incarnation {
+                lines.push(("incarnation", inc.as_str().to_owned()));
+            }
+            if let Some(e) = i.earliest {
+                lines.push(("earliest", e.to_string()));
+            }
+            if let Some(t) = i.ttl {
+                lines.push(("ttl-seconds", t.to_string()));
+            }
+            if let Some(at) = i.expires_at {
+                lines.push(("expires-at-ms", millis(at).to_string()));
+            }
+            if let Some(s) = i.snapshot {
+                lines.push(("snapshot", s.to_string()));
             }
         }
     }
@@ -312,6 +341,12 @@ pub fn head(target: &Target, stream: &str, out: &mut impl Write) -> Result<(), S
         write_out(out, format!("{k}: {v}\n").as_bytes())?;
     }
     out.flush().map_err(|e| e.to_string())
+}
+
+/// `at` in milliseconds since the Unix epoch (0 before it).
+fn millis(at: std::time::SystemTime) -> u128 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }
 
 /// `brook check`: reads every stream of the store and reports damage; `Ok(false)` when some was
