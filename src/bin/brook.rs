@@ -218,7 +218,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 30_000)]
     body_read_timeout_ms: u64,
     /// The least a request body must average, in bytes per second, once
-    /// `--body-min-rate-grace-ms` has passed (a slower one is refused with 408 BODY_TOO_SLOW);
+    /// `--body-min-rate-grace-ms` has passed (a slower one is refused with 408 `BODY_TOO_SLOW`);
     /// 0 turns the check off.
     #[arg(long, default_value_t = 4096)]
     body_min_rate: u64,
@@ -227,7 +227,7 @@ struct ServeArgs {
     body_min_rate_grace_ms: u64,
     /// The server's memory budget in bytes: request bodies being read, response bytes queued
     /// for slow readers and connection buffers together; work past it is refused with 503
-    /// MEMORY_BUDGET (default: an eighth of the machine's memory, between 32 MiB and 192 MiB).
+    /// `MEMORY_BUDGET` (default: an eighth of the machine's memory, between 32 MiB and 192 MiB).
     #[arg(long)]
     max_memory: Option<u64>,
     /// How long a connection's writes may make no progress (its peer reads nothing) before it

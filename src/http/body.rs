@@ -102,7 +102,10 @@ pub(crate) fn due(rules: &BodyRules, began: Instant, received: u64) -> (Instant,
     let owed = Duration::from_secs_f64(received as f64 / rules.min_rate as f64);
     let rate_at = began + rules.grace + owed;
     if rate_at < idle_at {
-        (rate_at, ApiError::body_too_slow(rules.min_rate, rules.grace))
+        (
+            rate_at,
+            ApiError::body_too_slow(rules.min_rate, rules.grace),
+        )
     } else {
         (idle_at, ApiError::body_timeout(rules.idle))
     }

@@ -275,7 +275,17 @@ pub(crate) async fn serve<S: Io>(
             spare = headers;
         }
         close |= *app.shutdown.borrow();
-        match respond(&mut socket, &mut out, &app.budget, res, is_head, cors, close).await {
+        match respond(
+            &mut socket,
+            &mut out,
+            &app.budget,
+            res,
+            is_head,
+            cors,
+            close,
+        )
+        .await
+        {
             Ok(closes) if !closes => {}
             _ => return,
         }
@@ -562,7 +572,10 @@ async fn refuse_unread<S: Io>(
 ) {
     app.metrics
         .request(RouteKind::Other, answer.status(), std::time::Duration::ZERO);
-    if respond(socket, out, &app.budget, answer, false, cors, true).await.is_ok() {
+    if respond(socket, out, &app.budget, answer, false, cors, true)
+        .await
+        .is_ok()
+    {
         close_gently(socket).await;
     }
 }
@@ -745,7 +758,9 @@ async fn respond<S: Io>(
         return Ok(close);
     }
     // An SSE body's writes are given up at the connection's end, however full the socket is.
-    let deadline = seat.as_ref().map(|SeatHandle(s)| s.deadline() + WRITE_GRACE);
+    let deadline = seat
+        .as_ref()
+        .map(|SeatHandle(s)| s.deadline() + WRITE_GRACE);
     // The stream's writer may write an SSE body's live frames on plain TCP (chunked framing).
     let seat = seat
         .filter(|_| chunked)

@@ -446,17 +446,17 @@ pub async fn serve_with_admin(
         // buffer as it grows.
         let by_hyper = admin_only || tls.is_some() || app.config.hyper_http1;
         let held = if by_hyper {
-            match app.budget.lease(budget::Use::Buffers, HYPER_CONNECTION_HELD) {
-                Ok(held) => Some(held),
-                Err(_) => {
-                    let limit = app.budget.limit();
-                    let refusal = move || {
-                        budget::over_budget(budget::Use::Buffers, limit)
-                            .into_response()
-                    };
-                    tokio::spawn(refuse_connection(app.clone(), stream, acceptor(), refusal));
-                    continue;
-                }
+            if let Ok(held) = app
+                .budget
+                .lease(budget::Use::Buffers, HYPER_CONNECTION_HELD)
+            {
+                Some(held)
+            } else {
+                let limit = app.budget.limit();
+                let refusal =
+                    move || budget::over_budget(budget::Use::Buffers, limit).into_response();
+                tokio::spawn(refuse_connection(app.clone(), stream, acceptor(), refusal));
+                continue;
             }
         } else {
             None

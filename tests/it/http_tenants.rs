@@ -23,10 +23,10 @@ fn token_file(dir: &std::path::Path, tokens: &[(&str, &str)]) -> R<std::path::Pa
     let path = dir.join("tokens");
     let mut text = String::new();
     for (name, grants) in tokens {
-        text.push_str(&format!(
-            "{} {grants}\n",
-            token_hash(&format!("{name}-token"))
-        ));
+        text.push_str(&token_hash(&format!("{name}-token")));
+        text.push(' ');
+        text.push_str(grants);
+        text.push('\n');
     }
     std::fs::write(&path, text)?;
     Ok(path)

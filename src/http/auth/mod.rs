@@ -137,7 +137,7 @@ impl Grants {
 
 /// Expiries further away than this set live reads no deadline: none lasts that long, and an
 /// instant near the end of tokio's range would overflow its timer's arithmetic.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
+const FAR_FUTURE: Duration = Duration::from_hours(100 * 365 * 24);
 
 /// When the credential that admitted a request expires: put in the request's extensions for the
 /// live readers, which end then.
@@ -281,7 +281,7 @@ impl AccessControl {
         parts: &Parts,
         needs: &Needs<'_>,
         keep: bool,
-    ) -> Result<(Option<SystemTime>, Option<Arc<[Grant]>>), Refusal> {
+    ) -> Result<Authorized, Refusal> {
         let forbidden = |(right, name): (Right, &str)| {
             Refusal::Forbidden(if name.is_empty() {
                 format!("the token does not grant {} on this route", right.name())
@@ -319,6 +319,10 @@ impl AccessControl {
         Ok((None, keep.then(|| Arc::from(grants.as_slice()))))
     }
 }
+
+/// What a token's check found: when the credential expires, and its grants (for the routes
+/// that look at them).
+type Authorized = (Option<SystemTime>, Option<Arc<[Grant]>>);
 
 /// How an admitted request got in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
