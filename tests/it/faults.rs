@@ -204,11 +204,12 @@ fn a_full_disk_at_the_journal_reservation_refuses_and_heals_in_both_modes() -> R
             let store = Store::open(&root, options.clone())?;
             store.create(&s, typed("text/plain"))?;
             store.checkpoint()?;
-            // The next three reservations find the disk full.
+            // The next three reservations find the disk full (a refused batch tries a whole
+            // step, then exactly what it needs).
             disk.fail(Kind::Allocate, ".wal", ENOSPC, 3);
             let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new("one;")))?;
             assert_eq!(disk.fired().len(), 3, "{durability:?}: {:?}", disk.fired());
-            assert!(refused.len() >= 3, "{refused:?}");
+            assert!(!refused.is_empty(), "{durability:?}: never refused");
             for e in &refused {
                 assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{durability:?}: {e}");
                 assert_eq!(errno(e), Some(ENOSPC));
