@@ -14,8 +14,8 @@ pub(crate) mod seam; // every durability point and namespace change, observable 
 pub mod sim; // the simulated disk behind the seam: power cuts and injected faults, for tests
 
 pub(crate) use seam::{
-    check_write, create, create_dir_all, open_create, remove_dir_all, remove_file, rename, set_len,
-    sync_all, sync_data, sync_dir, sync_fs,
+    allocate, check_write, create, create_dir_all, open_create, remove_dir_all, remove_file,
+    rename, set_len, sync_all, sync_data, sync_dir, sync_fs,
 };
 
 /// Makes everything written to the file system that holds `file` durable (`syncfs(2)`), and
@@ -31,6 +31,46 @@ fn syncfs(file: &File) -> std::io::Result<()> {
     let rc = unsafe { libc::syncfs(file.as_raw_fd()) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Grows `file` to at least `offset + len` bytes and has the file system set blocks aside for
+/// `[offset, offset + len)` (`fallocate(2)`, mode 0: the range reads as zeros), so that writing
+/// into the range, and syncing what was written, allocates nothing: a full disk shows here, as
+/// `ENOSPC`, before any byte is written, not at a later `write` or `fdatasync`. A file system
+/// that cannot allocate ahead (`EOPNOTSUPP`), and systems other than Linux, get the length
+/// alone (`set_len`, sparse): there a full disk may show only at the write or the sync.
+/// The engine calls it through the seam ([`allocate`]).
+fn fallocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidInput);
+        let at = libc::off_t::try_from(offset).map_err(|_| invalid())?;
+        let n = libc::off_t::try_from(len).map_err(|_| invalid())?;
+        loop {
+            #[expect(
+                unsafe_code,
+                reason = "fallocate(2) on an open descriptor we own; no memory is shared"
+            )]
+            // SAFETY: `file` is an open descriptor for the duration of the call; fallocate
+            // reads no memory of ours.
+            let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, at, n) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EOPNOTSUPP | libc::ENOSYS) => break,
+                _ => return Err(e),
+            }
+        }
+    }
+    let end = offset.saturating_add(len);
+    if file.metadata()?.len() < end {
+        file.set_len(end)?;
     }
     Ok(())
 }

@@ -172,7 +172,9 @@ impl Shard {
 
     /// The checkpoint thread: runs the jobs the writer posts, one at a time, until shutdown. A
     /// failed sync poisons the shard, any other failed step makes it refuse writes until it
-    /// heals; a job on a poisoned or refusing shard only answers its requests.
+    /// heals; a job on a poisoned or refusing shard only answers its requests. A panic poisons
+    /// the shard (see [`Shard::panicked`]) and ends the thread, answering its job, so no one
+    /// waits on a checkpoint that will not come.
     pub(super) fn checkpointer(self: Arc<Self>) {
         lower_priority();
         let syncer = match File::open(&self.dir) {
@@ -182,6 +184,28 @@ impl Shard {
                 return;
             }
         };
+        // Unwind safety: after a panic the shard is poisoned and checkpoints nothing more.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.serve_checkpoints(&syncer)
+        }));
+        if let Err(payload) = served {
+            self.panicked("checkpoint thread", &*payload);
+            let mut c = self.checkpoints.lock();
+            if let Some(job) = c.job.take() {
+                self.checkpointed.fetch_max(job.requests, Ordering::AcqRel);
+            }
+            c.busy = false;
+            if c.prepared.take().is_some() {
+                let _ = fs::remove_file(&self.dir.join(journal::PREPARED));
+            }
+            drop(c);
+            self.checkpoints_cv.notify_all();
+            self.checkpoint_done.notify(usize::MAX);
+        }
+    }
+
+    /// [`Shard::checkpointer`]'s loop, until shutdown.
+    fn serve_checkpoints(&self, syncer: &File) {
         loop {
             let work = {
                 let mut c = self.checkpoints.lock();
@@ -222,7 +246,7 @@ impl Shard {
                 }
             };
             if self.poisoned().is_none()
-                && let Err(e) = self.checkpoint(&syncer, &job)
+                && let Err(e) = self.checkpoint(syncer, &job)
                 && self.poisoned().is_none()
             {
                 // Not a sync (that poisoned the shard): the journal still holds everything the

@@ -35,6 +35,7 @@ use crate::stats::Counters;
 use super::apply::{apply, discard_all};
 use super::checkpoint::{Checkpoints, Writeback};
 use super::names::Names;
+use super::poison::Refused;
 use super::stream::Stream;
 use super::ticket::{Batch, Ticket};
 
@@ -69,11 +70,11 @@ pub(super) struct Queued {
 pub(super) struct Queue {
     /// The encoded frames of `items`, in order: the next batch's bytes.
     buf: Vec<u8>,
-    items: Vec<Queued>,
+    pub(super) items: Vec<Queued>,
     /// The completion signal of the batch now forming.
     batch: Arc<Batch>,
     /// The LSN just past the last queued frame.
-    next_lsn: u64,
+    pub(super) next_lsn: u64,
     pub(super) shutdown: bool,
     /// Checkpoints asked for by `Engine::checkpoint` (a count; see `Shard::checkpointed`).
     pub(super) checkpoint_requests: u64,
@@ -116,6 +117,8 @@ pub(super) struct Writer {
     /// checkpoint thread that starts it (made at the first such request for the file).
     pub(super) unstarted: u64,
     pub(super) shared_file: Option<Arc<File>>,
+    /// Bytes the writer may commit before it looks at the free space again (`engine/space.rs`).
+    pub(super) unlooked: u64,
     /// Buffers swapped with the queue's, and the last batch's signal (see `Batch::renew`), so
     /// a batch allocates nothing.
     spare_buf: Vec<u8>,
@@ -123,18 +126,6 @@ pub(super) struct Writer {
     spare_items: Vec<Queued>,
     /// The streams of the batch being committed, each once.
     touched: Vec<Arc<Stream>>,
-}
-
-/// A failure the shard may heal from, and what healing must roll back.
-#[derive(Default)]
-struct Refused {
-    /// The first such failure since the last heal; `None` while the shard takes writes.
-    cause: Option<Arc<std::io::Error>>,
-    /// Streams whose staged state ran ahead of what was committed: their records failed.
-    streams: Vec<Arc<Stream>>,
-    /// A failed record was not an append: its staged effects (registry, forks, names) cannot
-    /// be rolled back in place, so healing poisons the shard instead.
-    blocked: bool,
 }
 
 /// One journal shard: its queue, its writer, its durable LSN and its checkpoint hand-off.
@@ -162,11 +153,11 @@ pub(crate) struct Shard {
     pub(super) durable: Event,
     /// The first failure whose outcome is unknown; once set, nothing more is committed until
     /// the store is reopened.
-    poison: OnceLock<Arc<std::io::Error>>,
+    pub(super) poison: OnceLock<Arc<std::io::Error>>,
     /// A failure whose outcome is known: writes are refused until [`Shard::heal`] clears it.
-    refused: Mutex<Refused>,
+    pub(super) refused: Mutex<Refused>,
     /// `refused.cause` is set (the fast path's one load).
-    refusing: AtomicBool,
+    pub(super) refusing: AtomicBool,
     pub(super) checkpoints: Mutex<Checkpoints>,
     pub(super) checkpoints_cv: Condvar,
     /// `checkpoints.prepared` holds a file (the writer's one load per batch).
@@ -238,6 +229,7 @@ impl Shard {
                 syncs: 0,
                 unstarted: 0,
                 shared_file: None,
+                unlooked: 0,
                 spare_buf: Vec::with_capacity(64 << 10),
                 spare_batch: None,
                 spare_items: Vec::new(),
@@ -299,148 +291,6 @@ impl Shard {
         Ticket::for_lsn(self.clone(), lsn)
     }
 
-    /// The error every write on a poisoned or refusing shard gets (carrying the failure), or
-    /// `None` while the shard takes writes.
-    pub(super) fn poisoned(&self) -> Option<Error> {
-        let source = match self.poison.get() {
-            Some(cause) => cause.clone(),
-            None if self.refusing.load(Ordering::Acquire) => self.refused.lock().cause.clone()?,
-            None => return None,
-        };
-        Some(Error::Poisoned { source })
-    }
-
-    /// Whether the shard is poisoned or refusing writes.
-    pub(super) fn failed(&self) -> bool {
-        self.poison.get().is_some() || self.refusing.load(Ordering::Acquire)
-    }
-
-    /// The error of a write that failed because the shard is poisoned. The cause is recorded
-    /// before any batch fails, so the fallback (a cause of unknown origin) is never expected.
-    pub(super) fn poisoned_error(&self) -> Error {
-        self.poisoned().unwrap_or_else(|| Error::Poisoned {
-            source: Arc::new(std::io::Error::other("journal batch failed")),
-        })
-    }
-
-    /// Poisons the shard with `cause` and wakes everyone waiting on it. Only the first cause is
-    /// kept (and logged); later failures are consequences of it.
-    pub(super) fn poison(&self, cause: Error) {
-        let mut first = false;
-        let kept = self.poison.get_or_init(|| {
-            first = true;
-            Arc::new(cause.into_io())
-        });
-        if first {
-            tracing::error!(
-                shard = self.id,
-                error = %kept,
-                "journal shard poisoned: nothing more is acknowledged on it until the store is reopened"
-            );
-        }
-        self.durable.notify(usize::MAX);
-        self.checkpoint_done.notify(usize::MAX);
-    }
-
-    /// Makes the shard refuse writes after a failure whose outcome is known (nothing of the
-    /// failed work is acknowledged or left in the journal), until [`Shard::heal`] succeeds.
-    /// Only the first cause is kept (and logged) until then.
-    pub(super) fn refuse(&self, cause: Error) {
-        let mut r = self.refused.lock();
-        let first = r.cause.is_none();
-        if first {
-            r.cause = Some(Arc::new(cause.into_io()));
-            self.refusing.store(true, Ordering::Release);
-        }
-        let kept = r.cause.clone();
-        drop(r);
-        if first && let Some(kept) = kept {
-            tracing::error!(
-                shard = self.id,
-                error = %kept,
-                "journal shard refusing writes: the failed write changed nothing; writes resume once the cause is gone"
-            );
-        }
-        self.durable.notify(usize::MAX);
-        self.checkpoint_done.notify(usize::MAX);
-        self.wake.notify_one();
-    }
-
-    /// Notes a stream whose record failed while the shard refused writes: healing rolls its
-    /// staged state back. A record that failed in the queue (`queued`) and is not an append
-    /// had effects beyond the staged state (a registered create, a delete), which healing
-    /// cannot roll back: see `Refused::blocked`.
-    fn note_failed(&self, stream: &Arc<Stream>, queued: Option<&Record>) {
-        let mut r = self.refused.lock();
-        if r.cause.is_some() {
-            r.streams.push(stream.clone());
-            r.blocked |= queued.is_some_and(|rec| !matches!(rec, Record::Append { .. }));
-            drop(r);
-            self.wake.notify_one();
-        }
-    }
-
-    /// Takes writes again after a failure whose outcome is known, when its cause is gone: under
-    /// `writer`, fails what is still queued, cuts the journal back to its last committed byte
-    /// and syncs it (a failure here poisons the shard: the sync's outcome is unknown); then
-    /// rolls each noted stream's staged state back to its applied state (under its `core`,
-    /// `writer` released) and clears the failure. The shard thread calls it while refusing.
-    pub(super) fn heal(&self) {
-        if !self.refusing.load(Ordering::Acquire) || self.poison.get().is_some() {
-            return;
-        }
-        {
-            let mut w = self.writer.lock();
-            loop {
-                self.drain(&mut w);
-                let mut q = self.queue.lock();
-                if q.items.is_empty() {
-                    // Pushes are refused now: LSNs continue from the journal's real end.
-                    q.next_lsn = w.end_lsn;
-                    break;
-                }
-            }
-            let end = journal::HEADER_LEN + (w.end_lsn - w.file_base);
-            let cut = fs::set_len(&w.file, &w.path, end)
-                .and_then(|()| w.file.seek(std::io::SeekFrom::Start(end)).map(drop))
-                .and_then(|()| fs::sync_data(&w.file, &w.path));
-            w.alloc = end;
-            w.unstarted = 0;
-            w.shared_file = None;
-            if let Err(e) = cut {
-                drop(w);
-                self.poison(e.into());
-                return;
-            }
-        }
-        loop {
-            let (streams, blocked) = {
-                let mut r = self.refused.lock();
-                (std::mem::take(&mut r.streams), r.blocked)
-            };
-            if blocked {
-                let cause = self.refused.lock().cause.clone();
-                if let Some(cause) = cause {
-                    self.poison(Error::Poisoned { source: cause });
-                }
-                return;
-            }
-            for s in &streams {
-                let mut core = s.core.lock();
-                let d = s.data.lock();
-                core.state = d.state.clone();
-                core.last_lsn = d.applied_lsn;
-            }
-            let mut r = self.refused.lock();
-            if r.streams.is_empty() && !r.blocked {
-                r.cause = None;
-                self.refusing.store(false, Ordering::Release);
-                break;
-            }
-        }
-        tracing::info!(shard = self.id, "journal shard healed: taking writes again");
-    }
-
     /// Buffered mode: commits the queue on the caller's thread unless another thread is
     /// committing (which then commits what was queued meanwhile, too). A checkpoint found due is
     /// handed to the shard thread, which rotates the journal.
@@ -494,7 +344,7 @@ impl Shard {
                 self.note_failed(&it.stream, Some(&it.record));
             }
             batch.finish(false);
-        } else if let Err((e, written)) = self.commit(w, &buf, &items) {
+        } else if let Err((e, written)) = self.commit_guarded(w, &buf, &items) {
             // The cause is recorded before the batch fails, so its writers see it.
             if written {
                 self.poison(e);
@@ -519,6 +369,24 @@ impl Shard {
         true
     }
 
+    /// [`Shard::commit`], with a panic in it (a bug: the batch's and the streams' state is
+    /// unknown) taken as a failure after the journal write: it poisons the shard, so the
+    /// batch's writers and every later one get an error instead of waiting forever.
+    fn commit_guarded(
+        &self,
+        w: &mut Writer,
+        buf: &[u8],
+        items: &[Queued],
+    ) -> std::result::Result<(), (Error, bool)> {
+        // Unwind safety: whatever the panic left half-done is behind the poisoning, which
+        // stops every later commit; readers see only what was published before it.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit(w, buf, items)))
+            .unwrap_or_else(|payload| {
+                self.panicked("commit", &*payload);
+                Err((self.poisoned_error(), true))
+            })
+    }
+
     /// Whether the journal or the dirty set has grown enough for a checkpoint.
     pub(super) fn checkpoint_due(&self, w: &Writer) -> bool {
         // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
@@ -531,7 +399,27 @@ impl Shard {
     /// The shard thread: group commit (Sync mode) or the stragglers (Buffered mode), and the
     /// rotations that start checkpoints (step 6a), until shutdown. At shutdown it commits what
     /// is queued, posts a last checkpoint, waits for it and stops the checkpoint thread.
+    ///
+    /// A panic in it poisons the shard (see [`Shard::panicked`]); the thread then fails what
+    /// is queued and stops its checkpoint thread as at shutdown.
     pub(super) fn run(self: Arc<Self>) {
+        // Unwind safety: after a panic the shard is poisoned and commits nothing more.
+        if let Err(payload) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()))
+        {
+            self.panicked("thread", &*payload);
+            // Pushes are refused from now on; what was queued before fails.
+            let mut w = self.writer.lock();
+            while self.drain(&mut w) {}
+        }
+        self.wait_checkpoints();
+        self.checkpoints.lock().stop = true;
+        self.checkpoints_cv.notify_all();
+        self.checkpoint_done.notify(usize::MAX);
+    }
+
+    /// [`Shard::run`]'s loop, until shutdown.
+    fn serve(&self) {
         let mut answered = 0;
         loop {
             let (requests, due, shutdown) = self.next_work(answered);
@@ -564,10 +452,6 @@ impl Shard {
                 break;
             }
         }
-        self.wait_checkpoints();
-        self.checkpoints.lock().stop = true;
-        self.checkpoints_cv.notify_all();
-        self.checkpoint_done.notify(usize::MAX);
     }
 
     /// Sleeps until the shard thread has something to do; returns the checkpoint requests so
@@ -639,15 +523,12 @@ impl Shard {
         self.maybe_switch(w);
         let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
         let need = start + buf.len() as u64;
-        if need > w.alloc {
-            // Set space aside first (a size change rides with the next sync, not every one).
-            let alloc = need.next_multiple_of(journal::JOURNAL_STEP);
-            if let Err(e) = fs::set_len(&w.file, &w.path, alloc) {
-                return Err((e.into(), false));
-            }
-            w.alloc = alloc;
-            // Past its prepared zeros (if it had any): the shard may prepare another.
-            w.prewritten = false;
+        // A full disk shows here, before any byte of the batch is written (`engine/space.rs`).
+        if let Err(e) = self
+            .admit(w, buf, items)
+            .and_then(|()| self.reserve(w, need))
+        {
+            return Err((e.into(), false));
         }
         if let Err(e) = fs::check_write(&w.path).and_then(|()| w.file.write_all(buf)) {
             let cut = fs::set_len(&w.file, &w.path, start)

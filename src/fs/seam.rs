@@ -45,6 +45,9 @@ pub enum Op<'a> {
     RemoveDir(&'a Path),
     /// A file's length is set (grown or cut back).
     SetLen(&'a Path),
+    /// Blocks are allocated for a range of the (journal) file at the path, growing it
+    /// (`fallocate(2)`): later writes into the range need no space the disk may not have.
+    Allocate(&'a Path),
     /// Bytes are about to be written to the (journal) file at the path.
     Write(&'a Path),
 }
@@ -61,6 +64,7 @@ impl Op<'_> {
             | Op::Remove(p)
             | Op::RemoveDir(p)
             | Op::SetLen(p)
+            | Op::Allocate(p)
             | Op::Write(p) => p,
             Op::Rename { from, .. } => from,
         }
@@ -186,6 +190,12 @@ pub(crate) fn create_dir_all(path: &Path) -> io::Result<()> {
 /// Sets the length of `file`, open at `path`.
 pub(crate) fn set_len(file: &File, path: &Path, len: u64) -> io::Result<()> {
     call(&Op::SetLen(path), || file.set_len(len))
+}
+
+/// Grows `file`, open at `path`, to at least `offset + len` bytes with blocks allocated for
+/// `[offset, offset + len)` (see [`super::fallocate`]).
+pub(crate) fn allocate(file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+    call(&Op::Allocate(path), || super::fallocate(file, offset, len))
 }
 
 /// The seam point before a journal write to `path` (the write itself is the caller's): only a

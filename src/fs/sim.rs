@@ -53,6 +53,8 @@ pub enum Kind {
     RemoveDir,
     /// A length set.
     SetLen,
+    /// Blocks allocated ahead of the journal's writes (`fallocate`).
+    Allocate,
     /// A journal write.
     Write,
 }
@@ -68,6 +70,7 @@ fn kind(op: &Op<'_>) -> Kind {
         Op::Remove(_) => Kind::Remove,
         Op::RemoveDir(_) => Kind::RemoveDir,
         Op::SetLen(_) => Kind::SetLen,
+        Op::Allocate(_) => Kind::Allocate,
         Op::Write(_) => Kind::Write,
     }
 }
@@ -113,7 +116,8 @@ enum Staged {
     Tree(Vec<(PathBuf, Option<Saved>)>),
 }
 
-/// An injected failure: the next `times` calls of `kind` (on a path containing `path`) fail.
+/// An injected failure: the next `times` calls of `kind` (on a path containing `path`) fail
+/// with `errno`, or panic (`errno` 0: a bug in the engine's code at that point, simulated).
 struct Fault {
     kind: Kind,
     path: String,
@@ -211,6 +215,12 @@ impl Disk {
             errno,
             times,
         });
+    }
+
+    /// Panics in the next seam call of `kind` whose path contains `path`, on whatever engine
+    /// thread makes it (doing nothing): stands for a bug in the engine's code at that point.
+    pub fn panic_at(&self, kind: Kind, path: &str) {
+        self.fail(kind, path, 0, 1);
     }
 
     /// Drops the faults not yet fired.
@@ -355,6 +365,10 @@ impl Hook for Disk {
                 g.faults.remove(i);
             }
             g.fired.push(format!("{k:?} {}", path.display()));
+            if errno == 0 {
+                drop(g);
+                panic!("injected panic at {k:?} {}", path.display());
+            }
             return Err(io::Error::from_raw_os_error(errno));
         }
         match *op {
@@ -416,7 +430,7 @@ impl Hook for Disk {
                     g.lengths.entry(m.ino()).or_default().push(m.len());
                 }
             }
-            Op::Mkdir(_) | Op::SetLen(_) => {}
+            Op::Mkdir(_) | Op::SetLen(_) | Op::Allocate(_) => {}
         }
         Ok(())
     }
@@ -499,7 +513,7 @@ impl Hook for Disk {
                     g.pending.push((change, parent(p)));
                 }
             }
-            Op::SetLen(p) => {
+            Op::SetLen(p) | Op::Allocate(p) => {
                 if let Ok(m) = std::fs::metadata(p) {
                     g.lengths.entry(m.ino()).or_default().push(m.len());
                 }
@@ -520,6 +534,7 @@ fn op_path<'a>(op: &Op<'a>) -> &'a Path {
         | Op::Remove(p)
         | Op::RemoveDir(p)
         | Op::SetLen(p)
+        | Op::Allocate(p)
         | Op::Write(p) => p,
         Op::Rename { from, .. } => from,
     }

@@ -1,14 +1,15 @@
-//! A full disk (issue 13), on a small tmpfs mounted for the test: every append is acknowledged,
-//! refused with `INSUFFICIENT_STORAGE` (then nothing of it is stored), or, at most once, answered
-//! `OUTCOME_UNKNOWN` (it reached the journal before the commit failed). Once space is freed the
-//! store takes writes again without a restart (unless the outcome was unknown), and after a
-//! reopen exactly the acknowledged appends (and perhaps the unknown one) are there, in order.
+//! A full disk (issues 13 and 32), on a small tmpfs mounted for the test: in both durability
+//! modes every append is acknowledged or refused with `INSUFFICIENT_STORAGE` before any of it
+//! was written (never `OUTCOME_UNKNOWN`: the journal's space is set aside and the free space
+//! looked at before a batch is written). Once space is freed the store takes writes again
+//! without a restart, and after a reopen exactly the acknowledged appends are there, in order.
 //!
-//! Mounting needs `CAP_SYS_ADMIN` (root in CI's container); without it the test says so and
-//! passes without running.
+//! Mounting needs `CAP_SYS_ADMIN` (root in CI's container); without it each test prints
+//! `SKIPPED` with the reason and passes without running.
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use brook::*;
 
@@ -22,6 +23,9 @@ fn mount_tmpfs(at: &Path, mib: u64) -> Res<bool> {
         .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
         .arg(at)
         .output()?;
+    if !out.status.success() {
+        eprintln!("mount: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
     Ok(out.status.success())
 }
 
@@ -33,43 +37,35 @@ impl Drop for Unmount<'_> {
     }
 }
 
-#[test]
-fn a_full_disk_refuses_writes_truthfully_and_loses_nothing_acknowledged() -> R {
+/// Fills a 16 MiB tmpfs through a store in `durability` mode until five appends are refused,
+/// frees space, and checks that the same store takes writes again and that a reopened one
+/// holds exactly the acknowledged appends.
+fn fill_refuse_heal(durability: Durability, test: &str) -> R {
     let mnt = tempfile::tempdir()?;
     if !mount_tmpfs(mnt.path(), 16)? {
-        eprintln!("SKIPPED a_full_disk_...: cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+        eprintln!("SKIPPED {test}: cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
         return Ok(());
     }
     let _unmount = Unmount(mnt.path());
     let dir = mnt.path().join("store");
-    // A filler to delete later, so there is room to reopen.
-    std::fs::write(mnt.path().join("filler"), vec![0u8; 2 << 20])?;
+    // A filler to delete later: the space that comes back.
+    std::fs::write(mnt.path().join("filler"), vec![1u8; 4 << 20])?;
     let s = name("full/a");
-    let piece = |i: usize| format!("{i:08}:{}\n", "x".repeat(16 << 10));
+    let piece = |i: usize| format!("{i:08}:{}\n", "x".repeat(64 << 10));
     let mut acked = Vec::new();
-    let mut unknown = None;
     let mut refused = 0;
     {
-        let store = Store::open(&dir, Options::default().with_checkpoint_bytes(1 << 20))?;
+        let options = Options::default()
+            .with_durability(durability)
+            .with_checkpoint_bytes(1 << 20);
+        let store = Store::open(&dir, options)?;
         store.create(&s, typed("text/plain"))?;
         for i in 0..2000 {
             match store.append(&s, AppendRequest::new(piece(i))) {
-                Ok(_) => {
-                    // Acknowledged after a refusal only once the shard healed (a checkpoint may
-                    // free journal space); never after an unknown outcome (that poisons).
-                    assert!(unknown.is_none(), "acknowledged after an unknown outcome");
-                    acked.push(i);
-                }
-                Err(e @ Error::OutcomeUnknown { .. }) => {
-                    assert!(
-                        unknown.is_none() && refused == 0,
-                        "a second unknown outcome: {e}"
-                    );
-                    assert_eq!(e.code(), "OUTCOME_UNKNOWN");
-                    unknown = Some(i);
-                }
+                Ok(_) => acked.push(i),
                 Err(e) => {
-                    assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
+                    // Refused before any of it was written: never an unknown outcome.
+                    assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "append {i}: {e}");
                     refused += 1;
                     if refused >= 5 {
                         break;
@@ -78,71 +74,82 @@ fn a_full_disk_refuses_writes_truthfully_and_loses_nothing_acknowledged() -> R {
             }
         }
         eprintln!(
-            "disk full after {} acknowledged appends; unknown {unknown:?}; refused {refused}",
+            "{test}: disk full after {} acknowledged appends; refused {refused}",
             acked.len()
         );
-        assert!(refused >= 5 || unknown.is_some(), "the disk never filled");
+        assert!(refused >= 5, "the disk never filled");
+        assert_eq!(
+            store.stats().poisoned_shards,
+            1,
+            "the refusing shard is counted"
+        );
         std::fs::remove_file(mnt.path().join("filler"))?;
-        if unknown.is_none() {
-            // Space exists again: writes are taken without a restart (the shard heals).
-            let since = std::time::Instant::now();
-            let healed = loop {
-                match store.append(&s, AppendRequest::new(piece(2000))) {
-                    Ok(_) => break true,
-                    Err(e) if since.elapsed() < std::time::Duration::from_secs(5) => {
-                        assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    Err(e) => panic!("still refused 5 s after space came back: {e}"),
+        // Space exists again: writes are taken without a restart (the shard heals).
+        let since = Instant::now();
+        loop {
+            match store.append(&s, AppendRequest::new(piece(2000))) {
+                Ok(_) => break,
+                Err(e) if since.elapsed() < Duration::from_secs(5) => {
+                    assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-            };
-            assert!(healed);
-            acked.push(2000);
+                Err(e) => panic!("still refused 5 s after space came back: {e}"),
+            }
         }
-        drop(store);
+        acked.push(2000);
+        store.append(&s, AppendRequest::new(piece(2001)))?;
+        acked.push(2001);
+        assert_eq!(store.stats().poisoned_shards, 0);
+        store.shutdown()?;
     }
-    let store = Store::open(&dir, Options::default())?;
+    let store = Store::open(&dir, Options::default().with_durability(durability))?;
     let (data, _) = read_to_tail(&store, &s, None)?;
     let text = String::from_utf8(data)?;
     let got: Vec<usize> = text
         .lines()
         .map(|l| l.split(':').next().unwrap_or("").parse())
         .collect::<Result<_, _>>()?;
-    let mut want = acked.clone();
-    if let Some(u) = unknown
-        && got.len() == want.len() + 1
-    {
-        want.push(u);
-    }
     assert_eq!(
-        got,
-        want,
-        "after reopening: acknowledged {}, unknown {unknown:?}",
-        acked.len()
+        got, acked,
+        "after reopening: every acknowledged append, only those"
     );
     // The store takes writes again after the reopen.
     store.append(&s, AppendRequest::new("after\n"))?;
     Ok(())
 }
 
-/// `brook serve` on a full disk: appends are refused `507 INSUFFICIENT_STORAGE`, the log says
-/// which shard was poisoned and why (the operating system's "No space left on device"), and
-/// readiness turns `503`.
+#[test]
+fn a_full_disk_refuses_before_writing_and_heals_in_sync_mode() -> R {
+    fill_refuse_heal(Durability::Sync, "a_full_disk_..._sync_mode")
+}
+
+#[test]
+fn a_full_disk_refuses_before_writing_and_heals_in_buffered_mode() -> R {
+    fill_refuse_heal(Durability::Buffered, "a_full_disk_..._buffered_mode")
+}
+
+/// `brook serve` on a full disk, over a real socket: appends are refused `507
+/// INSUFFICIENT_STORAGE` (never `503 OUTCOME_UNKNOWN`), the log says which shard refuses and
+/// why (the operating system's "No space left on device"), readiness turns `503`; once space
+/// is freed appends are answered `204` again within a few seconds, with no restart, and the
+/// stream holds exactly the acknowledged appends.
 #[cfg(feature = "http")]
 #[test]
-fn a_server_on_a_full_disk_logs_the_poisoning_and_is_not_ready() -> R {
+fn a_server_on_a_full_disk_answers_507_then_heals_without_a_restart() -> R {
     let mnt = tempfile::tempdir()?;
-    if !mount_tmpfs(mnt.path(), 8)? {
+    if !mount_tmpfs(mnt.path(), 16)? {
         eprintln!("SKIPPED a_server_on_a_full_disk_...: cannot mount a tmpfs here");
         return Ok(());
     }
     let _unmount = Unmount(mnt.path());
+    std::fs::write(mnt.path().join("filler"), vec![1u8; 4 << 20])?;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_brook"));
     cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
         .arg(mnt.path().join("store"))
         .env("RUST_LOG", "info");
     let served = crate::http_support::spawn_serve(cmd).map_err(|e| e.to_string())?;
     let base = served.addr.clone();
+    let mut acked = 0usize;
     let result = (|| -> R {
         let req = |method: &str, path: &str, body: &[u8]| -> Res<(u16, String)> {
             use std::io::{Read, Write};
@@ -153,8 +160,9 @@ fn a_server_on_a_full_disk_logs_the_poisoning_and_is_not_ready() -> R {
             );
             c.write_all(head.as_bytes())?;
             c.write_all(body)?;
-            let mut out = String::new();
-            c.read_to_string(&mut out)?;
+            let mut out = Vec::new();
+            c.read_to_end(&mut out)?;
+            let out = String::from_utf8_lossy(&out).into_owned();
             let status = out
                 .split(' ')
                 .nth(1)
@@ -171,27 +179,56 @@ fn a_server_on_a_full_disk_logs_the_poisoning_and_is_not_ready() -> R {
                 refused = Some((status, text));
                 break;
             }
+            acked += 1;
         }
         let (status, text) = refused.ok_or("the disk never filled")?;
         assert!(
-            status == 507 && text.contains("INSUFFICIENT_STORAGE")
-                || status == 503 && text.contains("OUTCOME_UNKNOWN"),
+            status == 507 && text.contains("INSUFFICIENT_STORAGE"),
             "{text}"
         );
         let (status, text) = req("POST", "/full/s", b"more")?;
         assert_eq!(status, 507, "{text}");
         let (status, text) = req("GET", "/__brook/ready", b"")?;
         assert_eq!(status, 503, "{text}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(200));
         let log = served.log_text();
         assert!(
-            log.contains("journal shard poisoned") && log.contains("No space left on device"),
+            log.contains("journal shard refusing writes")
+                && log.contains("No space left on device"),
             "{log}"
         );
+        assert!(!log.contains("journal shard poisoned"), "{log}");
+        std::fs::remove_file(mnt.path().join("filler"))?;
+        let since = Instant::now();
+        loop {
+            let (status, text) = req("POST", "/full/s", &piece)?;
+            if status == 204 {
+                acked += 1;
+                break;
+            }
+            assert_eq!(status, 507, "{text}");
+            assert!(
+                since.elapsed() < Duration::from_secs(5),
+                "still refused 5 s after space came back: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(req("GET", "/__brook/ready", b"")?.0, 200);
         Ok(())
     })();
     let mut child = served.child;
     let _ = child.kill();
     let _ = child.wait();
-    result
+    result?;
+    // Reopened in process (the server was killed: Sync mode acknowledged only what was
+    // durable): exactly the acknowledged appends.
+    let store = Store::open(mnt.path().join("store"), Options::default())?;
+    let (data, _) = read_to_tail(&store, &name("full/s"), None)?;
+    assert_eq!(
+        data.len(),
+        acked * (64 << 10),
+        "exactly the acknowledged appends"
+    );
+    assert!(data.iter().all(|&b| b == b'x'));
+    Ok(())
 }

@@ -185,3 +185,163 @@ fn a_full_disk_at_a_checkpoint_refuses_until_it_heals() -> R {
     assert_eq!(read_to_tail(&store, &s, None)?.0, b"one;two;three;");
     Ok(())
 }
+
+/// The journal's space is set aside (`fallocate`) before a batch is written: a full disk shows
+/// there, before any byte of the batch is in the journal, so in both modes the append is
+/// refused `INSUFFICIENT_STORAGE` (never an unknown outcome), the shard heals once space
+/// exists, and nothing acknowledged is lost.
+#[test]
+fn a_full_disk_at_the_journal_reservation_refuses_and_heals_in_both_modes() -> R {
+    for durability in [Durability::Sync, Durability::Buffered] {
+        let tmp = tempfile::tempdir()?;
+        let root = store_dir(&tmp)?;
+        let s = name("faults/reserve");
+        let disk = Disk::install(&root)?;
+        let options = Options::default()
+            .with_journal_shards(1)
+            .with_durability(durability);
+        {
+            let store = Store::open(&root, options.clone())?;
+            store.create(&s, typed("text/plain"))?;
+            store.checkpoint()?;
+            // The next three reservations find the disk full (a refused batch tries a whole
+            // step, then exactly what it needs).
+            disk.fail(Kind::Allocate, ".wal", ENOSPC, 3);
+            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new("one;")))?;
+            assert_eq!(disk.fired().len(), 3, "{durability:?}: {:?}", disk.fired());
+            assert!(!refused.is_empty(), "{durability:?}: never refused");
+            for e in &refused {
+                assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{durability:?}: {e}");
+                assert_eq!(errno(e), Some(ENOSPC));
+            }
+            store.append(&s, AppendRequest::new("two;"))?;
+            assert_eq!(store.stats().poisoned_shards, 0);
+        }
+        disk.uninstall();
+        let store = Store::open(&root, options)?;
+        assert_eq!(
+            read_to_tail(&store, &s, None)?.0,
+            b"one;two;",
+            "{durability:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Fails the test (rather than hang it) when `f` does not return within five seconds.
+fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .map_err(|_| "no answer within 5 s: a waiter hangs".to_owned())
+}
+
+/// A panic in a journal shard's thread (a bug, injected at the batch's sync) poisons the shard
+/// as an I/O error does: the writers waiting on it get an error rather than waiting forever,
+/// later writers get `POISONED`, and the store counts the shard as poisoned.
+#[test]
+fn a_panic_in_a_shard_thread_poisons_the_shard_and_wakes_its_writers() -> R {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let s = name("faults/panic");
+    let disk = Disk::install(&root)?;
+    let store = std::sync::Arc::new(open(&root)?);
+    store.create(&s, typed("text/plain"))?;
+    store.append(&s, AppendRequest::new("one;"))?;
+    disk.panic_at(Kind::SyncFile, ".wal");
+    // Writers that leave the commit to the shard thread (an async wait never commits itself).
+    let mut pending = Vec::new();
+    for i in 0..4 {
+        match store.submit_append(&s, AppendRequest::new(format!("w{i};"))) {
+            Ok(p) => pending.push(p),
+            Err(e) => assert_eq!(e.code(), "POISONED", "{e}"),
+        }
+    }
+    assert!(!pending.is_empty(), "the first write was taken");
+    let waited = within_5s(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let mut out = Vec::new();
+            for p in pending {
+                out.push(p.wait_async().await);
+            }
+            out
+        })
+    });
+    let waited = match waited {
+        Ok(w) => w,
+        Err(e) => {
+            // The store's threads are stuck: leave it rather than hang in its shutdown.
+            std::mem::forget(store);
+            return Err(e.into());
+        }
+    };
+    assert_eq!(disk.fired().len(), 1, "{:?}", disk.fired());
+    for r in &waited {
+        let e = r.as_ref().expect_err("the batch's commit panicked");
+        assert!(
+            matches!(e.code(), "OUTCOME_UNKNOWN" | "POISONED"),
+            "a waiter's error: {e}"
+        );
+    }
+    let e = store
+        .append(&s, AppendRequest::new("later;"))
+        .expect_err("poisoned");
+    assert_eq!(e.code(), "POISONED", "{e}");
+    assert_eq!(store.stats().poisoned_shards, 1);
+    let st = store.clone();
+    let e = within_5s(move || st.checkpoint())?.expect_err("poisoned");
+    assert_eq!(e.code(), "POISONED", "{e}");
+    let st = store.clone();
+    drop(store);
+    let shut = within_5s(move || st.shutdown())?;
+    assert!(shut.is_err(), "shutdown reports the poisoned shard");
+    disk.uninstall();
+    let store = open(&root)?;
+    let (data, _) = read_to_tail(&store, &s, None)?;
+    assert!(data.starts_with(b"one;"), "{data:?}");
+    store.append(&s, AppendRequest::new("after;"))?;
+    Ok(())
+}
+
+/// A panic in a shard's checkpoint thread (injected at the checkpoint's `syncfs`) poisons the
+/// shard too: the checkpoint's caller gets `POISONED` instead of waiting forever, and so do
+/// later writes; the store still shuts down.
+#[test]
+fn a_panic_in_a_checkpoint_thread_poisons_the_shard() -> R {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let s = name("faults/cpanic");
+    let disk = Disk::install(&root)?;
+    let store = std::sync::Arc::new(open(&root)?);
+    store.create(&s, typed("text/plain"))?;
+    store.append(&s, AppendRequest::new("one;"))?;
+    disk.panic_at(Kind::SyncFs, "");
+    let st = store.clone();
+    let e = match within_5s(move || st.checkpoint()) {
+        Ok(r) => r.expect_err("the checkpoint panicked"),
+        Err(e) => {
+            std::mem::forget(store);
+            return Err(e.into());
+        }
+    };
+    assert_eq!(e.code(), "POISONED", "{e}");
+    let e = store
+        .append(&s, AppendRequest::new("two;"))
+        .expect_err("poisoned");
+    assert_eq!(e.code(), "POISONED", "{e}");
+    assert_eq!(store.stats().poisoned_shards, 1);
+    let st = store.clone();
+    drop(store);
+    let shut = within_5s(move || st.shutdown())?;
+    assert!(shut.is_err(), "shutdown reports the poisoned shard");
+    disk.uninstall();
+    let store = open(&root)?;
+    assert_eq!(read_to_tail(&store, &s, None)?.0, b"one;");
+    Ok(())
+}
