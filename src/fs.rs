@@ -62,7 +62,7 @@ fn fallocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
             }
             let e = std::io::Error::last_os_error();
             match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
+                Some(libc::EINTR) => {}
                 Some(libc::EOPNOTSUPP | libc::ENOSYS) => break,
                 _ => return Err(e),
             }

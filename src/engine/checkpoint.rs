@@ -186,7 +186,7 @@ impl Shard {
         };
         // Unwind safety: after a panic the shard is poisoned and checkpoints nothing more.
         let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.serve_checkpoints(&syncer)
+            self.serve_checkpoints(&syncer);
         }));
         if let Err(payload) = served {
             self.panicked("checkpoint thread", &*payload);

@@ -526,7 +526,7 @@ impl Shard {
         // A full disk shows here, before any byte of the batch is written (`engine/space.rs`).
         if let Err(e) = self
             .admit(w, buf, items)
-            .and_then(|()| self.reserve(w, need))
+            .and_then(|()| Self::reserve(w, need))
         {
             return Err((e.into(), false));
         }

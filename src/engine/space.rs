@@ -88,7 +88,7 @@ impl Shard {
     /// a [`journal::JOURNAL_STEP`] multiple, or exactly what the batch needs when a whole step
     /// does not fit. On failure nothing was written (the file may have grown: healing cuts it
     /// back).
-    pub(super) fn reserve(&self, w: &mut Writer, need: u64) -> std::io::Result<()> {
+    pub(super) fn reserve(w: &mut Writer, need: u64) -> std::io::Result<()> {
         if need <= w.alloc {
             return Ok(());
         }
