@@ -9,7 +9,7 @@ use brook::Options;
 use brook::http::{AccessControl, JwtAlgorithm, JwtKey, ServerConfig, token_hash};
 use futures_util::StreamExt;
 
-use crate::http_support::{R, Resp, Server, config};
+use crate::http_support::{self, R, Resp, Server, config};
 
 /// The tokens of the matrix, as (name, grants in a token-file line).
 const TOKENS: [(&str, &str); 5] = [
@@ -22,16 +22,7 @@ const TOKENS: [(&str, &str); 5] = [
 
 /// A token file granting [`TOKENS`] (each token is its own name with a `-token` suffix).
 fn token_file(dir: &std::path::Path) -> R<std::path::PathBuf> {
-    let path = dir.join("tokens");
-    let mut text = String::from("# test tokens\n");
-    for (name, grants) in TOKENS {
-        text.push_str(&token_hash(&format!("{name}-token")));
-        text.push(' ');
-        text.push_str(grants);
-        text.push('\n');
-    }
-    std::fs::write(&path, text)?;
-    Ok(path)
+    http_support::token_file(dir, &TOKENS)
 }
 
 /// A server with access control from `access`.

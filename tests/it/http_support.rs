@@ -398,3 +398,18 @@ pub fn sse_blocks(body: &str) -> Vec<SseBlock> {
     }
     blocks
 }
+
+/// A token file in `dir` granting each `(name, grants)`: the token `{name}-token` with the
+/// grants `grants` (the file format of docs/http.md).
+pub fn token_file(dir: &Path, tokens: &[(&str, &str)]) -> R<std::path::PathBuf> {
+    let path = dir.join("tokens");
+    let mut text = String::from("# test tokens\n");
+    for (name, grants) in tokens {
+        text.push_str(&brook::http::token_hash(&format!("{name}-token")));
+        text.push(' ');
+        text.push_str(grants);
+        text.push('\n');
+    }
+    std::fs::write(&path, text)?;
+    Ok(path)
+}

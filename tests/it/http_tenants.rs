@@ -6,31 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use brook::Options;
-use brook::http::{AccessControl, JwtAlgorithm, JwtKey, ServerConfig, token_hash};
+use brook::http::{AccessControl, JwtAlgorithm, JwtKey, ServerConfig};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::http_support::{R, Resp, Server, config};
+use crate::http_support::{R, Resp, Server, config, token_file};
 
 /// The HS256 secret of these tests' JWTs.
 const SECRET: &[u8] = b"a shared secret of at least thirty-two bytes";
 
 /// The audience these tests' JWTs name.
 const AUDIENCE: &str = "brook-tenants";
-
-/// A token file where each `(name, grants)` is the token `{name}-token`.
-fn token_file(dir: &std::path::Path, tokens: &[(&str, &str)]) -> R<std::path::PathBuf> {
-    let path = dir.join("tokens");
-    let mut text = String::new();
-    for (name, grants) in tokens {
-        text.push_str(&token_hash(&format!("{name}-token")));
-        text.push(' ');
-        text.push_str(grants);
-        text.push('\n');
-    }
-    std::fs::write(&path, text)?;
-    Ok(path)
-}
 
 /// A server with access control from `access`.
 async fn start(access: AccessControl, mut cfg: ServerConfig) -> R<Server> {
