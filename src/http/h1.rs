@@ -148,11 +148,64 @@ impl Io for tokio_rustls::server::TlsStream<Socket> {
     }
 }
 
+/// What the loop answers requests with: the server's handlers (`Arc<AppState>`), or the
+/// recording handler of the differential check (`differential.rs`, feature `fuzzing`).
+pub(crate) trait Handler: Send + Sync + Sized + 'static {
+    /// The answer to a request this loop framed, whether it carries the CORS headers, and the
+    /// request's header map back (for its room).
+    fn respond(&self, req: Request<Body>)
+    -> impl Future<Output = (Answer, bool, HeaderMap)> + Send;
+
+    /// hyper's service for the rest of a connection handed to it.
+    fn into_service(
+        self,
+    ) -> impl hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Send;
+}
+
+impl Handler for Arc<AppState> {
+    /// The route's handler, as on hyper's path.
+    fn respond(
+        &self,
+        req: Request<Body>,
+    ) -> impl Future<Output = (Answer, bool, HeaderMap)> + Send {
+        super::respond(self, req, false)
+    }
+
+    fn into_service(
+        self,
+    ) -> impl hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Send {
+        super::http1_service(self, false)
+    }
+}
+
 /// Serves `socket` until the peer closes it, a timeout ends it, the server shuts down, or a
 /// request hands it to hyper. `open` counts the connection until this returns; `alive` tells
 /// shutdown that it has not returned yet.
 pub(crate) async fn serve<S: Io>(
     app: Arc<AppState>,
+    socket: S,
+    fallback: Fallback,
+    open: Open,
+    alive: watch::Receiver<()>,
+) {
+    serve_with(app.clone(), app, socket, fallback, open, alive).await;
+}
+
+/// [`serve`], each request answered by `handler` (`app` gives the timeouts, the shutdown signal
+/// and the metrics of the loop's own refusals).
+pub(crate) async fn serve_with<S: Io, H: Handler>(
+    app: Arc<AppState>,
+    handler: H,
     mut socket: S,
     fallback: Fallback,
     open: Open,
@@ -186,7 +239,9 @@ pub(crate) async fn serve<S: Io>(
         {
             Ok(Some(head)) => head,
             Ok(None) => return,
-            Err(NotHere::Handoff) => return handoff(app, socket, buf, fallback, open, alive).await,
+            Err(NotHere::Handoff) => {
+                return handoff(handler, socket, buf, fallback, open, alive).await;
+            }
             Err(NotHere::Refuse(status, code, detail)) => {
                 let e = ApiError::Http {
                     status,
@@ -197,6 +252,12 @@ pub(crate) async fn serve<S: Io>(
             }
         };
         if head.body_len > buf.len() - head.len {
+            // hyper refuses a target `http` does not accept before it reads the body: so does
+            // this loop (with the body at hand, `request` finds it just as well).
+            let (at, len) = head.target;
+            if Uri::try_from(&buf[at..at + len]).is_err() {
+                return refuse(&app, &mut socket, &mut out, unparsable()).await;
+            }
             let idle = app.config.body_read_timeout;
             match read_body(&mut socket, &mut buf, &head, idle).await {
                 Ok(true) => {}
@@ -211,16 +272,10 @@ pub(crate) async fn serve<S: Io>(
         let is_head = head.method == Method::HEAD;
         let mut close = head.close;
         let Some(req) = request(&message, &head, &lines, std::mem::take(&mut spare)) else {
-            // A target or header value that `http` does not accept, though httparse did.
-            let e = ApiError::Http {
-                status: StatusCode::BAD_REQUEST,
-                code: "MALFORMED_REQUEST",
-                detail: "the request target or a header value is not valid".to_owned(),
-            };
-            return refuse(&app, &mut socket, &mut out, e).await;
+            return refuse(&app, &mut socket, &mut out, unparsable()).await;
         };
         drop(message);
-        let (res, cors, mut headers) = super::respond(&app, req, false).await;
+        let (res, cors, mut headers) = handler.respond(req).await;
         // Its values are views of this request's bytes: let them go now, keep the room unless a
         // large head left more than the common request needs.
         headers.clear();
@@ -353,6 +408,9 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
         "HEAD" => Method::HEAD,
         "DELETE" => Method::DELETE,
         "OPTIONS" => Method::OPTIONS,
+        // hyper ends HTTP on a connection whose CONNECT was answered 2xx (a tunnel follows):
+        // framing this loop does not do.
+        "CONNECT" => return Err(NotHere::Handoff),
         // Any other token: the handler answers 405 with the methods the route allows.
         other => Method::from_bytes(other.as_bytes())
             .map_err(|_| malformed("the method is not a token"))?,
@@ -380,12 +438,13 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
                 let n = parse_length(h.value)
                     .ok_or_else(|| malformed("the Content-Length is not a decimal number"))?;
                 // Two lengths that disagree: no framing can be trusted (request smuggling).
-                if length.is_some_and(|m| m != n) {
+                if length.is_some_and(|m| m as u64 != n) {
                     return Err(malformed("the Content-Length is given twice, differently"));
                 }
-                if n > INLINE_BODY_MAX {
+                // A larger body streams, on hyper's path (which refuses one past its limit).
+                let Some(n) = usize::try_from(n).ok().filter(|&n| n <= INLINE_BODY_MAX) else {
                     return Err(NotHere::Handoff);
-                }
+                };
                 length = Some(n);
                 // The body's exact length says it to the handler (see `unread`).
                 kept = false;
@@ -399,6 +458,11 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
                 head.expects_continue = true;
             }
             10 if is(b"connection") => {
+                // hyper reads no token of a value that is not ASCII (not even `close`): such a
+                // connection is hyper's.
+                if !h.value.is_ascii() {
+                    return Err(NotHere::Handoff);
+                }
                 for token in h.value.split(|&b| b == b',') {
                     let token = token.trim_ascii();
                     if token.eq_ignore_ascii_case(b"close") {
@@ -438,7 +502,7 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
 /// that map is most of a small request's parse cost. `Content-Length` is left out too (by
 /// [`parse`], which reads it): the loop reads the body whole, and handlers take a body's
 /// declared length from its exact size hint, which hyper sets from the header on its path.
-fn unread(name: &[u8]) -> bool {
+pub(super) fn unread(name: &[u8]) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     match name.len() {
         2 => is(b"te"),
@@ -498,6 +562,16 @@ async fn drain<S: AsyncRead + Unpin>(socket: &mut S) {
     }
 }
 
+/// The refusal of a target or header value that `http` does not accept, though httparse did:
+/// 400 `MALFORMED_REQUEST`.
+fn unparsable() -> ApiError {
+    ApiError::Http {
+        status: StatusCode::BAD_REQUEST,
+        code: "MALFORMED_REQUEST",
+        detail: "the request target or a header value is not valid".to_owned(),
+    }
+}
+
 /// The refusal of a head that is not well-formed HTTP/1.1: 400 `MALFORMED_REQUEST`.
 fn malformed(detail: &str) -> NotHere {
     NotHere::Refuse(
@@ -507,12 +581,16 @@ fn malformed(detail: &str) -> NotHere {
     )
 }
 
-/// A `Content-Length` value: decimal digits only (as hyper takes it, without a sign or spaces).
-fn parse_length(v: &[u8]) -> Option<usize> {
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+/// A `Content-Length` value: decimal digits only, any number of them (leading zeros too) while
+/// the value fits in a `u64`, as hyper takes it (without a sign, spaces or a list).
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
         return None;
     }
-    std::str::from_utf8(v).ok()?.parse().ok()
+    v.iter().try_fold(0u64, |n, &b| {
+        let digit = char::from(b).to_digit(10)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// The handler's request: the head's target, headers and body as views of `message` (the
@@ -909,8 +987,8 @@ async fn write_pieces<S: Io>(socket: &mut S, out: &[u8], pieces: &[Piece]) -> io
 
 /// Hands the connection to hyper: `read` (bytes read but not served: the request that is not
 /// served here and whatever followed it) is read again before the socket.
-async fn handoff<S: Io>(
-    app: Arc<AppState>,
+async fn handoff<S: Io, H: Handler>(
+    handler: H,
     socket: S,
     read: BytesMut,
     fallback: Fallback,
@@ -924,7 +1002,7 @@ async fn handoff<S: Io>(
     });
     let conn = fallback
         .builder
-        .serve_connection(io, super::http1_service(app, false));
+        .serve_connection(io, handler.into_service());
     // A connection's error (reset, malformed request) concerns that connection only.
     let _ = fallback.watcher.watch(conn).await;
     drop((open, alive));

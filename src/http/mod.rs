@@ -52,6 +52,8 @@ mod auth;
 mod body;
 mod bootstrap;
 mod cursor;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod differential;
 mod error;
 mod fanout;
 mod h1;
