@@ -1,9 +1,14 @@
 //! Entry points for the `fuzz/` crate and its tests (feature `fuzzing`): the on-disk decoders,
-//! which are otherwise crate-private. Not part of brook's API and not covered by semver.
+//! which are otherwise crate-private, and (with `http`) the differential check of brook's
+//! HTTP/1.1 loop against hyper's ([`Http1Check`]). Not part of brook's API and not covered by
+//! semver.
 
 use std::path::Path;
 
 use crate::error::Result;
+
+#[cfg(feature = "http")]
+pub use crate::http::differential::{Http1Check, Outcome, Seen};
 
 /// Decodes one journal record payload (the bytes after a frame's length and CRC). On success,
 /// returns the payload the decoded record encodes to.

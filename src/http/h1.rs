@@ -158,11 +158,110 @@ impl Io for tokio_rustls::server::TlsStream<Socket> {
     }
 }
 
+/// What the loop answers requests with: the server's handlers (`Arc<AppState>`), or the
+/// recording handler of the differential check (`differential.rs`, feature `fuzzing`).
+pub(crate) trait Handler: Send + Sync + Sized + 'static {
+    /// What admission decided about a request, carried to [`Handler::respond`].
+    type Admission: Send;
+
+    /// Decides from the head alone, before a body byte is read: access control, and for a body
+    /// of `unread` bytes not yet read, the route's size limit. `Err` is the answer to send
+    /// without reading the body (the connection then closes) and whether it carries the CORS
+    /// headers. With the body at hand (`unread` is `None`) a refusal may also come back inside
+    /// the admission, for [`Handler::respond`] to answer on a connection that stays open.
+    fn admit(
+        &self,
+        parts: &mut Parts,
+        unread: Option<usize>,
+    ) -> Result<Self::Admission, (Answer, bool)>;
+
+    /// The answer to an admitted request, whether it carries the CORS headers, and the request's
+    /// header map back (for its room).
+    fn respond(
+        &self,
+        parts: Parts,
+        body: Body,
+        admission: Self::Admission,
+    ) -> impl Future<Output = (Answer, bool, HeaderMap)> + Send;
+
+    /// hyper's service for the rest of a connection handed to it.
+    fn into_service(
+        self,
+    ) -> impl hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Send;
+}
+
+impl Handler for Arc<AppState> {
+    type Admission = Admission;
+
+    fn admit(&self, parts: &mut Parts, unread: Option<usize>) -> Result<Admission, (Answer, bool)> {
+        let admission = super::admit(self, parts);
+        let Some(len) = unread else {
+            return Ok(admission);
+        };
+        if let Admission::Refused(answer) = admission {
+            return Err((answer, cors_wanted(parts)));
+        }
+        if let Some(limit) = super::route::body_limit(self, parts)
+            && len as u64 > limit
+        {
+            let e = ApiError::too_large(limit);
+            self.metrics.error(e.code());
+            return Err((e.into_response().into(), cors_wanted(parts)));
+        }
+        Ok(admission)
+    }
+
+    /// The route's handler, as on hyper's path.
+    fn respond(
+        &self,
+        parts: Parts,
+        body: Body,
+        admission: Admission,
+    ) -> impl Future<Output = (Answer, bool, HeaderMap)> + Send {
+        super::respond_admitted(self, parts, body, admission, false)
+    }
+
+    fn into_service(
+        self,
+    ) -> impl hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Send {
+        super::http1_service(self, false)
+    }
+}
+
+/// Whether the answer to this request carries the CORS headers: a `GET`, or any request that
+/// names an `Origin`.
+fn cors_wanted(parts: &Parts) -> bool {
+    parts.method == Method::GET || parts.headers.contains_key(header::ORIGIN)
+}
+
 /// Serves `socket` until the peer closes it, a timeout ends it, the server shuts down, or a
 /// request hands it to hyper. `open` counts the connection until this returns; `alive` tells
 /// shutdown that it has not returned yet.
 pub(crate) async fn serve<S: Io>(
     app: Arc<AppState>,
+    socket: S,
+    fallback: Fallback,
+    open: Open,
+    alive: watch::Receiver<()>,
+) {
+    serve_with(app.clone(), app, socket, fallback, open, alive).await;
+}
+
+/// [`serve`], each request answered by `handler` (`app` gives the timeouts, the shutdown signal
+/// and the metrics of the loop's own refusals).
+pub(crate) async fn serve_with<S: Io, H: Handler>(
+    app: Arc<AppState>,
+    handler: H,
     mut socket: S,
     fallback: Fallback,
     open: Open,
@@ -205,7 +304,7 @@ pub(crate) async fn serve<S: Io>(
                     return refuse(&app, &mut socket, &mut out, e).await;
                 };
                 drop(room);
-                return handoff(app, socket, buf, fallback, (open, held), alive).await;
+                return handoff(handler, socket, buf, fallback, (open, held), alive).await;
             }
             Err(NotHere::Refuse(status, code, detail)) => {
                 let e = ApiError::Http {
@@ -221,41 +320,32 @@ pub(crate) async fn serve<S: Io>(
         let is_head = head.method == Method::HEAD;
         let mut close = head.close;
         let Some(req) = request(&head_bytes, &head, &lines, std::mem::take(&mut spare)) else {
-            // A target or header value that `http` does not accept, though httparse did.
-            let e = ApiError::Http {
-                status: StatusCode::BAD_REQUEST,
-                code: "MALFORMED_REQUEST",
-                detail: "the request target or a header value is not valid".to_owned(),
-            };
-            return refuse(&app, &mut socket, &mut out, e).await;
+            return refuse(&app, &mut socket, &mut out, unparsable()).await;
         };
         drop(head_bytes);
         let (mut parts, ()) = req.into_parts();
-        // Admission before reading: rights from the head, then (for a body still to come) the
-        // route's size limit and the memory budget, so a refused request costs no body bytes.
-        let mut admission = super::admit(&app, &mut parts);
+        // Admission before reading: the handler decides from the head (rights, and for a body
+        // still to come the route's size limit), then the memory budget, so a refused request
+        // costs no body bytes.
+        let unread = (head.body_len > buf.len()).then_some(head.body_len);
+        let admission = match handler.admit(&mut parts, unread) {
+            Ok(admission) => admission,
+            Err((answer, cors)) => {
+                return refuse_unread(&app, &mut socket, &mut out, answer, cors).await;
+            }
+        };
         let mut body = Body::empty();
         if head.body_len > 0 {
-            if head.body_len > buf.len() {
-                let checked = match admission {
-                    Admission::Refused(answer) => Err(answer),
-                    admitted => match admit_body(&app, &parts, head.body_len) {
-                        Ok(lease) => Ok((admitted, lease)),
-                        Err(e) => {
-                            app.metrics.error(e.code());
-                            Err(e.into_response().into())
-                        }
-                    },
-                };
-                let (admitted, lease) = match checked {
-                    Ok(admitted) => admitted,
-                    Err(answer) => {
-                        let cors = parts.method == Method::GET
-                            || parts.headers.contains_key(header::ORIGIN);
+            if let Some(len) = unread {
+                let lease = match app.budget.lease(Use::Bodies, len as u64) {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        app.metrics.error(e.code());
+                        let cors = cors_wanted(&parts);
+                        let answer = e.into_response().into();
                         return refuse_unread(&app, &mut socket, &mut out, answer, cors).await;
                     }
                 };
-                admission = admitted;
                 match read_body(&mut socket, &mut buf, &head, &app).await {
                     Ok(true) => {}
                     Ok(false) => return,
@@ -266,8 +356,7 @@ pub(crate) async fn serve<S: Io>(
             }
             body = Body::from(buf.split_to(head.body_len).freeze());
         }
-        let (res, cors, mut headers) =
-            super::respond_admitted(&app, parts, body, admission, false).await;
+        let (res, cors, mut headers) = handler.respond(parts, body, admission).await;
         // Its values are views of this request's bytes: let them go now, keep the room unless a
         // large head left more than the common request needs.
         headers.clear();
@@ -290,18 +379,6 @@ pub(crate) async fn serve<S: Io>(
             _ => return,
         }
     }
-}
-
-/// What a request whose body is still to come must pass before any of it is read: its route's
-/// size limit (413 `PAYLOAD_TOO_LARGE`) and the memory budget (503 `MEMORY_BUDGET`), which
-/// then holds the body's bytes.
-fn admit_body(app: &AppState, parts: &Parts, len: usize) -> Result<Lease, ApiError> {
-    if let Some(limit) = super::route::body_limit(app, parts)
-        && len as u64 > limit
-    {
-        return Err(ApiError::too_large(limit));
-    }
-    app.budget.lease(Use::Bodies, len as u64)
 }
 
 /// Reads until `buf` holds a whole request head and parses it. `Ok(None)`: the peer closed the
@@ -438,6 +515,9 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
         "HEAD" => Method::HEAD,
         "DELETE" => Method::DELETE,
         "OPTIONS" => Method::OPTIONS,
+        // hyper ends HTTP on a connection whose CONNECT was answered 2xx (a tunnel follows):
+        // framing this loop does not do.
+        "CONNECT" => return Err(NotHere::Handoff),
         // Any other token: the handler answers 405 with the methods the route allows.
         other => Method::from_bytes(other.as_bytes())
             .map_err(|_| malformed("the method is not a token"))?,
@@ -465,12 +545,13 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
                 let n = parse_length(h.value)
                     .ok_or_else(|| malformed("the Content-Length is not a decimal number"))?;
                 // Two lengths that disagree: no framing can be trusted (request smuggling).
-                if length.is_some_and(|m| m != n) {
+                if length.is_some_and(|m| m as u64 != n) {
                     return Err(malformed("the Content-Length is given twice, differently"));
                 }
-                if n > INLINE_BODY_MAX {
+                // A larger body streams, on hyper's path (which refuses one past its limit).
+                let Some(n) = usize::try_from(n).ok().filter(|&n| n <= INLINE_BODY_MAX) else {
                     return Err(NotHere::Handoff);
-                }
+                };
                 length = Some(n);
                 // The body's exact length says it to the handler (see `unread`).
                 kept = false;
@@ -484,6 +565,11 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
                 head.expects_continue = true;
             }
             10 if is(b"connection") => {
+                // hyper reads no token of a value that is not ASCII (not even `close`): such a
+                // connection is hyper's.
+                if !h.value.is_ascii() {
+                    return Err(NotHere::Handoff);
+                }
                 for token in h.value.split(|&b| b == b',') {
                     let token = token.trim_ascii();
                     if token.eq_ignore_ascii_case(b"close") {
@@ -523,7 +609,7 @@ fn parse(buf: &[u8], lines: &mut Lines) -> Result<Option<Head>, NotHere> {
 /// that map is most of a small request's parse cost. `Content-Length` is left out too (by
 /// [`parse`], which reads it): the loop reads the body whole, and handlers take a body's
 /// declared length from its exact size hint, which hyper sets from the header on its path.
-fn unread(name: &[u8]) -> bool {
+pub(super) fn unread(name: &[u8]) -> bool {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     match name.len() {
         2 => is(b"te"),
@@ -612,6 +698,16 @@ fn uri_too_long() -> NotHere {
     )
 }
 
+/// The refusal of a target or header value that `http` does not accept, though httparse did:
+/// 400 `MALFORMED_REQUEST`.
+fn unparsable() -> ApiError {
+    ApiError::Http {
+        status: StatusCode::BAD_REQUEST,
+        code: "MALFORMED_REQUEST",
+        detail: "the request target or a header value is not valid".to_owned(),
+    }
+}
+
 /// The refusal of a head that is not well-formed HTTP/1.1: 400 `MALFORMED_REQUEST`.
 fn malformed(detail: &str) -> NotHere {
     NotHere::Refuse(
@@ -621,12 +717,16 @@ fn malformed(detail: &str) -> NotHere {
     )
 }
 
-/// A `Content-Length` value: decimal digits only (as hyper takes it, without a sign or spaces).
-fn parse_length(v: &[u8]) -> Option<usize> {
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+/// A `Content-Length` value: decimal digits only, any number of them (leading zeros too) while
+/// the value fits in a `u64`, as hyper takes it (without a sign, spaces or a list).
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
         return None;
     }
-    std::str::from_utf8(v).ok()?.parse().ok()
+    v.iter().try_fold(0u64, |n, &b| {
+        let digit = char::from(b).to_digit(10)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// The handler's request head: its target and headers as views of `message` (the head's bytes,
@@ -1104,8 +1204,8 @@ async fn write_pieces<S: Io>(socket: &mut S, out: &[u8], pieces: &[Piece]) -> io
 
 /// Hands the connection to hyper: `read` (bytes read but not served: the request that is not
 /// served here and whatever followed it) is read again before the socket.
-async fn handoff<S: Io>(
-    app: Arc<AppState>,
+async fn handoff<S: Io, H: Handler>(
+    handler: H,
     socket: S,
     read: BytesMut,
     fallback: Fallback,
@@ -1119,7 +1219,7 @@ async fn handoff<S: Io>(
     });
     let conn = fallback
         .builder
-        .serve_connection(io, super::http1_service(app, false));
+        .serve_connection(io, handler.into_service());
     // A connection's error (reset, malformed request) concerns that connection only.
     let _ = fallback.watcher.watch(conn).await;
     drop((open, alive));

@@ -53,6 +53,8 @@ mod body;
 mod bootstrap;
 mod budget;
 mod cursor;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod differential;
 mod error;
 mod fanout;
 mod h1;
