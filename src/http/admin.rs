@@ -14,7 +14,6 @@
 //! an error adds one short critical section (the count per error code).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -30,7 +29,7 @@ use crate::{Histogram, Stats};
 
 use super::budget::{Budget, Use};
 use super::error::ApiError;
-use super::reply::{common_headers, problem};
+use super::reply::{json, problem};
 use super::{AppState, Op, blocking};
 
 /// What a request addressed, as its metrics label.
@@ -289,19 +288,6 @@ async fn streams(app: &AppState, parts: &Parts) -> Result<Response, ApiError> {
         .collect();
     let body = serde_json::json!({ "streams": streams, "next": page.next });
     Ok(json(StatusCode::OK, body.to_string()))
-}
-
-/// A JSON response with `status`, never cached.
-pub(crate) fn json(status: StatusCode, body: impl Into<Body>) -> Response {
-    let mut res = Response::new(body.into());
-    *res.status_mut() = status;
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    res
 }
 
 /// `/__brook/ready`: 200 once open (this handler runs only then), 503 `POISONED` while a journal
@@ -752,83 +738,4 @@ impl Scrape {
         out.retain(|f| !f.get_metric().is_empty());
         out
     }
-}
-
-/// Answers on `listener` (and `admin`, when given) while `opening` runs, and returns its output
-/// once it completes: `/__brook/live` is 200, every other request 503 `STARTING` with
-/// `Retry-After: 1`. Each such response closes its connection, so a client's next request finds
-/// the real server. Meant for [`serve`](super::serve)'s listener while the store recovers. With
-/// `tls` (the certificate [`ServerConfig::tls`](super::ServerConfig::tls) will serve), the
-/// main listener's connections complete a TLS handshake first and are answered over HTTP/2 or
-/// HTTP/1.1 as ALPN chose, as the real server will; the admin listener stays plain HTTP.
-pub async fn serve_starting<T>(
-    listener: &tokio::net::TcpListener,
-    admin: Option<&tokio::net::TcpListener>,
-    tls: Option<&super::Tls>,
-    opening: impl Future<Output = T>,
-) -> T {
-    let acceptor = tls.map(super::Tls::acceptor);
-    let mut opening = std::pin::pin!(opening);
-    loop {
-        let (accepted, on_admin) = tokio::select! {
-            biased;
-            out = &mut opening => return out,
-            a = listener.accept() => (a, false),
-            a = super::accept_on(admin) => (a, true),
-        };
-        let Ok((stream, _)) = accepted else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        };
-        let acceptor = acceptor.clone().filter(|_| !on_admin);
-        tokio::spawn(answer_starting(stream, acceptor));
-    }
-}
-
-/// Serves one connection of a starting server (see [`serve_starting`]), after a TLS handshake
-/// when `acceptor` is given; a handshake that does not finish in 10 s ends the connection.
-async fn answer_starting(tcp: tokio::net::TcpStream, acceptor: Option<tokio_rustls::TlsAcceptor>) {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    let service = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| {
-        std::future::ready(Ok::<_, std::convert::Infallible>(starting(
-            req.uri().path(),
-        )))
-    });
-    let mut h1 = hyper::server::conn::http1::Builder::new();
-    h1.keep_alive(false);
-    let Some(acceptor) = acceptor else {
-        let _ = h1.serve_connection(TokioIo::new(tcp), service).await;
-        return;
-    };
-    let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
-    else {
-        return;
-    };
-    if stream.get_ref().1.alpn_protocol() == Some(super::tls::ALPN_H2) {
-        let h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        let _ = h2.serve_connection(TokioIo::new(stream), service).await;
-    } else {
-        let _ = h1.serve_connection(TokioIo::new(stream), service).await;
-    }
-}
-
-/// The answer to a request on a server whose store is still opening.
-fn starting(path: &str) -> Response {
-    let mut res = if path == "/__brook/live" {
-        json(StatusCode::OK, r#"{"status":"live"}"#)
-    } else {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "STARTING",
-            "the server is starting: the store is being opened (recovery); retry shortly",
-            headers,
-            serde_json::Map::new(),
-        )
-    };
-    res.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    common_headers(res.headers_mut(), true);
-    res
 }

@@ -31,7 +31,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::watch;
 
 use super::reply::Answer;
-use super::{AppState, Open, ServerConfig, h1};
+use super::service::Handler;
+use super::transport::{Open, h1};
+use super::{AppState, ServerConfig};
 use crate::Store;
 
 /// How long one connection may take before the check reports a hang.
@@ -118,7 +120,7 @@ fn failed() -> Response {
         .into_response()
 }
 
-impl h1::Handler for Recorder {
+impl Handler for Recorder {
     /// Every request is admitted: the check compares framing, not access.
     type Admission = ();
 
@@ -140,22 +142,13 @@ impl h1::Handler for Recorder {
         (Answer::Built(res.unwrap_or_else(failed)), false, headers)
     }
 
-    fn into_service(
-        self,
-    ) -> impl hyper::service::Service<
-        hyper::Request<hyper::body::Incoming>,
-        Response = Response,
-        Error = std::convert::Infallible,
-        Future: Send,
-    > + Send {
-        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let recorder = self.clone();
-            async move {
-                let (res, _) = recorder.answer(req).await;
-                Ok(res.unwrap_or_else(failed))
-            }
-        })
+    async fn handle(&self, req: Request<Body>, _admin_only: bool) -> Response {
+        let (res, _) = self.answer(req).await;
+        res.unwrap_or_else(failed)
     }
+
+    /// The loop's own refusals are compared by status, not counted.
+    fn refused(&self, _status: StatusCode, _code: Option<&'static str>) {}
 }
 
 impl h1::Io for DuplexStream {
@@ -252,7 +245,7 @@ impl Http1Check {
         let (client, server) = tokio::io::duplex(input.len() + (1 << 20));
         let conn = self.builder.serve_connection(
             TokioIo::new(server),
-            h1::Handler::into_service(recorder.clone()),
+            super::transport::http1_service(recorder.clone(), false),
         );
         let serve = async move {
             // A connection's error (a malformed request) is what the client reads.

@@ -14,8 +14,8 @@
 //! [`Tails`] maps each stream with SSE subscribers to its [`Tail`]; a connection holds its tail
 //! through a [`TailRef`], and the entry goes when the last one does. A recreated stream (another
 //! incarnation) gets a new tail; connections on the old one keep theirs until they end. A tail
-//! also holds its stream's writer (`seat.rs`), which writes the frames to the connections parked
-//! at it.
+//! also feeds its stream's writer (`service/seat.rs`, `transport/writer.rs`), which writes the
+//! frames to the connections parked at it.
 //!
 //! Memory: a tail keeps at most [`TAIL_FRAMES`] frames, and only while two or more connections
 //! hold it (a lone subscriber keeps none), so the frames kept add at most two events' worth
@@ -25,42 +25,19 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::{Incarnation, Offset, StreamName};
+use crate::{Incarnation, Offset, ReadFrom, ReadRequest, StreamName, Watch};
 
-use super::seat::Writer;
+use super::AppState;
+use super::cursor::interval_at;
+use super::read::{has_data, read_woken};
+use super::service::seat::{Feed, Frame, FrameKey, Writer};
+use super::sse::{Encoding, render};
 
 /// How many frames a tail keeps: subscribers a few appends apart (or with different
 /// `max_bytes` or cursors) still share, and a lookup is a scan of this many keys.
 const TAIL_FRAMES: usize = 4;
-
-/// What decides a frame's bytes on one incarnation of a stream.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct FrameKey {
-    /// Where the frame's data starts.
-    pub(crate) start: Offset,
-    /// The connection's `max_bytes` (it bounds where the data ends).
-    pub(crate) max_bytes: Option<u64>,
-    /// The cursor in the control event.
-    pub(crate) cursor: u64,
-}
-
-/// One rendered frame and the state it leaves its subscriber in.
-#[derive(Clone, Debug)]
-pub(crate) struct Frame {
-    /// What it was rendered for.
-    pub(crate) key: FrameKey,
-    /// The offset after its data (its control event's `streamNextOffset`).
-    pub(crate) next: Offset,
-    /// It reached the durable tail (`upToDate`).
-    pub(crate) up_to_date: bool,
-    /// It reached the end of a closed stream (`streamClosed`).
-    pub(crate) closed: bool,
-    /// The `data` and `control` events.
-    pub(crate) bytes: Bytes,
-}
 
 /// The frames last rendered for one incarnation of a stream.
 pub(crate) struct Tail {
@@ -70,8 +47,60 @@ pub(crate) struct Tail {
     frames: Mutex<Vec<Frame>>,
     /// The connections holding it ([`TailRef`]s; changed only under the map's lock).
     holders: AtomicUsize,
+    /// What the writer of the connections parked here reads and renders with (set by the
+    /// tail's first connection).
+    pub(crate) source: std::sync::OnceLock<Source>,
     /// The writer of the connections parked at this tail.
-    pub(crate) writer: Writer,
+    writer: Writer,
+}
+
+/// What a tail's writer reads and renders with, fixed per tail.
+pub(crate) struct Source {
+    /// The server.
+    pub(crate) app: AppState,
+    /// The stream.
+    pub(crate) name: StreamName,
+    /// Its incarnation (a read that finds another hands the seats back).
+    pub(crate) incarnation: Incarnation,
+    /// How its data events carry bytes.
+    pub(crate) encoding: Encoding,
+}
+
+/// A tail feeds the transport's writer of its parked connections: the frames kept here, else
+/// one read from the durable view and rendered (and kept for the others).
+impl Feed for Tail {
+    fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    fn watch(&self) -> Option<Watch> {
+        let source = self.source.get()?;
+        source.app.store.watch(&source.name).ok()
+    }
+
+    fn cursor_now(&self) -> u64 {
+        interval_at(std::time::SystemTime::now())
+    }
+
+    fn frame(&self, key: &FrameKey, now: Option<(Offset, bool)>) -> Option<Frame> {
+        if let Some(f) = self.get(key, now) {
+            return Some(f);
+        }
+        let source = self.source.get()?;
+        let req = ReadRequest {
+            from: ReadFrom::At(key.start),
+            max_bytes: key.max_bytes,
+            expect: Some(source.incarnation.clone()),
+            whole_messages: false,
+        };
+        let chunk = read_woken(&source.app, &source.name, &req).ok()?;
+        if !has_data(&chunk) {
+            return None;
+        }
+        let frame = render(&chunk, source.encoding, key.max_bytes, key.cursor);
+        self.share(frame.clone());
+        Some(frame)
+    }
 }
 
 impl Tail {
@@ -178,6 +207,7 @@ impl Tails {
                     incarnation: incarnation.clone(),
                     frames: Mutex::new(Vec::with_capacity(TAIL_FRAMES)),
                     holders: AtomicUsize::new(0),
+                    source: std::sync::OnceLock::new(),
                     writer: Writer::default(),
                 });
                 map.insert(name.clone(), Arc::downgrade(&t));
@@ -203,6 +233,7 @@ impl Tails {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn frame(start: u64, next: u64, cursor: u64, up_to_date: bool) -> Frame {
         Frame {

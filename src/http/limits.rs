@@ -24,6 +24,9 @@ use super::ServerConfig;
 use super::error::ApiError;
 use super::reply::problem;
 
+/// Most bytes of request headers (names and values) brook reads.
+pub(crate) const MAX_HEADER_BYTES: usize = 64 << 10;
+
 /// The `Retry-After` of every refusal here, in seconds.
 pub(crate) const RETRY_AFTER_SECS: u32 = 2;
 

@@ -391,6 +391,12 @@ const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Strea
 /// The methods a preflight allows.
 const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
 
+/// Whether the answer to a request carries the CORS headers: a `GET`, or any request that
+/// names an `Origin` (a look at the few names a request has costs less than a hashed lookup).
+pub(crate) fn cors_wanted(parts: &axum::http::request::Parts) -> bool {
+    parts.method == axum::http::Method::GET || parts.headers.keys().any(|k| k == header::ORIGIN)
+}
+
 /// Adds the headers every response carries: PROTOCOL.md 12.7's security headers and, when `cors`,
 /// the CORS ones.
 ///
@@ -456,6 +462,19 @@ pub(crate) fn preflight(headers: &HeaderMap) -> Response {
         .header(header::ALLOW, ALLOWED_METHODS)
         .header(header::ACCESS_CONTROL_ALLOW_HEADERS, &allow)
         .empty()
+}
+
+/// A JSON response with `status`, never cached.
+pub(crate) fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+    let mut res = Response::new(body.into());
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
 }
 
 #[cfg(test)]

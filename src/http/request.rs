@@ -12,6 +12,7 @@ use crate::headers::InvalidHeader;
 
 use super::AppState;
 use super::error::ApiError;
+use super::limits::MAX_HEADER_BYTES;
 use super::names::STREAM_INCARNATION;
 
 /// A request header's raw bytes.
@@ -256,9 +257,6 @@ const SINGLETONS: [&str; 21] = [
     crate::headers::PRODUCER_EPOCH,
     crate::headers::PRODUCER_SEQ,
 ];
-
-/// Most bytes of request headers (names and values) brook reads.
-pub(crate) const MAX_HEADER_BYTES: usize = 64 << 10;
 
 /// Longest request target (path and query) brook reads (`414 URI_TOO_LONG` past it; hyper
 /// itself refuses targets past 64 KiB, without a body).

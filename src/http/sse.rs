@@ -35,12 +35,12 @@ use super::AppState;
 use super::auth::CREDENTIAL_EXPIRED_EVENT;
 use super::cursor::{interval_at, response_cursor};
 use super::error::{ApiError, Op};
-use super::fanout::{Frame, FrameKey, TailRef};
+use super::fanout::{Source, TailRef};
 use super::limits::LiveSlot;
 use super::names::{STREAM_INCARNATION, STREAM_SSE_DATA_ENCODING, X_ACCEL_BUFFERING};
 use super::read::{ReadParams, has_data, read_chunk, read_woken};
 use super::reply::Reply;
-use super::seat::{Seat, SeatHandle, Source};
+use super::service::seat::{Frame, FrameKey, Seat, SeatHandle};
 
 /// The request header an `EventSource` sends on reconnection: the last `id:` it saw.
 const LAST_EVENT_ID: &str = "last-event-id";
@@ -693,7 +693,7 @@ pub(super) async fn respond(
     let deadline = credential.map_or(lifetime, |c| c.min(lifetime));
     let down = app.clone();
     let cursor_floor = response_cursor(p.cursor, SystemTime::now());
-    tail.writer.source.get_or_init(|| Source {
+    tail.source.get_or_init(|| Source {
         app: app.clone(),
         name: name.clone(),
         incarnation: first.incarnation.clone(),

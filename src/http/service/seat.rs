@@ -33,28 +33,20 @@
 //! (`Tail::get` or a read of it), reach the stream's tail, and are keyed by the connection's
 //! place, `max_bytes` and cursor like every shared frame.
 
-use std::io::Write as _;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::task::Waker;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::{Incarnation, Offset, ReadFrom, ReadRequest, StreamName};
-
-use super::AppState;
-use super::cursor::interval_at;
-use super::fanout::{Frame, FrameKey, Tail};
-use super::read::{has_data, read_woken};
-use super::sse::{Encoding, render};
+use crate::{Offset, Watch};
 
 /// Who may write to a seated connection's socket (see the module doc).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Phase {
+pub(crate) enum Phase {
     /// The connection's own task.
     Own,
     /// The connection's task, which will park the seat once it has written what it holds.
@@ -63,51 +55,48 @@ enum Phase {
     Parked,
 }
 
-/// How many seats a writer serves before it lets the worker's other tasks run.
-const YIELD_EVERY: usize = 256;
-
 /// What a seat's lock guards.
 #[expect(
     clippy::struct_excessive_bools,
     reason = "independent facts about one connection (asked, done, handed back, listed), each set and read on its own"
 )]
-struct SeatState {
+pub(crate) struct SeatState {
     /// Who may write.
-    phase: Phase,
+    pub(crate) phase: Phase,
     /// A second descriptor of the socket, while the connection's loop lends it (`None`: not
     /// lent, or released).
-    tcp: Option<TcpStream>,
+    pub(crate) tcp: Option<TcpStream>,
     /// Where the connection's next frame starts: current while `asked` (the body asked, or the
     /// writer moved it since); otherwise the body's own place is.
-    next: Offset,
+    pub(crate) next: Offset,
     /// The body asked to park since it last settled: `next` is current.
-    asked: bool,
+    pub(crate) asked: bool,
     /// When the writer last wrote for it (taken by the connection's next settle).
-    sent: Option<Instant>,
+    pub(crate) sent: Option<Instant>,
     /// The writer sent the stream's end: the connection ends.
-    done: bool,
+    pub(crate) done: bool,
     /// The writer handed the connection back to its task, which reads at `next` itself.
-    back: bool,
+    pub(crate) back: bool,
     /// The bytes of a chunk the socket did not take, for the connection's loop to write first.
-    rest: Bytes,
+    pub(crate) rest: Bytes,
     /// The connection's task, woken when the writer hands it back.
-    waker: Option<Waker>,
+    pub(crate) waker: Option<Waker>,
     /// In the writer's list (parked now or earlier; it leaves at the writer's next pass).
-    listed: bool,
+    pub(crate) listed: bool,
 }
 
 /// One SSE connection's place at its stream's writer.
 pub(crate) struct Seat {
-    /// The tail whose writer this seat parks at.
-    tail: Arc<Tail>,
+    /// The feed whose writer this seat parks at.
+    pub(crate) feed: Arc<dyn Feed>,
     /// The connection's `max_bytes`.
-    max_bytes: Option<u64>,
+    pub(crate) max_bytes: Option<u64>,
     /// Its cursors are at least this.
-    cursor_floor: u64,
+    pub(crate) cursor_floor: u64,
     /// The writer hands it back from here on (its lifetime or its token ends).
     deadline: Instant,
     /// Who writes, and where the connection stands.
-    state: Mutex<SeatState>,
+    pub(crate) state: Mutex<SeatState>,
 }
 
 /// A response's seat, found by brook's HTTP/1.1 loop in the response's extensions.
@@ -128,17 +117,17 @@ pub(crate) struct Settled {
 }
 
 impl Seat {
-    /// A seat at `tail` for a connection reading with `max_bytes` from `next`, its cursors at
+    /// A seat at `feed` for a connection reading with `max_bytes` from `next`, its cursors at
     /// least `cursor_floor`, ending at `deadline`.
     pub(crate) fn new(
-        tail: Arc<Tail>,
+        feed: Arc<dyn Feed>,
         max_bytes: Option<u64>,
         cursor_floor: u64,
         deadline: Instant,
         next: Offset,
     ) -> Arc<Seat> {
         Arc::new(Seat {
-            tail,
+            feed,
             max_bytes,
             cursor_floor,
             deadline,
@@ -190,20 +179,21 @@ impl Seat {
         }
     }
 
-    /// Parks the seat if its body asked for it (the loop has written everything before):
-    /// whether it did. The writer then writes the connection's frames until it hands it back.
-    pub(crate) fn park(self: &Arc<Self>) -> bool {
+    /// Parks the seat if its body asked for it (the loop has written everything before). The
+    /// writer then writes the connection's frames until it hands it back; the transport starts
+    /// the writer's task when [`Parking::Start`] says it is not running.
+    pub(crate) fn park(self: &Arc<Self>) -> Parking {
         let mut s = self.state.lock();
         if s.phase != Phase::Asked {
-            return false;
+            return Parking::No;
         }
         s.phase = Phase::Parked;
         let newcomer = !std::mem::replace(&mut s.listed, true);
         drop(s);
-        if newcomer {
-            self.tail.writer.admit(self);
+        if newcomer && self.feed.writer().admit(self) {
+            return Parking::Start;
         }
-        true
+        Parking::Parked
     }
 
     /// Takes the connection back for its own task (after any wake-up, before the loop writes
@@ -237,31 +227,19 @@ impl Seat {
         drop(s);
         if listed {
             // Its next pass drops the seat (and ends the writer when no seat is left).
-            self.tail.writer.kick.notify_one();
+            self.feed.writer().kick.notify_one();
         }
     }
 }
 
 impl SeatState {
     /// Hands the connection back to its task.
-    fn hand_back(&mut self) -> Option<Waker> {
+    pub(crate) fn hand_back(&mut self) -> Option<Waker> {
         self.phase = Phase::Own;
         self.back = true;
         self.listed = false;
         self.waker.clone()
     }
-}
-
-/// What the writer reads and renders with, fixed per tail (set by its first connection).
-pub(crate) struct Source {
-    /// The server.
-    pub(crate) app: AppState,
-    /// The stream.
-    pub(crate) name: StreamName,
-    /// Its incarnation (a read that finds another hands the seats back).
-    pub(crate) incarnation: Incarnation,
-    /// How its data events carry bytes.
-    pub(crate) encoding: Encoding,
 }
 
 /// What a writer's task has yet to take: seats newly parked, and whether it runs at all.
@@ -273,257 +251,165 @@ struct Newcomers {
     running: bool,
 }
 
-/// A tail's writer: its newcomers, whether its task runs, and the signal that wakes it.
+/// A feed's writer: its newcomers, whether its task runs, and the signal that wakes it. The
+/// task itself is the transport's (`transport/writer.rs`).
 #[derive(Default)]
 pub(crate) struct Writer {
-    /// What it reads and renders with.
-    pub(crate) source: std::sync::OnceLock<Source>,
     /// Seats parked since the task last looked, and whether the task runs.
     state: Mutex<Newcomers>,
     /// Wakes the task: a newcomer, or a seat let go.
-    kick: Notify,
+    pub(crate) kick: Notify,
 }
 
 impl Writer {
-    /// Adds a newly parked seat to the writer's list, starting the writer's task if it is not
-    /// running.
-    fn admit(&self, seat: &Arc<Seat>) {
+    /// Adds a newly parked seat to the writer's list: whether its task is to be started (it
+    /// was not running).
+    fn admit(&self, seat: &Arc<Seat>) -> bool {
         let mut st = self.state.lock();
         st.seats.push(seat.clone());
         let start = !std::mem::replace(&mut st.running, true);
         drop(st);
-        if start {
-            tokio::spawn(run(seat.tail.clone()));
-        } else {
+        if !start {
             self.kick.notify_one();
         }
+        start
+    }
+
+    /// Moves the seats parked since the task last looked into `seats`.
+    pub(crate) fn take_newcomers(&self, seats: &mut Vec<Arc<Seat>>) {
+        seats.append(&mut self.state.lock().seats);
+    }
+
+    /// Ends the task's run if no seat is left, new or old (`held` is how many it still
+    /// serves): whether it ended. A seat parked meanwhile keeps it running.
+    pub(crate) fn stop_if_idle(&self, held: usize) -> Idle {
+        let mut st = self.state.lock();
+        if !st.seats.is_empty() {
+            return Idle::Newcomers;
+        }
+        if held == 0 {
+            st.running = false;
+            return Idle::Stopped;
+        }
+        Idle::Serving
     }
 }
 
-/// A frame and its chunked framing, rendered once per pass for every seat with its key.
-struct Ready {
-    /// The frame.
-    frame: Frame,
-    /// `{len:x}\r\n{frame}\r\n`: what is written to each socket.
-    chunk: Bytes,
+/// What [`Writer::stop_if_idle`] found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Idle {
+    /// Seats were parked since the task last looked: it takes them now.
+    Newcomers,
+    /// No seat is left: the task ends.
+    Stopped,
+    /// It still serves seats: it waits for the stream.
+    Serving,
 }
 
-/// The frame for `key` in its chunked framing: one kept by the tail, else read from the
-/// durable view and rendered (and kept for the others). `None` when there is nothing a writer
-/// may send: the read failed, or found no new data (a closure, which the connection answers).
-fn frame_for(
-    tail: &Tail,
-    source: &Source,
-    key: &FrameKey,
-    now: Option<(Offset, bool)>,
-) -> Option<Ready> {
-    let frame = if let Some(f) = tail.get(key, now) {
-        f
-    } else {
-        let req = ReadRequest {
-            from: ReadFrom::At(key.start),
-            max_bytes: key.max_bytes,
-            expect: Some(source.incarnation.clone()),
-            whole_messages: false,
-        };
-        let chunk = read_woken(&source.app, &source.name, &req).ok()?;
-        if !has_data(&chunk) {
-            return None;
-        }
-        let frame = render(&chunk, source.encoding, key.max_bytes, key.cursor);
-        tail.share(frame.clone());
-        frame
-    };
-    // The size line is at most 16 hex digits.
-    let mut chunk = Vec::with_capacity(frame.bytes.len() + 20);
-    super::h1::extend_hex(&mut chunk, frame.bytes.len());
-    chunk.extend_from_slice(b"\r\n");
-    chunk.extend_from_slice(&frame.bytes);
-    chunk.extend_from_slice(b"\r\n");
-    Some(Ready {
-        frame,
-        chunk: Bytes::from(chunk),
-    })
+/// What [`Seat::park`] did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Parking {
+    /// The body did not ask: the seat is the connection's.
+    No,
+    /// Parked at a writer whose task runs.
+    Parked,
+    /// Parked, and the writer's task is to be started.
+    Start,
 }
 
-/// One pass's view: the stream's tail, the time, and the frames rendered so far.
-struct Pass<'a> {
-    /// The tail.
-    tail: &'a Tail,
-    /// What it reads with.
-    source: &'a Source,
-    /// The durable tail and closure (`None`: the stream cannot be read).
-    now: Option<(Offset, bool)>,
-    /// The time of the pass.
-    at: Instant,
-    /// The current cursor interval.
-    interval: u64,
-    /// The frames of this pass: (key, frame or `None` when there is none to send).
-    frames: Vec<(FrameKey, Option<Ready>)>,
-    /// Tasks to wake once the pass lets go of the seats' locks.
-    wake: Vec<Waker>,
+/// What decides a frame's bytes on one feed: where it starts, the connection's `max_bytes`
+/// (which bounds where its data ends) and the cursor it carries.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct FrameKey {
+    /// Where the frame's data starts.
+    pub(crate) start: Offset,
+    /// The connection's `max_bytes`.
+    pub(crate) max_bytes: Option<u64>,
+    /// The cursor it carries.
+    pub(crate) cursor: u64,
 }
 
-impl Pass<'_> {
-    /// Serves one parked seat: writes its next frame if the socket takes it whole. Where the
-    /// seat stands if it stays parked; `None` when it left the writer's list.
-    fn serve(&mut self, seat: &Seat) -> Option<Offset> {
-        let mut s = seat.state.lock();
-        if s.phase != Phase::Parked {
-            s.listed = false;
-            return None;
-        }
-        let Some((tail, closed)) = self.now else {
-            self.wake.extend(s.hand_back());
-            return None;
-        };
-        if s.next == tail && !closed {
-            return Some(s.next);
-        }
-        if self.at >= seat.deadline {
-            self.wake.extend(s.hand_back());
-            return None;
-        }
-        let key = FrameKey {
-            start: s.next,
-            max_bytes: seat.max_bytes,
-            cursor: self.interval.max(seat.cursor_floor),
-        };
-        let i = if let Some(i) = self.frames.iter().position(|(k, _)| *k == key) {
-            i
-        } else {
-            let ready = frame_for(self.tail, self.source, &key, self.now);
-            self.frames.push((key, ready));
-            self.frames.len() - 1
-        };
-        let Some(ready) = self.frames.get(i).and_then(|(_, r)| r.as_ref()) else {
-            self.wake.extend(s.hand_back());
-            return None;
-        };
-        // A frame short of the tail may need the connection's care (a text chunk cut inside
-        // a character is read again shorter), and more follows it: the connection's own.
-        let (Some(tcp), true) = (&s.tcp, ready.frame.up_to_date) else {
-            self.wake.extend(s.hand_back());
-            return None;
-        };
-        // A socket that is full (or broken) takes nothing: the connection's own write waits
-        // (or fails) as it always did.
-        if let Ok(n) = (&*tcp).write(&ready.chunk) {
-            s.next = ready.frame.next;
-            s.sent = Some(self.at);
-            s.done = ready.frame.closed;
-            if n < ready.chunk.len() {
-                s.rest = ready.chunk.slice(n..);
-            } else if !s.done {
-                return Some(s.next);
-            }
-        }
-        self.wake.extend(s.hand_back());
-        None
-    }
+/// One rendered frame of a live response and the state it leaves its reader in.
+#[derive(Clone, Debug)]
+pub(crate) struct Frame {
+    /// What it was rendered for.
+    pub(crate) key: FrameKey,
+    /// The offset after its data.
+    pub(crate) next: Offset,
+    /// It reached the durable tail.
+    pub(crate) up_to_date: bool,
+    /// It reached the end of a closed stream.
+    pub(crate) closed: bool,
+    /// The bytes, as the response's body carries them (before the transport frames them).
+    pub(crate) bytes: Bytes,
 }
 
-/// A writer's task: while any seat is parked, waits for the stream to move past the lowest
-/// place a seat is at (or for a newcomer, or a seat let go), then serves every parked seat.
-/// Ends when no seat is left.
-async fn run(tail: Arc<Tail>) {
-    let Some(source) = tail.writer.source.get() else {
-        // Never so: a tail's first connection sets its source before it has a seat. Were it
-        // so, every seat goes back to its connection.
-        let mut st = tail.writer.state.lock();
-        st.running = false;
-        let seats = std::mem::take(&mut st.seats);
-        drop(st);
-        for seat in seats {
-            let waker = seat.state.lock().hand_back();
-            if let Some(w) = waker {
-                w.wake();
-            }
-        }
-        return;
-    };
-    // `None` when the stream cannot be watched (gone): the first pass hands every seat back.
-    let watch = source.app.store.watch(&source.name).ok();
-    let mut seats: Vec<Arc<Seat>> = Vec::new();
-    let mut frames = Vec::new();
-    let mut wake = Vec::new();
-    loop {
-        seats.append(&mut tail.writer.state.lock().seats);
-        let mut pass = Pass {
-            tail: &tail,
-            source,
-            now: watch.as_ref().and_then(crate::Watch::tail),
-            at: Instant::now(),
-            interval: interval_at(SystemTime::now()),
-            frames: std::mem::take(&mut frames),
-            wake: std::mem::take(&mut wake),
-        };
-        let mut lowest: Option<Offset> = None;
-        let mut i = 0;
-        let mut served = 0usize;
-        while i < seats.len() {
-            if let Some(next) = pass.serve(&seats[i]) {
-                lowest = Some(lowest.map_or(next, |l| l.min(next)));
-                i += 1;
-            } else {
-                seats.swap_remove(i);
-            }
-            served += 1;
-            if served.is_multiple_of(YIELD_EVERY) {
-                // A long pass lets the worker's other tasks (the seats handed back among them)
-                // run between its batches.
-                for w in pass.wake.drain(..) {
-                    w.wake();
-                }
-                tokio::task::yield_now().await;
-            }
-        }
-        frames = pass.frames;
-        frames.clear();
-        wake = pass.wake;
-        for w in wake.drain(..) {
-            w.wake();
-        }
-        {
-            let mut st = tail.writer.state.lock();
-            if !st.seats.is_empty() {
-                continue;
-            }
-            if seats.is_empty() {
-                st.running = false;
-                return;
-            }
-        }
-        let (Some(at), Some(w)) = (lowest, watch.as_ref()) else {
-            continue;
-        };
-        tokio::select! {
-            biased;
-            () = w.wait(at) => {}
-            () = tail.writer.kick.notified() => {}
-        }
-    }
-}
+/// Where a parked connection's frames come from: one incarnation of one stream, as a protocol
+/// handler renders it (the SSE handler's `fanout::Tail`). The transport's writer task asks it
+/// for frames and writes them; it never reads the store or renders itself.
+pub(crate) trait Feed: Send + Sync + 'static {
+    /// The writer of the seats parked at this feed.
+    fn writer(&self) -> &Writer;
 
+    /// A watch of the stream, `None` when it cannot be watched (gone, or the feed is not set
+    /// up): every seat then goes back to its connection.
+    fn watch(&self) -> Option<Watch>;
+
+    /// The cursor of a frame rendered now (one per writer pass): a connection's frame carries
+    /// the larger of it and the connection's floor.
+    fn cursor_now(&self) -> u64;
+
+    /// The frame for `key` given the stream's durable tail and closure `now`: `None` when
+    /// there is nothing a writer may send (the read failed, or found no new data: a closure,
+    /// which the connection answers itself).
+    fn frame(&self, key: &FrameKey, now: Option<(Offset, bool)>) -> Option<Frame>;
+}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::fanout::Tails;
+
+    /// A feed with no stream behind it (the seat's own rules need none).
+    #[derive(Default)]
+    struct Still(Writer);
+
+    impl Feed for Still {
+        fn writer(&self) -> &Writer {
+            &self.0
+        }
+
+        fn watch(&self) -> Option<Watch> {
+            None
+        }
+
+        fn cursor_now(&self) -> u64 {
+            0
+        }
+
+        fn frame(&self, _key: &FrameKey, _now: Option<(Offset, bool)>) -> Option<Frame> {
+            None
+        }
+    }
 
     /// A seat parks only after its body asked and only with a socket lent; taking it back
     /// hands over the rest of a chunk once; the body learns a place only from an ask since its
     /// last settle (a place it moved past on its own is never handed back to it).
     #[tokio::test(flavor = "current_thread")]
     async fn a_seat_parks_only_when_asked_and_reports_only_fresh_places() {
-        let tails = std::sync::Arc::new(Tails::default());
-        let name = StreamName::new("s").expect("valid");
-        let inc = Incarnation::new("i1").expect("valid");
-        let tail = tails.join(&name, &inc);
         let at = |n| Offset::new(0, n);
-        let seat = Seat::new(tail.shared(), Some(10), 0, Instant::now(), at(0));
+        let seat = Seat::new(
+            Arc::new(Still::default()),
+            Some(10),
+            0,
+            Instant::now(),
+            at(0),
+        );
         let waker = std::task::Waker::noop();
         seat.ask(at(3), waker);
-        assert!(!seat.park(), "no socket lent: the body waits on the stream");
+        assert_eq!(
+            seat.park(),
+            Parking::No,
+            "no socket lent: the body waits on the stream"
+        );
         assert!(seat.settle().next.is_none());
 
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -532,10 +418,14 @@ mod tests {
         let (server, _) = listener.accept().expect("accept");
         seat.enable(server);
         assert!(seat.enabled());
-        assert!(!seat.park(), "not asked");
+        assert_eq!(seat.park(), Parking::No, "not asked");
         seat.ask(at(3), waker);
-        assert!(seat.park());
-        assert!(!seat.park(), "parked once");
+        assert_eq!(
+            seat.park(),
+            Parking::Start,
+            "the first seat starts the writer"
+        );
+        assert_eq!(seat.park(), Parking::No, "parked once");
         {
             let mut s = seat.state.lock();
             s.next = at(7);
@@ -551,6 +441,6 @@ mod tests {
         seat.release();
         assert!(!seat.enabled());
         seat.ask(at(9), waker);
-        assert!(!seat.park(), "released: never parked again");
+        assert_eq!(seat.park(), Parking::No, "released: never parked again");
     }
 }

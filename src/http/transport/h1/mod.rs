@@ -1,0 +1,461 @@
+//! brook's own HTTP/1.1 connection loop for plain (not TLS) connections.
+//!
+//! hyper's HTTP/1.1 loop is general: a dispatcher state machine, a channel-backed request body,
+//! a queue of response buffers. For this protocol's common requests (an append of a few
+//! kilobytes, a catch-up read, a HEAD) that generality cost more instructions than the engine's
+//! whole append (docs/benchmarks/history.md, "The third pass"). This loop serves the requests it
+//! knows how to frame and hands the connection to hyper for everything else, so hyper stays the
+//! answer to every corner of HTTP/1.1 it handles today:
+//!
+//! * **Served here:** HTTP/1.1 requests with no body or a `Content-Length` body of at most
+//!   [`INLINE_BODY_MAX`] bytes, with at most [`MAX_HEADERS`] header lines in at most
+//!   [`MAX_HEAD`] bytes, without `Transfer-Encoding`, `Upgrade` or an `Expect` other than
+//!   `100-continue`. The body is read whole before the handler runs (so the handler's
+//!   [`read_body`](super::body::read_body) finds it in one frame); a body that delivers
+//!   nothing for [`ServerConfig::body_read_timeout`](super::ServerConfig::body_read_timeout)
+//!   is answered 408 `REQUEST_TIMEOUT` and the connection closed, as on hyper's path.
+//! * **Refused here:** a head that is not well-formed HTTP/1.1 (400 `MALFORMED_REQUEST`, which
+//!   includes two `Content-Length`s that disagree), more than [`MAX_HEADERS`] lines or
+//!   [`MAX_HEAD`] bytes (431 `REQUEST_HEADER_FIELDS_TOO_LARGE`): problem+json bodies, then the
+//!   connection closes (nothing after a bad head can be framed).
+//! * **Handed to hyper:** the first request that is anything else (HTTP/1.0, a chunked or larger
+//!   upload, an upgrade, an `Expect` other than `100-continue`), together with every byte read
+//!   after it: hyper serves the rest of that connection (see [`Rewind`]).
+//!
+//! The loop serves plain connections and HTTP/1.1 over TLS alike (HTTP/2 is hyper's).
+//!
+//! The handler's request is the `http::Request` hyper would have built, less the request headers
+//! no handler reads (`User-Agent`, `Accept`, `Accept-Encoding`, `Accept-Language`, `Cookie`,
+//! `Referer`, `Connection`, fetch metadata: see [`unread`]) and `Content-Length` (the body's
+//! exact size says it); header values and the body are views of the read buffer, and the header
+//! map is the connection's, emptied and reused from one request to the next.
+//!
+//! A hot route's answer is a typed head ([`Answer::Typed`], `reply.rs`), whose lines are written
+//! straight into the output buffer; any other answer is a `Response`, framed from its map.
+//! Responses are framed as hyper frames them (the handlers are the same): a body of known length
+//! gets `Content-Length` (none on `HEAD`, `1xx`, `204`, `304`), a streaming one (SSE, bootstrap)
+//! is chunked and each frame leaves as it comes; `Date` is added from a per-thread cache that
+//! changes once a second. A response head and the pieces of a small body leave in one `writev`;
+//! large mapped pieces leave by `sendfile` (the [`Socket`] decides). Pipelined requests are
+//! served in order from the read buffer.
+//!
+//! An SSE body on plain TCP carries a seat at its stream's writer (`seat.rs`): once the body
+//! waits at the tail and what it sent has left, the loop parks the seat and sleeps, the writer
+//! writes the live frames straight to the socket, and any wake-up of the task takes the seat
+//! back before the loop writes or polls the body again.
+//!
+//! Timeouts are hyper's: waiting for a request's head (an idle keep-alive connection included)
+//! is bounded by [`ServerConfig::header_read_timeout`](super::ServerConfig::header_read_timeout),
+//! measured by one timer per connection that is re-armed only when it fires (no timer per
+//! request). Shutdown closes idle connections at once and the others after their response.
+
+mod handoff;
+mod head;
+mod send;
+
+use std::net::TcpStream;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::IntoResponse;
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::Open;
+use super::socket::Socket;
+use crate::http::AppState;
+use crate::http::body::due;
+use crate::http::budget::{Budget, Lease, Use};
+use crate::http::error::ApiError;
+use crate::http::reply::{Answer, cors_wanted};
+use crate::http::service::Handler;
+
+use handoff::handoff;
+pub(crate) use head::unread;
+use head::{Lines, parse, request, unparsable, uri_too_long};
+pub(crate) use send::extend_hex;
+use send::respond;
+
+/// The largest request head (request line and headers) this loop reads; a longer one is
+/// answered `431` problem+json (as are heads over the handler's 64 KiB of header bytes).
+pub(crate) const MAX_HEAD: usize = 80 << 10;
+
+/// The longest request target served (the longest `http` and hyper accept); a longer one is
+/// answered `414` problem+json.
+pub(crate) const MAX_TARGET: usize = (u16::MAX - 1) as usize;
+
+/// The most header lines a request may have (hyper's limit too); one with more is answered
+/// `431` problem+json.
+pub(crate) const MAX_HEADERS: usize = 100;
+
+/// The largest request body read whole before its handler runs; a larger one goes to hyper,
+/// which streams it to the handler (snapshot uploads, large appends).
+pub(crate) const INLINE_BODY_MAX: usize = 256 << 10;
+
+/// The most header entries the map kept from one request to the next has room for (a head with
+/// more gets a map of its own, so one large head does not hold memory for the connection's
+/// life).
+const SPARE_HEADERS: usize = 32;
+
+/// What a connection's read buffer starts with (a request head and a small body).
+const READ_BUF: usize = 8 << 10;
+
+/// What the loop needs from the server to hand a connection to hyper.
+pub(crate) struct Fallback {
+    /// hyper's HTTP/1.1 connection settings.
+    pub(crate) builder: Arc<hyper::server::conn::http1::Builder>,
+    /// The server's graceful shutdown, which a handed-off connection joins.
+    pub(crate) watcher: hyper_util::server::graceful::Watcher,
+}
+
+/// One request head, parsed: positions in the read buffer, so the buffer can be frozen and
+/// sliced without copying.
+struct Head {
+    /// The method.
+    method: Method,
+    /// The request target's bytes.
+    target: (usize, usize),
+    /// Bytes of the head, up to and including the empty line.
+    len: usize,
+    /// The `Content-Length` (0 without one).
+    body_len: usize,
+    /// `Expect: 100-continue` was sent.
+    expects_continue: bool,
+    /// `Connection: close` was sent.
+    close: bool,
+}
+
+/// Why a head is not served here.
+enum NotHere {
+    /// Hand the connection to hyper from this request on.
+    Handoff,
+    /// Refuse it (a malformed or oversized head): answered with this status, problem `code`
+    /// and detail, and the connection closed, since what follows it cannot be framed.
+    Refuse(StatusCode, &'static str, String),
+    /// Refuse it with this error (the memory budget cannot spare the connection's buffer),
+    /// and close the connection.
+    Over(ApiError),
+}
+
+/// The IO this loop serves: a plain [`Socket`](super::socket::Socket) (which sends large mapped
+/// pieces by `sendfile`) or a TLS stream over one.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// A second descriptor of the TCP socket, when what is written to it is what the peer
+    /// reads (plain TCP): an SSE connection's stream writer may then write to it while the
+    /// connection is parked (`seat.rs`).
+    fn tcp(&self) -> Option<TcpStream>;
+}
+
+impl Io for Socket {
+    fn tcp(&self) -> Option<TcpStream> {
+        self.share().ok()
+    }
+}
+
+impl Io for tokio_rustls::server::TlsStream<Socket> {
+    /// None: every byte is encrypted on the connection's own task.
+    fn tcp(&self) -> Option<TcpStream> {
+        None
+    }
+}
+
+/// Serves `socket` until the peer closes it, a timeout ends it, the server shuts down, or a
+/// request hands it to hyper. `open` counts the connection until this returns; `alive` tells
+/// shutdown that it has not returned yet.
+pub(crate) async fn serve<S: Io>(
+    app: Arc<AppState>,
+    socket: S,
+    fallback: Fallback,
+    open: Open,
+    alive: watch::Receiver<()>,
+) {
+    serve_with(app.clone(), app, socket, fallback, open, alive).await;
+}
+
+/// [`serve`], each request answered by `handler` (`app` gives the timeouts, the shutdown signal
+/// and the metrics of the loop's own refusals).
+pub(crate) async fn serve_with<S: Io, H: Handler>(
+    app: Arc<AppState>,
+    handler: H,
+    mut socket: S,
+    fallback: Fallback,
+    open: Open,
+    alive: watch::Receiver<()>,
+) {
+    let mut buf = BytesMut::with_capacity(READ_BUF);
+    let mut out = Vec::with_capacity(512);
+    let header_timeout = app.config.header_read_timeout;
+    // One timer for the connection: it fires at most once per `header_timeout`, and then checks
+    // how long the current head has been awaited (see `read_head`).
+    let mut timer = Box::pin(tokio::time::sleep(header_timeout));
+    let mut rx = app.shutdown.clone();
+    let mut shutting_down = std::pin::pin!(async move {
+        // `wait_for` fails only when the sender is gone, which the app state keeps alive.
+        let _ = rx.wait_for(|down| *down).await;
+    });
+    // The header lines' positions of the request being served, and the map of its headers,
+    // both kept (emptied) for the next.
+    let mut lines = Vec::with_capacity(16);
+    let mut spare = HeaderMap::new();
+    // The read buffer's room, held of the memory budget while the connection is open.
+    let mut room = Lease::empty(&app.budget, Use::Buffers);
+    loop {
+        let head = match read_head(
+            &mut socket,
+            &mut buf,
+            &mut lines,
+            &mut room,
+            header_timeout,
+            timer.as_mut(),
+            shutting_down.as_mut(),
+        )
+        .await
+        {
+            Ok(Some(head)) => head,
+            Ok(None) => return,
+            Err(NotHere::Handoff) => {
+                let Ok(held) = app.budget.lease(Use::Buffers, super::HYPER_CONNECTION_HELD) else {
+                    let e = crate::http::budget::over_budget(Use::Buffers, app.budget.limit());
+                    return refuse(&handler, &app.budget, &mut socket, &mut out, e).await;
+                };
+                drop(room);
+                return handoff(handler, socket, buf, fallback, (open, held), alive).await;
+            }
+            Err(NotHere::Refuse(status, code, detail)) => {
+                let e = ApiError::Http {
+                    status,
+                    code,
+                    detail,
+                };
+                return refuse(&handler, &app.budget, &mut socket, &mut out, e).await;
+            }
+            Err(NotHere::Over(e)) => {
+                return refuse(&handler, &app.budget, &mut socket, &mut out, e).await;
+            }
+        };
+        let head_bytes = buf.split_to(head.len).freeze();
+        let is_head = head.method == Method::HEAD;
+        let mut close = head.close;
+        let Some(req) = request(&head_bytes, &head, &lines, std::mem::take(&mut spare)) else {
+            return refuse(&handler, &app.budget, &mut socket, &mut out, unparsable()).await;
+        };
+        drop(head_bytes);
+        let (mut parts, ()) = req.into_parts();
+        // Admission before reading: the handler decides from the head (rights, and for a body
+        // still to come the route's size limit), then the memory budget, so a refused request
+        // costs no body bytes.
+        let unread = (head.body_len > buf.len()).then_some(head.body_len);
+        let admission = match handler.admit(&mut parts, unread) {
+            Ok(admission) => admission,
+            Err((answer, cors)) => {
+                let refused = (answer, cors, None);
+                return refuse_unread(&handler, &app.budget, &mut socket, &mut out, refused).await;
+            }
+        };
+        let mut body = Body::empty();
+        if head.body_len > 0 {
+            if let Some(len) = unread {
+                let lease = match app.budget.lease(Use::Bodies, len as u64) {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        let code = e.code();
+                        let refused = (e.into_response().into(), cors_wanted(&parts), Some(code));
+                        return refuse_unread(
+                            &handler,
+                            &app.budget,
+                            &mut socket,
+                            &mut out,
+                            refused,
+                        )
+                        .await;
+                    }
+                };
+                match read_body(&mut socket, &mut buf, &head, &app).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => return refuse(&handler, &app.budget, &mut socket, &mut out, e).await,
+                }
+                // The handler holds the body's bytes of the budget from here.
+                drop(lease);
+            }
+            body = Body::from(buf.split_to(head.body_len).freeze());
+        }
+        let (res, cors, mut headers) = handler.respond(parts, body, admission).await;
+        // Its values are views of this request's bytes: let them go now, keep the room unless a
+        // large head left more than the common request needs.
+        headers.clear();
+        if headers.capacity() <= SPARE_HEADERS {
+            spare = headers;
+        }
+        close |= *app.shutdown.borrow();
+        match respond(
+            &mut socket,
+            &mut out,
+            &app.budget,
+            res,
+            is_head,
+            cors,
+            close,
+        )
+        .await
+        {
+            Ok(closes) if !closes => {}
+            _ => return,
+        }
+    }
+}
+
+/// Reads until `buf` holds a whole request head and parses it. `Ok(None)`: the peer closed the
+/// connection, the head took longer than `limit`, or the server is shutting down while this
+/// connection waits for a request.
+async fn read_head<S: Io>(
+    socket: &mut S,
+    buf: &mut BytesMut,
+    lines: &mut Lines,
+    room: &mut Lease,
+    limit: Duration,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+    mut shutting_down: Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<Head>, NotHere> {
+    let since = Instant::now();
+    loop {
+        if !buf.is_empty() {
+            if let Some(head) = parse(buf, lines)? {
+                return Ok(Some(head));
+            }
+            if buf.len() >= MAX_HEAD {
+                // A request line that has not ended yet is a target too long to serve.
+                if !buf[..MAX_HEAD].contains(&b'\n') {
+                    return Err(uri_too_long());
+                }
+                return Err(NotHere::Refuse(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "REQUEST_HEADER_FIELDS_TOO_LARGE",
+                    format!("a request head may be at most {MAX_HEAD} bytes"),
+                ));
+            }
+        }
+        // An empty buffer with less than half its room left takes back its whole allocation
+        // (copying nothing, once the previous request's views of it are gone), so a head and a
+        // body of a few KiB arrive in one read rather than in two with the first part moved to
+        // the front between them.
+        if buf.capacity() - buf.len() < 1024 || (buf.is_empty() && buf.capacity() < READ_BUF / 2) {
+            buf.reserve(READ_BUF);
+        }
+        if room.bytes() != buf.capacity() as u64 {
+            room.resize(buf.capacity() as u64).map_err(NotHere::Over)?;
+        }
+        tokio::select! {
+            biased;
+            read = socket.read_buf(buf) => match read {
+                Ok(0) | Err(_) => return Ok(None),
+                Ok(_) => {}
+            },
+            () = &mut timer => {
+                if since.elapsed() >= limit {
+                    tracing::debug!("a request head did not arrive within the header read timeout");
+                    return Ok(None);
+                }
+                let at = since + limit;
+                timer.as_mut().reset(at);
+            }
+            () = &mut shutting_down, if buf.is_empty() => return Ok(None),
+        }
+    }
+}
+
+/// Reads the rest of `head`'s body into `buf`, which holds what followed the head (after a
+/// `100 Continue` if the client waits for one). `Ok(false)`: the peer closed the connection;
+/// `Err`: the body came too slowly (408 `REQUEST_TIMEOUT` after the idle limit, 408
+/// `BODY_TOO_SLOW` below the minimum rate: see [`due`]).
+async fn read_body<S: Io>(
+    socket: &mut S,
+    buf: &mut BytesMut,
+    head: &Head,
+    app: &AppState,
+) -> Result<bool, ApiError> {
+    let need = head.body_len;
+    if head.expects_continue
+        && socket
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .is_err()
+    {
+        return Ok(false);
+    }
+    buf.reserve(need - buf.len());
+    let rules = app.body_rules();
+    let began = Instant::now();
+    while buf.len() < need {
+        let (at, refusal) = due(&rules, began, buf.len() as u64);
+        match tokio::time::timeout_at(at, socket.read_buf(buf)).await {
+            Ok(Ok(0) | Err(_)) => return Ok(false),
+            Ok(Ok(_)) => {}
+            Err(_) => return Err(refusal),
+        }
+    }
+    Ok(true)
+}
+
+/// Answers a request the loop refuses itself (a bad head, a stalled body) with `e`'s
+/// problem+json, counted in the metrics like a handler's refusal, then closes the connection.
+async fn refuse<S: Io, H: Handler>(
+    handler: &H,
+    budget: &Arc<Budget>,
+    socket: &mut S,
+    out: &mut Vec<u8>,
+    e: ApiError,
+) {
+    let code = e.code();
+    let refused = (e.into_response().into(), false, Some(code));
+    refuse_unread(handler, budget, socket, out, refused).await;
+}
+
+/// Answers a request refused from its head (access control, its size, the memory budget)
+/// without reading its body, then closes the connection: what follows the unread body cannot
+/// be framed. `refused` is the answer, whether it carries the CORS headers, and the problem
+/// code to count when the handler did not count it already.
+async fn refuse_unread<S: Io, H: Handler>(
+    handler: &H,
+    budget: &Arc<Budget>,
+    socket: &mut S,
+    out: &mut Vec<u8>,
+    refused: (Answer, bool, Option<&'static str>),
+) {
+    let (answer, cors, code) = refused;
+    handler.refused(answer.status(), code);
+    if respond(socket, out, budget, answer, false, cors, true)
+        .await
+        .is_ok()
+    {
+        close_gently(socket).await;
+    }
+}
+
+/// Ends a connection whose peer may still be sending (a refused head): the write side is shut
+/// (the response is followed by FIN), then what the peer still sends is read and dropped for up
+/// to a second (at most 1 MiB), so that closing with unread bytes does not send a reset that
+/// could destroy the response before the peer read it.
+async fn close_gently<S: Io>(socket: &mut S) {
+    let _ = socket.shutdown().await;
+    drain(socket).await;
+}
+
+/// Reads and drops what the peer still sends on a connection whose write side is shut, for up
+/// to a second and at most 1 MiB (see [`close_gently`]).
+async fn drain<S: AsyncRead + Unpin>(socket: &mut S) {
+    let mut sink = vec![0u8; 16 << 10];
+    let mut left = 1usize << 20;
+    let until = Instant::now() + Duration::from_secs(1);
+    while left > 0 {
+        match tokio::time::timeout_at(until, socket.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            _ => break,
+        }
+    }
+}
