@@ -80,6 +80,7 @@ pub use name::{
     Incarnation, MAX_FORK_DEPTH, Offset, ReadFrom, StreamName, is_json, normalize_content_type,
 };
 pub use options::{Durability, Options};
+pub use segment::FileRange;
 pub use stats::{Histogram, Stats};
 pub use store::{Commit, Pending, Store, TryAppend, Watch, WeakStore};
 pub use subscription::{SubscriptionConfig, SubscriptionInfo, Wake};

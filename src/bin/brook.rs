@@ -6,6 +6,10 @@
 mod mirror_cli;
 #[path = "brook/ops.rs"]
 mod ops;
+#[path = "brook/reading.rs"]
+mod reading;
+#[path = "brook/token.rs"]
+mod token;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -15,10 +19,11 @@ use std::time::Duration;
 
 use brook::http::{
     AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve_starting, serve_with_admin,
-    token_hash,
 };
 use brook::{Durability, Error, Options, Store, TierOptions};
 use clap::{Parser, Subcommand, ValueEnum};
+use reading::{CatArgs, LsArgs, StreamArgs, read_command, target};
+use token::{TokenCommand, run_token};
 
 #[derive(Parser)]
 #[command(
@@ -106,62 +111,6 @@ struct ArchiveArgs {
     file: PathBuf,
 }
 
-/// Where a reading command finds its streams, and how it trusts a server's certificate.
-#[derive(clap::Args)]
-struct TargetArgs {
-    #[command(flatten)]
-    at: TargetChoice,
-    /// Verify an `https://` server's certificate against the CA certificates in this PEM file
-    /// instead of the Mozilla roots (for a private CA); default: the file `SSL_CERT_FILE`
-    /// names, if set.
-    #[arg(long, value_name = "FILE", requires = "url")]
-    ca_cert: Option<PathBuf>,
-}
-
-/// A data directory or a server: exactly one of the two.
-#[derive(clap::Args)]
-#[group(required = true, multiple = false)]
-struct TargetChoice {
-    /// A data directory (it is locked while the command runs: not one a server is using).
-    #[arg(long, value_name = "DIR")]
-    data_dir: Option<PathBuf>,
-    /// A running server: `http://HOST:PORT` or `https://HOST:PORT` (with a path, for a
-    /// server behind a prefix).
-    #[arg(long, value_name = "URL")]
-    url: Option<String>,
-}
-
-#[derive(clap::Args)]
-struct LsArgs {
-    #[command(flatten)]
-    target: TargetArgs,
-    /// Also print each stream's tail, content type and closure (tab-separated).
-    #[arg(long, short)]
-    long: bool,
-    /// Only names starting with this.
-    #[arg(default_value = "")]
-    prefix: String,
-}
-
-#[derive(clap::Args)]
-struct CatArgs {
-    #[command(flatten)]
-    target: TargetArgs,
-    /// The stream's name.
-    stream: String,
-    /// Where to start: an offset, `-1` (the start) or `now` (the tail).
-    #[arg(long, value_name = "OFFSET", allow_hyphen_values = true)]
-    from: Option<String>,
-}
-
-#[derive(clap::Args)]
-struct StreamArgs {
-    #[command(flatten)]
-    target: TargetArgs,
-    /// The stream's name.
-    stream: String,
-}
-
 #[derive(clap::Args)]
 struct CheckArgs {
     /// The data directory to verify (locked while the check runs).
@@ -171,21 +120,6 @@ struct CheckArgs {
     /// stream); the files are kept there, untouched.
     #[arg(long)]
     repair: bool,
-}
-
-#[derive(Subcommand)]
-enum TokenCommand {
-    /// Make a new random token: prints its token-file line on stdout (append it to the file)
-    /// and the token itself on stderr (shown once; the file keeps only its hash).
-    New {
-        /// Comma-separated rights: read, write, admin.
-        rights: String,
-        /// Stream-name prefixes the rights apply to (`/` for every stream).
-        #[arg(required = true)]
-        prefixes: Vec<String>,
-    },
-    /// Print the `sha256:<hex>` hash of a token read from standard input, for a token-file line.
-    Hash,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -431,38 +365,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The data directory or server a reading command names; a server's certificate is checked
-/// against `--ca-cert`, else the file `SSL_CERT_FILE` names (as OpenSSL and curl read it),
-/// else the Mozilla roots.
-fn target(t: &TargetArgs) -> Result<ops::Target, String> {
-    let ca_cert = match (&t.ca_cert, &t.at.url) {
-        (Some(file), _) => Some(file.clone()),
-        (None, Some(_)) => std::env::var_os("SSL_CERT_FILE")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from),
-        (None, None) => None,
-    };
-    ops::Target::open(
-        t.at.data_dir.as_deref(),
-        t.at.url.as_deref(),
-        ca_cert.as_deref(),
-    )
-}
-
-/// `brook cat` (`follow` false) or `brook tail` (`follow` true, starting at the tail unless
-/// `--from` says otherwise).
-fn read_command(a: &CatArgs, follow: bool) -> Result<(), String> {
-    let from = match a.from.as_deref() {
-        Some(f) => f
-            .parse::<brook::ReadFrom>()
-            .map_err(|e| format!("--from {f}: {e}"))?,
-        None if follow => brook::ReadFrom::Tail,
-        None => brook::ReadFrom::Start,
-    };
-    let t = target(&a.target)?;
-    ops::cat(&t, &a.stream, from, follow, &mut std::io::stdout().lock())
-}
-
 /// `brook serve`: opens the store, serves until SIGINT or SIGTERM, then shuts the store down;
 /// the error is the message to print.
 fn run_serve(args: &ServeArgs) -> Result<(), String> {
@@ -665,45 +567,6 @@ fn access_control(args: &ServeArgs) -> Result<Option<AccessControl>, String> {
         access = access.with_public_read(prefix);
     }
     Ok(Some(access))
-}
-
-/// `brook token new` and `brook token hash`; the error is the message to print.
-fn run_token(cmd: &TokenCommand) -> Result<(), String> {
-    match cmd {
-        TokenCommand::New { rights, prefixes } => {
-            let mut random = [0u8; 32];
-            std::io::Read::read_exact(
-                &mut std::fs::File::open("/dev/urandom")
-                    .map_err(|e| format!("cannot read /dev/urandom: {e}"))?,
-                &mut random,
-            )
-            .map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
-            // 256 random bits in base64url: 47 bytes in all, so checking one costs a single
-            // SHA-256 block.
-            let token = format!(
-                "brk_{}",
-                base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, random)
-            );
-            let line = format!("{} {rights} {}", token_hash(&token), prefixes.join(" "));
-            // The line must parse as the server will read it.
-            brook::http::check_token_line(&line)?;
-            println!("{line}");
-            eprintln!("token: {token}");
-            Ok(())
-        }
-        TokenCommand::Hash => {
-            let mut token = String::new();
-            std::io::stdin()
-                .read_line(&mut token)
-                .map_err(|e| format!("cannot read the token from standard input: {e}"))?;
-            let token = token.trim();
-            if token.is_empty() {
-                return Err("no token on standard input".into());
-            }
-            println!("{}", token_hash(token));
-            Ok(())
-        }
-    }
 }
 
 /// A `--webhook-allow` value: a CIDR range, or one address.

@@ -25,13 +25,6 @@ use parking_lot::RwLock;
 use crate::error::Result;
 
 /// A live read-only map in the registry: where it ends and the file it maps from offset 0.
-#[cfg_attr(
-    not(any(feature = "http", test)),
-    expect(
-        dead_code,
-        reason = "read only by `file_range`, which only the server uses"
-    )
-)]
 struct Listed {
     end: usize,
     file: Arc<File>,
@@ -88,24 +81,41 @@ impl AsRef<[u8]> for ReadMap {
     }
 }
 
-/// The file behind a slice of a [`ReadMap`], and the offset in it of the slice's first byte.
-#[cfg(any(feature = "http", test))]
-pub(crate) struct FileRange {
+/// Where the bytes of a read's body live on disk: the segment file behind a piece of a
+/// [`ReadChunk`](crate::ReadChunk)'s body and the offset in it of the piece's first byte, so a
+/// server can send the piece with `sendfile(2)` (or `copy_file_range`) instead of copying it
+/// through user space. The file stays open as long as this value does, even if the segment is
+/// closed or reclaimed meanwhile; the bytes at the range never change (a segment is append-only
+/// and only ever unlinked whole).
+#[derive(Clone, Debug)]
+pub struct FileRange {
     /// Kept open by the registry while the map lives, and by this value after: a segment closed
     /// (evicted, or reclaimed by retention and unlinked) meanwhile does not close it.
-    pub(crate) file: Arc<File>,
-    pub(crate) offset: u64,
+    file: Arc<File>,
+    /// Where the piece starts in the file.
+    offset: u64,
 }
 
-/// Where the bytes of `slice` live on disk, if the whole slice lies inside one live
-/// [`ReadMap`]; `None` for an empty slice or any other memory.
-#[cfg(any(feature = "http", test))]
-pub(crate) fn file_range(slice: &[u8]) -> Option<FileRange> {
-    lookup(slice.as_ptr() as usize, slice.len())
+impl FileRange {
+    /// The file range behind `piece`, when all of it lies inside one mapped segment log (a
+    /// piece of a `ReadChunk`'s body that is not yet dropped); `None` for an empty slice or any
+    /// other memory.
+    pub fn of(piece: &[u8]) -> Option<FileRange> {
+        lookup(piece.as_ptr() as usize, piece.len())
+    }
+
+    /// The segment file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Where the piece starts in [`FileRange::file`].
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
 }
 
 /// [`file_range`] by address: the map holding all of `[start, start + len)`, if any.
-#[cfg(any(feature = "http", test))]
 fn lookup(start: usize, len: usize) -> Option<FileRange> {
     if len == 0 {
         return None;
@@ -169,12 +179,12 @@ mod tests {
             (5000..9000, 5000),
             (data.len() - 1..data.len(), data.len() - 1),
         ] {
-            let r = file_range(&map[range.clone()]).ok_or(format!("{range:?} not found"))?;
+            let r = FileRange::of(&map[range.clone()]).ok_or(format!("{range:?} not found"))?;
             assert!(Arc::ptr_eq(&r.file, &file));
             assert_eq!(r.offset, offset as u64);
         }
         assert!(
-            file_range(&map[10..10]).is_none(),
+            FileRange::of(&map[10..10]).is_none(),
             "an empty slice names no file"
         );
         Ok(())
@@ -187,9 +197,9 @@ mod tests {
         f.write_all(&[2; 4096])?;
         let b = map_blob(f, 4096)?;
         let heap = vec![0u8; 1 << 20];
-        assert!(file_range(&heap).is_none());
-        assert!(file_range(&heap[100..200]).is_none());
-        assert_eq!(file_range(&b[100..]).map(|r| r.offset), Some(100));
+        assert!(FileRange::of(&heap).is_none());
+        assert!(FileRange::of(&heap[100..200]).is_none());
+        assert_eq!(FileRange::of(&b[100..]).map(|r| r.offset), Some(100));
         // A range that starts inside a map but runs past its end (into whatever follows it,
         // another map included) is not one map's bytes.
         let start = a.as_ptr() as usize;
@@ -204,7 +214,7 @@ mod tests {
     fn a_dropped_map_is_no_longer_listed() -> R {
         let file = file_of(&[9; 4096])?;
         let map = map_read(&file, 4096)?;
-        assert!(file_range(&map).is_some());
+        assert!(FileRange::of(&map).is_some());
         assert_eq!(
             Arc::strong_count(&file),
             2,

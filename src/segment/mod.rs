@@ -27,8 +27,7 @@ mod set;
 #[cfg(test)]
 mod tests;
 
-#[cfg(feature = "http")]
-pub(crate) use mmap::{FileRange, file_range};
+pub use mmap::FileRange;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -32,7 +32,7 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::segment::{FileRange, file_range};
+use crate::FileRange;
 
 /// Mapped slices shorter than this are written (copied) with the slices around them: for a few
 /// kilobytes a copy costs less than a second system call.
@@ -109,7 +109,7 @@ impl Socket {
     /// The file range behind `slice`, if it is to be sent with `sendfile`.
     fn file_range(&self, slice: &[u8]) -> Option<FileRange> {
         if self.sendfile && slice.len() >= SENDFILE_MIN {
-            file_range(slice)
+            FileRange::of(slice)
         } else {
             None
         }
@@ -131,7 +131,7 @@ impl Socket {
             // `try_io` clears the write readiness when the call fails with `WouldBlock`, so the
             // next `poll_write_ready` waits for the socket to drain.
             let sent = tcp.try_io(Interest::WRITABLE, || {
-                crate::fs::send_file(tcp.as_fd(), &at.file, at.offset, slice.len())
+                crate::fs::send_file(tcp.as_fd(), at.file(), at.offset(), slice.len())
             });
             match sent {
                 Ok(n) if n > 0 => {
@@ -329,7 +329,7 @@ mod tests {
             );
             let mapped_large: u64 = pieces
                 .iter()
-                .filter(|p| p.len() >= SENDFILE_MIN && file_range(p).is_some())
+                .filter(|p| p.len() >= SENDFILE_MIN && FileRange::of(p).is_some())
                 .map(|p| p.len() as u64)
                 .sum();
             assert!(mapped_large > 0);
