@@ -1,4 +1,4 @@
-//! The differential check of brook's HTTP/1.1 loop (`h1.rs`) against hyper's (feature
+//! The differential check of brook's HTTP/1.1 loop (`transport/h1/`) against hyper's (feature
 //! `fuzzing`, exposed as `brook::fuzzing::Http1Check`).
 //!
 //! One connection's bytes are served twice over an in-memory duplex: once by brook's loop (which

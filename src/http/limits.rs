@@ -1,7 +1,7 @@
 //! Limits facing the internet: a cap on open connections and on live readers (SSE connections
 //! and long-polls waiting at the tail), in total and per stream, and the counters of what the
 //! edge refused. The request-header read timeout (slowloris) is enforced by brook's HTTP/1.1 loop
-//! (`h1.rs`) and by hyper's, both set from
+//! (`transport/h1/`) and by hyper's, both set from
 //! [`ServerConfig::header_read_timeout`](super::ServerConfig::header_read_timeout); the TLS
 //! handshake gets the same bound in `serve`.
 //!

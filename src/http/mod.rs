@@ -35,17 +35,20 @@
 //! delete or expiry), raced against their deadline and the server's shutdown signal: nothing polls.
 
 //!
-//! Where things are: this file holds the configuration, [`serve`] (the accept and connection
-//! loop) and [`router`]; `route.rs` turns a path into a `Route` and calls its handler;
-//! `request.rs` reads headers and the query; `reply.rs` builds responses, problem+json bodies and
-//! the CORS headers; `error.rs` maps every refusal to a status. The handlers:
-//! `write.rs` (create, append, close, delete), `read.rs` (catch-up, long-poll, HEAD), `sse.rs`
-//! (with `fanout.rs`, the frames a stream's subscribers share, and `seat.rs`, the per-stream
-//! writer of their live tail), `snapshot.rs` (snapshots and retention), `bootstrap.rs`. `body.rs` reads request bodies and
-//! shapes read bodies; `cursor.rs` computes live-read cursors; `socket.rs` is the connection's IO
-//! (`sendfile(2)` of mapped slices). The edge facing the internet: `tls.rs` (certificates for
-//! TLS with HTTP/2 by ALPN, reloadable), `auth.rs` (access control: who may do what on which
-//! streams), `limits.rs` (caps on connections and live readers, and the counters of refusals).
+//! Where things are: this file holds the configuration, the server's state, [`serve`] (which
+//! assembles the server and starts the transport) and [`router`]. Two halves meet through one
+//! interface (`service/`: `Handler`, and the seat and feed of a live response). The transport
+//! (`transport/`: the accept loop, TLS, brook's HTTP/1.1 loop in `h1/`, hyper's loops, the
+//! sockets and the writer of parked live connections) frames requests and responses and knows
+//! nothing of streams. The handlers: `handle.rs` (admission, the route, common headers),
+//! `route.rs` (a path to a `Route` and its handler), `request.rs` (headers and the query),
+//! `write.rs` (create, append, close, delete), `read.rs` (catch-up, long-poll, HEAD), `sse/`
+//! (with `fanout.rs`, the frames a stream's subscribers share), `snapshot.rs` (snapshots and
+//! retention), `bootstrap.rs`, `subscriptions.rs` and `webhook/`, `auth/` (access control),
+//! `admin.rs` (the operations routes and the metrics). Shared by both: `reply.rs` (responses,
+//! problem+json, CORS), `error.rs` (every refusal's status), `budget.rs` (the memory budget),
+//! `body.rs` (request bodies and their rules), `limits.rs` (caps on connections and live readers,
+//! and the counters of refusals), `names.rs`, `cursor.rs`.
 
 mod admin;
 mod auth;
@@ -174,7 +177,7 @@ pub struct ServerConfig {
     pub max_live_readers_per_stream: Option<usize>,
     /// Serve every plain HTTP/1.1 request with hyper's connection loop instead of brook's own
     /// (which serves the common requests and hands a connection to hyper at the first request
-    /// it does not frame itself: see `h1.rs`). For comparing the two; default false.
+    /// it does not frame itself: see `transport/h1/`). For comparing the two; default false.
     pub hyper_http1: bool,
 }
 

@@ -405,7 +405,7 @@ pub(crate) fn cors_wanted(parts: &axum::http::request::Parts) -> bool {
 /// shared cache may hand a GET response to a browser that asked with `Origin`. Other responses
 /// (a server-side client's append, say) go without them: `Access-Control-Expose-Headers` alone
 /// is 400 bytes, more than the rest of an append's response.
-/// [`common_headers`] as header lines, for a framer that writes them itself (`h1.rs`); the same
+/// [`common_headers`] as header lines, for a framer that writes them itself (`transport/h1/`); the same
 /// names and values, in the same order.
 pub(crate) const COMMON_LINES: &[u8] =
     b"x-content-type-options: nosniff\r\ncross-origin-resource-policy: cross-origin\r\n";

@@ -109,7 +109,7 @@ struct Sse {
     watch: Watch,
     /// The frames last rendered for the stream, shared with its other subscribers.
     tail: TailRef,
-    /// The connection's seat at the stream's writer (`seat.rs`): used when its loop lent the
+    /// The connection's seat at the stream's writer (`service/seat.rs`): used when its loop lent the
     /// socket (brook's HTTP/1.1 loop on plain TCP), else the connection waits on the stream.
     seat: Arc<Seat>,
     /// The incarnation the connection started on; a recreated stream ends the connection.
@@ -313,7 +313,7 @@ impl Sse {
         }
     }
 
-    /// [`Sse::sleep`] parked at the stream's writer (`seat.rs`): the connection's loop parks the
+    /// [`Sse::sleep`] parked at the stream's writer (`service/seat.rs`): the connection's loop parks the
     /// seat once this returns pending, and the writer sends the frames of new data for it
     /// while the socket takes them. This wakes (its loop having taken the seat back) when the
     /// writer hands it back (`Ok`: read at `next`), or for its timer or the shutdown as
@@ -543,7 +543,7 @@ pub(super) async fn respond(
         Bytes::from_static(RETRY_FRAME),
     )));
     let mut res = r.body(Body::from_stream(retry.chain(events)));
-    // brook's HTTP/1.1 loop finds the seat here and lends it the socket (`seat.rs`).
+    // brook's HTTP/1.1 loop finds the seat here and lends it the socket (`service/seat.rs`).
     res.extensions_mut().insert(handle);
     Ok(res)
 }

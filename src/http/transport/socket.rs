@@ -17,7 +17,7 @@
 //! the connection. Without it, a reader that never reads would hold its connection, and the
 //! frames queued for it, for as long as it likes.
 //!
-//! An SSE connection parked at its stream's writer (`seat.rs`) is written by that writer's
+//! An SSE connection parked at its stream's writer (`service/seat.rs`) is written by that writer's
 //! task through a second descriptor of the same socket ([`Socket::share`]), with non-blocking
 //! writes, while the connection's own task sleeps; the seat's lock decides which of the two
 //! may write.
@@ -73,7 +73,7 @@ impl Socket {
     }
 
     /// A second descriptor of the connection's socket (`dup`), for an SSE connection's stream
-    /// writer (`seat.rs`): non-blocking like this one (the flag belongs to the socket), and to
+    /// writer (`service/seat.rs`): non-blocking like this one (the flag belongs to the socket), and to
     /// be written only while the connection's seat says so and dropped when its response ends
     /// (the socket stays open while it lives).
     pub(crate) fn share(&self) -> io::Result<std::net::TcpStream> {

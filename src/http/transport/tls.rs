@@ -1,4 +1,4 @@
-//! TLS for [`serve`](super::serve): a certificate chain and private key read from PEM files,
+//! TLS for [`serve`](crate::http::serve): a certificate chain and private key read from PEM files,
 //! offered through a certificate resolver whose key pair is swapped in place when the files are
 //! reloaded, so a renewed certificate takes effect for new handshakes without a restart and
 //! without touching open connections.
@@ -27,9 +27,9 @@ pub(crate) const ALPN_H2: &[u8] = b"h2";
 /// The ALPN protocol id of HTTP/1.1.
 const ALPN_HTTP1: &[u8] = b"http/1.1";
 
-/// A TLS identity for [`serve`](super::serve): the certificate chain and private key of two
+/// A TLS identity for [`serve`](crate::http::serve): the certificate chain and private key of two
 /// PEM files, reloadable with [`Tls::reload`] (the server also reloads them when either file
-/// changes, checked every [`RELOAD_CHECK_EVERY`](super::RELOAD_CHECK_EVERY); `brook serve` on
+/// changes, checked every [`RELOAD_CHECK_EVERY`](crate::http::RELOAD_CHECK_EVERY); `brook serve` on
 /// SIGHUP too). Clones share the identity.
 #[derive(Clone)]
 pub struct Tls {
