@@ -559,7 +559,10 @@ mod tests {
         store.poison_for_test();
         assert_eq!(store.poisoned_shards(), 1);
         assert_eq!(store.stats().poisoned_shards, 1);
-        assert!(store.append(&name, AppendRequest::new("x")).is_err());
+        assert!(matches!(
+            store.append(&name, AppendRequest::new("x")),
+            Err(crate::Error::Poisoned { .. })
+        ));
         Ok(())
     }
 }

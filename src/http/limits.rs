@@ -164,12 +164,14 @@ mod tests {
         let b = StreamName::new("b").expect("valid");
         let a1 = admit_live_reader(&config, &counters, &live, &a).expect("first");
         let a2 = admit_live_reader(&config, &counters, &live, &a).expect("second");
-        assert!(admit_live_reader(&config, &counters, &live, &a).is_err());
+        let refused = |name| {
+            admit_live_reader(&config, &counters, &live, name)
+                .err()
+                .map(|e| e.code())
+        };
+        assert_eq!(refused(&a), Some("TOO_MANY_LIVE_READERS"));
         let b1 = admit_live_reader(&config, &counters, &live, &b).expect("other stream");
-        assert!(
-            admit_live_reader(&config, &counters, &live, &b).is_err(),
-            "total cap"
-        );
+        assert_eq!(refused(&b), Some("TOO_MANY_LIVE_READERS"), "total cap");
         assert_eq!(counters.live_readers.load(Ordering::Relaxed), 3);
         assert_eq!(counters.live_readers_refused.load(Ordering::Relaxed), 2);
         drop((a1, a2, b1));

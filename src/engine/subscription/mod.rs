@@ -580,11 +580,16 @@ mod tests {
     fn ids_and_leases_are_validated() {
         let ok = SubscriptionConfig::webhook("http://localhost/x").pattern("a/*");
         assert!(validate("sub-1", &ok).is_ok());
-        assert!(validate("", &ok).is_err());
-        assert!(validate("a/b", &ok).is_err());
-        assert!(validate("s", &SubscriptionConfig::webhook("http://localhost/x")).is_err());
+        let refused = |r: Result<()>| matches!(r, Err(Error::InvalidArgument(_)));
+        assert!(refused(validate("", &ok)), "an empty id");
+        assert!(refused(validate("a/b", &ok)), "an id with a slash");
+        let no_pattern = SubscriptionConfig::webhook("http://localhost/x");
+        assert!(refused(validate("s", &no_pattern)), "no pattern");
         let short = ok.clone().lease_ttl(Duration::from_millis(10));
-        assert!(validate("s", &short).is_err());
-        assert!(validate("s", &ok.root("v1")).is_err());
+        assert!(refused(validate("s", &short)), "a lease too short");
+        assert!(
+            refused(validate("s", &ok.root("v1"))),
+            "a root without its slash"
+        );
     }
 }

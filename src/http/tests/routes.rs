@@ -44,8 +44,9 @@ fn routes_split_on_the_reserved_last_segments() {
         Some(Route::Admin("metrics".into()))
     );
     // The bare prefixes are reserved names, not routes.
-    assert!(parse_route("/__ds").is_err());
-    assert!(parse_route("/__brook").is_err());
+    let code = |p| parse_route(p).err().map(|e| e.code());
+    assert_eq!(code("/__ds"), Some("INVALID_STREAM_NAME"));
+    assert_eq!(code("/__brook"), Some("INVALID_STREAM_NAME"));
     for bad in [
         "/",
         "/snapshot",
