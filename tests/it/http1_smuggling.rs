@@ -35,8 +35,8 @@ const VIAS: [Via; 2] = [Via::Loop, Via::Hyper];
 const HANDOFF: &str = "/smuggle/handoff";
 
 /// A request that hands its connection to hyper (it has a `Transfer-Encoding`): a chunked
-/// append to [`HANDOFF`] (hyper ends a connection whose request body went unread, so the
-/// request must be one whose handler reads its body).
+/// append of one byte to [`HANDOFF`], a stream of its own so that the cases' streams hold only
+/// what the cases sent.
 fn handoff() -> Vec<u8> {
     cat(
         &head(HANDOFF, "Transfer-Encoding: chunked\r\n"),
