@@ -15,20 +15,22 @@ use crate::http_support::{R, Server, config};
 
 /// One response as it came off the wire.
 #[derive(Debug)]
-struct Wire {
+pub(crate) struct Wire {
+    /// The status line's version (`HTTP/1.1`, `HTTP/1.0`).
+    pub(crate) version: String,
     /// The status code.
-    status: u16,
+    pub(crate) status: u16,
     /// Header lines, names lowercase, in order.
-    headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     /// The body (de-chunked when it was chunked).
-    body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
     /// Whether the body was chunked.
-    chunked: bool,
+    pub(crate) chunked: bool,
 }
 
 impl Wire {
     /// The first value of header `name` (lowercase).
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
@@ -37,13 +39,13 @@ impl Wire {
 }
 
 /// A raw client connection that reads responses one by one from a buffer.
-struct Conn {
+pub(crate) struct Conn {
     tcp: TcpStream,
-    buf: Vec<u8>,
+    pub(crate) buf: Vec<u8>,
 }
 
 impl Conn {
-    async fn open(s: &Server) -> R<Conn> {
+    pub(crate) async fn open(s: &Server) -> R<Conn> {
         let addr = s.base.trim_start_matches("http://").to_owned();
         Ok(Conn {
             tcp: TcpStream::connect(addr).await?,
@@ -51,13 +53,13 @@ impl Conn {
         })
     }
 
-    async fn send(&mut self, bytes: &[u8]) -> R {
+    pub(crate) async fn send(&mut self, bytes: &[u8]) -> R {
         self.tcp.write_all(bytes).await?;
         Ok(())
     }
 
     /// Reads more bytes; false at end of stream.
-    async fn fill(&mut self) -> R<bool> {
+    pub(crate) async fn fill(&mut self) -> R<bool> {
         let mut chunk = vec![0u8; 16 << 10];
         let n = tokio::time::timeout(Duration::from_secs(10), self.tcp.read(&mut chunk)).await??;
         self.buf.extend_from_slice(&chunk[..n]);
@@ -88,8 +90,16 @@ impl Conn {
         }
     }
 
-    /// Reads one response; `head_only` for a response to HEAD (no body whatever it says).
-    async fn response(&mut self, head_only: bool) -> R<Wire> {
+    /// Reads one HTTP/1.1 response; `head_only` for a response to HEAD (no body whatever it
+    /// says).
+    pub(crate) async fn response(&mut self, head_only: bool) -> R<Wire> {
+        let wire = self.any_response(head_only).await?;
+        assert_eq!(wire.version, "HTTP/1.1", "status {}", wire.status);
+        Ok(wire)
+    }
+
+    /// Reads one response of any version (hyper answers an HTTP/1.0 request in kind).
+    pub(crate) async fn any_response(&mut self, head_only: bool) -> R<Wire> {
         let head_end = loop {
             if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break i + 4;
@@ -107,7 +117,7 @@ impl Conn {
             .nth(1)
             .ok_or("no status code")?
             .parse()?;
-        assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
+        let version = status_line.split(' ').next().unwrap_or_default().to_owned();
         let headers: Vec<(String, String)> = lines
             .filter(|l| !l.is_empty())
             .map(|l| {
@@ -116,6 +126,7 @@ impl Conn {
             })
             .collect();
         let mut wire = Wire {
+            version,
             status,
             headers,
             body: Vec::new(),
@@ -147,7 +158,7 @@ impl Conn {
     }
 
     /// Whether the server closed the connection (reads end of stream within `within`).
-    async fn closed_within(&mut self, within: Duration) -> R<bool> {
+    pub(crate) async fn closed_within(&mut self, within: Duration) -> R<bool> {
         let mut b = [0u8; 64];
         match tokio::time::timeout(within, self.tcp.read(&mut b)).await {
             Ok(Ok(0) | Err(_)) => Ok(true),
@@ -158,7 +169,7 @@ impl Conn {
 }
 
 /// A request with a body.
-fn req(method: &str, path: &str, extra: &str, body: &[u8]) -> Vec<u8> {
+pub(crate) fn req(method: &str, path: &str, extra: &str, body: &[u8]) -> Vec<u8> {
     let mut r = format!(
         "{method} {path} HTTP/1.1\r\nHost: t.test\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()

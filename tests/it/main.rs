@@ -19,6 +19,8 @@ mod fuzz_logic;
 #[cfg(feature = "http")]
 mod http1_loop;
 #[cfg(feature = "http")]
+mod http1_smuggling;
+#[cfg(feature = "http")]
 mod http_auth;
 #[cfg(feature = "http")]
 mod http_cache;
