@@ -658,3 +658,64 @@ async fn nginx_never_caches_now_timeouts_sse_or_head() -> R {
     }
     Ok(())
 }
+
+/// With `cache_revalidate_tail` (`--cache-revalidate-tail`), brook keeps caches off the open
+/// tail as it did before PROTOCOL.md 10.1's caching: the tail chunk, `offset=-1` and long-polls
+/// reach brook on every request, and a reader through the cache sees an append at once; chunks
+/// that end before the tail are still served from the cache.
+#[tokio::test]
+async fn nginx_with_revalidate_tail_sends_every_tail_read_to_brook() -> R {
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let config = brook::http::ServerConfig {
+        cache_revalidate_tail: true,
+        ..super::http_support::config()
+    };
+    let s = Server::start_with(brook::Options::default(), config).await?;
+    s.create("/cache/strict", "text/plain").await?;
+    s.post("/cache/strict", &[("content-type", "text/plain")], "one")
+        .await?;
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+    let client = reqwest::Client::new();
+    let get = |uri: String| {
+        let client = client.clone();
+        let url = format!("{}{uri}", nginx.base);
+        async move { client.get(url).send().await }
+    };
+    let zero = "0000000000000000_0000000000000000";
+    let tail_uri = format!("/cache/strict?offset={zero}");
+    let tail = get(tail_uri.clone()).await?;
+    assert_eq!(tail.headers()["cache-control"], "no-cache");
+    let mid = tail.headers()["stream-next-offset"].to_str()?.to_owned();
+    assert_eq!(tail.text().await?, "one");
+    s.post("/cache/strict", &[("content-type", "text/plain")], "two")
+        .await?;
+    let grown = get(tail_uri.clone()).await?;
+    assert_eq!(grown.text().await?, "onetwo", "the append shows at once");
+    let mut asked = vec![(tail_uri, 2)];
+    for uri in [
+        "/cache/strict".to_owned(),
+        "/cache/strict?offset=-1".to_owned(),
+        format!("/cache/strict?live=long-poll&offset={mid}"),
+    ] {
+        for _ in 0..3 {
+            let r = get(uri.clone()).await?;
+            assert_eq!(r.status(), 200, "{uri}");
+            let cc = r.headers()["cache-control"].to_str()?;
+            assert!(cc == "no-cache" || cc == "no-store", "{uri}: {cc}");
+        }
+        asked.push((uri, 3));
+    }
+    let before = format!("/cache/strict?max_bytes=3&offset={zero}");
+    for _ in 0..3 {
+        assert_eq!(get(before.clone()).await?.text().await?, "one");
+    }
+    asked.push((before, 1));
+    let total = asked.iter().map(|(_, n)| n).sum::<usize>() + 2;
+    let counts = upstream_counts(&nginx.log_lines(total).await?, "GET");
+    for (uri, n) in &asked {
+        assert_eq!(counts.get(uri), Some(n), "{uri}: {counts:?}");
+    }
+    Ok(())
+}
