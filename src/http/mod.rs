@@ -101,6 +101,10 @@ use request::expected_incarnation;
 
 /// How the server behaves beyond what the store's [`Options`](crate::Options) set.
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent switches of the server, each documented with its default"
+)]
 pub struct ServerConfig {
     /// How long a `live=long-poll` read waits for data before answering 204. Default 30 s.
     pub long_poll_timeout: Duration,

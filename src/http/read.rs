@@ -158,15 +158,11 @@ pub(super) fn immutable_cache_control(config: &super::ServerConfig) -> HeaderVal
 /// brook again, for `cache_stale_while_revalidate` more (left out when zero); `private` instead of
 /// `public` when the server is configured so. Made once per server ([`AppState`]).
 pub(super) fn shared_cache_control(config: &super::ServerConfig) -> HeaderValue {
-    let mut value = format!(
-        "{}, max-age={}",
-        scope(config),
-        config.cache_max_age.as_secs()
-    );
-    let stale = config.cache_stale_while_revalidate.as_secs();
-    if stale > 0 {
-        value.push_str(&format!(", stale-while-revalidate={stale}"));
-    }
+    let (scope, age) = (scope(config), config.cache_max_age.as_secs());
+    let value = match config.cache_stale_while_revalidate.as_secs() {
+        0 => format!("{scope}, max-age={age}"),
+        stale => format!("{scope}, max-age={age}, stale-while-revalidate={stale}"),
+    };
     HeaderValue::from_str(&value).expect("a scope and numbers are a valid header value")
 }
 

@@ -334,7 +334,10 @@ async fn long_poll_waits_and_answers() -> TestResult {
     t.post("/s/lp", &[CT_TEXT], "y").await;
     let (status, cache, body) = waiter.await?;
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"y"[..]));
-    assert_eq!(cache.as_ref().map(|c| c.as_bytes()), Some(&b"no-store"[..]));
+    assert_eq!(
+        cache.as_ref().map(axum::http::HeaderValue::as_bytes),
+        Some(&b"no-store"[..])
+    );
 
     t.post("/s/lp", &[("stream-closed", "true")], "").await;
     let r = t.get("/s/lp?offset=now&live=long-poll", &[]).await;
