@@ -719,3 +719,57 @@ async fn nginx_with_revalidate_tail_sends_every_tail_read_to_brook() -> R {
     }
     Ok(())
 }
+
+/// Long-pollers that timed out together (each `204` reached brook: no cache keeps one) keep
+/// asking one URL: every `204` to the same offset and cursor carries the same next cursor, so
+/// the next append reaches brook through nginx as one long-poll, not one per poller.
+#[tokio::test]
+async fn nginx_collapses_long_pollers_again_after_timeouts() -> R {
+    const N: usize = 6;
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let config = brook::http::ServerConfig {
+        long_poll_timeout: Duration::from_secs(2),
+        ..super::http_support::config()
+    };
+    let s = Server::start_with(brook::Options::default(), config).await?;
+    s.create("/cache/idle", "text/plain").await?;
+    let at = s
+        .head("/cache/idle", &[])
+        .await?
+        .need("stream-next-offset")?
+        .to_owned();
+    // A cursor past the current interval, as a poller's is once it has been jittered.
+    let ahead = "/cache/idle?cursor=99999999&live=long-poll&offset=";
+    let timeouts = get_all(&s.client, &s.base, &format!("{ahead}{at}"), N).await?;
+    let mut next = Vec::new();
+    for (status, h, _) in &timeouts {
+        assert_eq!(*status, 204);
+        assert_eq!(h["cache-control"], "no-store");
+        next.push(h["stream-cursor"].to_str()?.to_owned());
+    }
+    next.sort();
+    next.dedup();
+    assert_eq!(next.len(), 1, "one next cursor for one URL: {next:?}");
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+    let uri = format!("/cache/idle?cursor={}&live=long-poll&offset={at}", next[0]);
+    let client = reqwest::Client::new();
+    let pollers = {
+        let (client, base, uri) = (client.clone(), nginx.base.clone(), uri.clone());
+        tokio::spawn(async move { get_all(&client, &base, &uri, N).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.post("/cache/idle", &[("content-type", "text/plain")], "woken")
+        .await?;
+    for (status, _, body) in pollers.await.map_err(|e| e.to_string())?? {
+        assert_eq!((status, body.as_slice()), (200, b"woken".as_slice()));
+    }
+    let counts = upstream_counts(&nginx.log_lines(N).await?, "GET");
+    eprintln!(
+        "http_cache: {N} long-pollers after a timeout through nginx: {:?} reached brook",
+        counts.get(&uri)
+    );
+    assert_eq!(counts.get(&uri), Some(&1), "{counts:?}");
+    Ok(())
+}
