@@ -131,6 +131,10 @@ enum DurabilityArg {
 }
 
 #[derive(clap::Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches, each its own flag"
+)]
 struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -236,6 +240,18 @@ struct ServeArgs {
     /// tail), in seconds.
     #[arg(long, default_value_t = 365 * 24 * 3600)]
     immutable_max_age_secs: u64,
+    /// How long a cache may serve the tail chunk, a read from -1 or a long-poll's 200 without
+    /// asking brook again (their max-age), in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    cache_max_age_secs: u64,
+    /// How long past that max-age a cache may still serve one while it asks brook again
+    /// (stale-while-revalidate), in seconds; 0 leaves the directive out.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    cache_stale_while_revalidate_secs: u64,
+    /// Keep caches off the open tail: reads reaching an open tail or starting at -1 are
+    /// no-cache, long-polls no-store.
+    #[arg(long)]
+    cache_revalidate_tail: bool,
     /// Refuse stream names that could not move to a server with Ursula's rules
     /// (`bucket/stream`, the bucket 4-64 of [a-z0-9_-]) and forks.
     #[arg(long)]
@@ -459,6 +475,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
         private_cache: args.private_cache,
         immutable_max_age: Duration::from_secs(args.immutable_max_age_secs),
+        cache_max_age: Duration::from_secs(args.cache_max_age_secs),
+        cache_stale_while_revalidate: Duration::from_secs(args.cache_stale_while_revalidate_secs),
+        cache_revalidate_tail: args.cache_revalidate_tail,
         portable_names: args.portable_names,
         public_url: args.public_url.clone(),
         webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),

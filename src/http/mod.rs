@@ -100,6 +100,10 @@ use request::expected_incarnation;
 
 /// How the server behaves beyond what the store's [`Options`](crate::Options) set.
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent switches of the server, each documented with its default"
+)]
 pub struct ServerConfig {
     /// How long a `live=long-poll` read waits for data before answering 204. Default 30 s.
     pub long_poll_timeout: Duration,
@@ -109,13 +113,27 @@ pub struct ServerConfig {
     /// How often an idle SSE connection gets a comment line, so proxies keep it open.
     /// Default 15 s.
     pub sse_keepalive: Duration,
-    /// Immutable catch-up chunks (see docs/http.md, "Caching") are cacheable `private` (per
-    /// user) instead of `public` (shared) when true. Default false.
+    /// Cacheable reads (catch-up chunks and long-poll `200`s, see docs/http.md, "Caching") are
+    /// cacheable `private` (per user) instead of `public` (shared) when true. A read a token
+    /// admitted is `private` either way. Default false.
     pub private_cache: bool,
     /// The `max-age` of an immutable catch-up chunk: how long a cache may serve it without
     /// asking. Bounds how long a cache can hand out chunks of a stream that was deleted (or
     /// deleted and created again under the same name). Default one year.
     pub immutable_max_age: Duration,
+    /// The `max-age` of a catch-up chunk with data that is not final (the tail chunk, a read from
+    /// `-1`) and of a long-poll's `200` (PROTOCOL.md 10.1): how long a cache may serve it without
+    /// asking, so how late a reader through a cache may learn of newer data. Whole seconds.
+    /// Default 60 s.
+    pub cache_max_age: Duration,
+    /// The `stale-while-revalidate` of the same reads: how long past `cache_max_age` a cache may
+    /// still serve one while it asks brook again. Whole seconds; zero leaves it out. Default
+    /// 300 s.
+    pub cache_stale_while_revalidate: Duration,
+    /// Keep caches off the open tail, as brook did before PROTOCOL.md 10.1's caching: a catch-up
+    /// read that reaches an open tail or starts at `-1` is `no-cache` (revalidated on every use)
+    /// and every long-poll `no-store`. Default false.
+    pub cache_revalidate_tail: bool,
     /// Refuse to create streams that could not move to a server with Ursula's naming rules
     /// (`bucket/stream`, see docs/http.md) and forks (400 `NAME_NOT_PORTABLE`,
     /// `FORK_NOT_PORTABLE`). Default false.
@@ -183,7 +201,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     /// 30 s long-polls, 60 s SSE connections with 15 s keep-alives, `public` caching (a year for
-    /// immutable chunks), URLs from `Host`, 30 s body reads at 4 KiB/s after 10 s, a memory
+    /// immutable chunks, 60 s and 300 s stale for the tail and long-polls), URLs from `Host`, 30 s body reads at 4 KiB/s after 10 s, a memory
     /// budget of an eighth of the machine (32 to 192 MiB), 60 s write stalls, 10 s of shutdown
     /// grace, plain HTTP/1.1, 30 s to send headers, no access control, 10 000 connections and
     /// 10 000 live readers; webhooks to public addresses only.
@@ -194,6 +212,9 @@ impl Default for ServerConfig {
             sse_keepalive: Duration::from_secs(15),
             private_cache: false,
             immutable_max_age: Duration::from_hours(365 * 24),
+            cache_max_age: Duration::from_mins(1),
+            cache_stale_while_revalidate: Duration::from_mins(5),
+            cache_revalidate_tail: false,
             portable_names: false,
             public_url: None,
             body_read_timeout: Duration::from_secs(30),
@@ -247,6 +268,8 @@ pub(crate) struct AppState {
     log_requests: bool,
     /// The `Cache-Control` of an immutable catch-up chunk, made once from the configuration.
     pub(crate) immutable_cache: HeaderValue,
+    /// The `Cache-Control` of a cacheable read that is not final (`read::shared_cache_control`).
+    pub(crate) shared_cache: HeaderValue,
     /// The server's request counters and live-reader gauges (`GET /__brook/metrics`).
     pub(crate) metrics: Arc<Metrics>,
     /// The memory budget every request body, queued response and connection buffer draws on.
@@ -327,6 +350,7 @@ fn app_state(
 ) -> AppState {
     let store_root = &store.dir().to_path_buf();
     let immutable_cache = read::immutable_cache_control(&config);
+    let shared_cache = read::shared_cache_control(&config);
     let budget = budget::Budget::new(config.max_memory);
     AppState {
         store,
@@ -341,6 +365,7 @@ fn app_state(
         tails: Arc::default(),
         log_requests: tracing::enabled!(tracing::Level::DEBUG),
         immutable_cache,
+        shared_cache,
         metrics: Arc::default(),
         budget,
     }

@@ -15,7 +15,7 @@ use crate::{Expiry, Guard, Incarnation, ReadChunk, ReadFrom, ReadRequest, Stream
 
 use super::auth::CredentialExpiry;
 use super::body::Pieces;
-use super::cursor::response_cursor;
+use super::cursor::collapsing_cursor;
 use super::error::{ApiError, Op};
 use super::names::{
     STREAM_CLOSED, STREAM_CURSOR, STREAM_EARLIEST_OFFSET, STREAM_EXPIRES_AT, STREAM_INCARNATION,
@@ -147,45 +147,85 @@ fn etag(chunk: &ReadChunk) -> ReadTag {
 /// keep it for the configured `immutable_max_age` and never revalidate it; `private` instead of
 /// `public` when the server is configured so. Made once per server ([`AppState`]).
 pub(super) fn immutable_cache_control(config: &super::ServerConfig) -> HeaderValue {
-    let scope = if config.private_cache {
-        "private"
-    } else {
-        "public"
-    };
     let secs = config.immutable_max_age.as_secs();
-    HeaderValue::from_str(&format!("{scope}, max-age={secs}, immutable"))
+    HeaderValue::from_str(&format!("{}, max-age={secs}, immutable", scope(config)))
         .expect("a scope, a number and a token are a valid header value")
 }
 
+/// `Cache-Control` of a chunk with data that a later read of the same URL may answer
+/// differently (PROTOCOL.md 10.1): the tail chunk, a read from `-1` (retention may move the
+/// start), a long-poll's `200`. A cache may serve it for `cache_max_age` and then, while it asks
+/// brook again, for `cache_stale_while_revalidate` more (left out when zero); `private` instead of
+/// `public` when the server is configured so. Made once per server ([`AppState`]).
+pub(super) fn shared_cache_control(config: &super::ServerConfig) -> HeaderValue {
+    let (scope, age) = (scope(config), config.cache_max_age.as_secs());
+    let value = match config.cache_stale_while_revalidate.as_secs() {
+        0 => format!("{scope}, max-age={age}"),
+        stale => format!("{scope}, max-age={age}, stale-while-revalidate={stale}"),
+    };
+    HeaderValue::from_str(&value).expect("a scope and numbers are a valid header value")
+}
+
+/// The cache scope of every cacheable read: `private` with `--private-cache`, else `public` (a
+/// read a token admitted is made `private` after the handler, in `auth`).
+fn scope(config: &super::ServerConfig) -> &'static str {
+    if config.private_cache {
+        "private"
+    } else {
+        "public"
+    }
+}
+
 /// `Cache-Control: no-cache`: a cache may keep the response but must ask brook (with the
-/// `ETag`) before each reuse; for reads whose answer can grow or move (the open tail, the
-/// start of a stream that retention may trim).
+/// `ETag`) before each reuse. For the empty read at an open tail, the request at which a reader
+/// learns of new data and of the closure (PROTOCOL.md 10.1: the `ETag` varies with the closure,
+/// so the revalidation answers 200 with `Stream-Closed`), and with `cache_revalidate_tail` for
+/// every read that reaches an open tail or starts at `-1`.
 const REVALIDATE: HeaderValue = HeaderValue::from_static("no-cache");
 
 /// The value of [`READ_BOUNDARY`].
 const MESSAGE: HeaderValue = HeaderValue::from_static("message");
 
-/// `Cache-Control: no-store`: live reads, `offset=now` and HEAD, which no cache may keep.
+/// `Cache-Control: no-store`: SSE aside, the reads no cache may keep: `offset=now` (catch-up and
+/// long-poll), a long-poll's `204`, HEAD; with `cache_revalidate_tail`, every long-poll.
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 
 /// The `Cache-Control` of a catch-up read from `from` answered with `chunk`: immutable when its
 /// bytes and headers are final (an explicit offset, and either more data follows or the stream
-/// is closed at `next`), otherwise revalidated on every use.
-fn catch_up_caching(app: &AppState, from: ReadFrom, chunk: &ReadChunk) -> HeaderValue {
+/// is closed at `next`); revalidated on every use when it has no data (the open tail's empty
+/// read, where new data and the closure show) or when the server keeps caches off the tail;
+/// otherwise the protocol's shared caching ([`shared_cache_control`]).
+pub(super) fn catch_up_caching(app: &AppState, from: ReadFrom, chunk: &ReadChunk) -> HeaderValue {
     let fixed = matches!(from, ReadFrom::At(_)) && (!chunk.up_to_date || chunk.closed);
     if fixed {
         app.immutable_cache.clone()
-    } else {
+    } else if !has_data(chunk) || app.config.cache_revalidate_tail {
         REVALIDATE
+    } else {
+        app.shared_cache.clone()
     }
 }
 
-/// The `Cache-Control` of a cacheable read shared caches may keep.
+/// The `Cache-Control` of a long-poll's `200` from `from`: the protocol's shared caching, which
+/// a cache keys by the URL (offset and cursor) and credentials, so the pollers waiting at one
+/// offset share one upstream request per wake; `no-store` from `offset=now` (a later reader
+/// asking "from now" must not get older data) and when the server keeps caches off the tail.
+fn long_poll_caching(app: &AppState, from: ReadFrom) -> HeaderValue {
+    if from == ReadFrom::Tail || app.config.cache_revalidate_tail {
+        NO_STORE
+    } else {
+        app.shared_cache.clone()
+    }
+}
+
+/// The `Cache-Control` of a cacheable read shared caches may keep, at the default ages (the
+/// value [`shared_cache_control`] makes by default, which `auth` turns `private` without
+/// formatting).
 pub(super) const PUBLIC_CACHE: HeaderValue =
     HeaderValue::from_static("public, max-age=60, stale-while-revalidate=300");
 
-/// The `Cache-Control` of a cacheable read only the client may keep (`--private-cache`, or a
-/// read admitted by a token).
+/// [`PUBLIC_CACHE`] for only the client to keep (`--private-cache`, or a read admitted by a
+/// token).
 pub(super) const PRIVATE_CACHE: HeaderValue =
     HeaderValue::from_static("private, max-age=60, stale-while-revalidate=300");
 
@@ -257,9 +297,9 @@ pub(crate) async fn get(
     }
 }
 
-/// A catch-up read: one chunk from `offset` (the start by default), with a strong `ETag` and a
-/// 304 when `If-None-Match` names it, cacheable as [`catch_up_caching`] says; `offset=now`
-/// answers the tail, uncached.
+/// A catch-up read: one chunk from `offset` (the start by default), with a strong `ETag` (which
+/// varies with the closure) and a 304 when `If-None-Match` names it, cacheable as
+/// [`catch_up_caching`] says; `offset=now` answers the tail, uncached.
 async fn catch_up(
     app: &AppState,
     name: StreamName,
@@ -304,8 +344,10 @@ async fn catch_up(
 
 /// `live=long-poll`: data at once if there is any; otherwise wait for it up to the configured
 /// timeout (204), answering a closed stream at its tail at once (204 with `Stream-Closed`), and
-/// a wait that outlives the `credential` that admitted it with 401 `TOKEN_EXPIRED`. Never cached: a live answer depends on when it was asked (catch-up
-/// reads are the cacheable ones).
+/// a wait that outlives the `credential` that admitted it with 401 `TOKEN_EXPIRED`. A `200` is
+/// cacheable as [`long_poll_caching`] says; a `204` never is (it only says that nothing came in
+/// time). Both carry a cursor that every poller of the same URL gets alike
+/// ([`collapsing_cursor`]), so pollers that shared one request share the next.
 async fn long_poll(
     app: &AppState,
     name: StreamName,
@@ -315,8 +357,13 @@ async fn long_poll(
 ) -> Result<Answer, ApiError> {
     let deadline = Instant::now() + app.config.long_poll_timeout;
     let _waiting = app.metrics.long_poll_reader();
-    let cursor = response_cursor(p.cursor, SystemTime::now());
     let from = p.from.unwrap_or(ReadFrom::Start);
+    let at = match from {
+        ReadFrom::At(offset) => Some(offset),
+        ReadFrom::Start | ReadFrom::Tail => None,
+    };
+    let url = (&name, std::mem::discriminant(&from), at);
+    let cursor = collapsing_cursor(p.cursor, SystemTime::now(), url);
     let mut chunk = read_chunk(
         app,
         &name,
@@ -337,7 +384,7 @@ async fn long_poll(
             let tag = etag(&chunk);
             let r = chunk_reply(StatusCode::OK, &mut chunk)
                 .tag(header::ETAG, tag)
-                .fixed(header::CACHE_CONTROL, NO_STORE)
+                .fixed(header::CACHE_CONTROL, long_poll_caching(app, from))
                 .number(STREAM_CURSOR, cursor)
                 .flag_value(READ_BOUNDARY, p.whole_messages, MESSAGE);
             return Ok(r.answer(Pieces::new(chunk.body).into_body()));

@@ -322,6 +322,19 @@ async fn public_reads_and_preflights_need_no_token() -> R {
         "{:?}",
         r.h("cache-control")
     );
+    // The tail chunk too (PROTOCOL.md 10.1): `public` without a token, `private` with one.
+    let r = server.get("/app/pub/news?offset=-1", &[]).await?;
+    assert_eq!(
+        r.h("cache-control"),
+        Some("public, max-age=60, stale-while-revalidate=300")
+    );
+    let r = server
+        .get("/app/private?offset=-1", &[("authorization", &owner)])
+        .await?;
+    assert_eq!(
+        r.h("cache-control"),
+        Some("private, max-age=60, stale-while-revalidate=300")
+    );
     server
         .post("/app/pub/news", &[("content-type", "text/plain")], "y")
         .await?

@@ -1,7 +1,8 @@
 //! Reads through a real shared cache: Debian's nginx with `proxy_cache`, configured by the
-//! shipped `docs/nginx.conf`, in front of a brook server. Readers replaying a closed stream
-//! reach brook once per chunk and get every byte right; the open tail, `offset=now` and HEAD
-//! reach brook on every request.
+//! shipped `docs/nginx.conf`, in front of a brook server. Readers replaying a stream reach brook
+//! once per chunk (the open tail's included) and get every byte right; long-pollers waiting at
+//! one offset reach it once per wake; `offset=now`, long-poll timeouts, SSE and HEAD reach brook
+//! on every request.
 //!
 //! nginx is `/usr/sbin/nginx` or `$NGINX` (scripts/test installs Debian's package when it is
 //! missing); `SKIP_NGINX=1` skips these tests.
@@ -329,10 +330,260 @@ async fn nginx_serves_each_catch_up_chunk_from_brook_once() -> R {
     Ok(())
 }
 
-/// The open tail, `offset=-1`, `offset=now`, a long-poll and HEAD reach brook on every request
+/// `Cache-Control` of a catch-up chunk or long-poll answer that is not final (PROTOCOL.md 10.1).
+const PROTOCOL_CACHE: &str = "public, max-age=60, stale-while-revalidate=300";
+
+/// `n` GETs of `uri` through nginx at once; the responses' status, headers and bodies.
+async fn get_all(
+    client: &reqwest::Client,
+    base: &str,
+    uri: &str,
+    n: usize,
+) -> R<Vec<(u16, reqwest::header::HeaderMap, Vec<u8>)>> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let req = client.get(format!("{base}{uri}"));
+            tokio::spawn(async move {
+                let res = req.send().await?;
+                let status = res.status().as_u16();
+                let headers = res.headers().clone();
+                let body = res.bytes().await?.to_vec();
+                Ok::<_, reqwest::Error>((status, headers, body))
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.map_err(|e| e.to_string())??);
+    }
+    Ok(out)
+}
+
+/// A stream smaller than one read, still open: N readers at its start (`offset=-1`, and the
+/// explicit first offset) get its one chunk, the tail chunk, and reach brook once per URL; the
+/// empty read at the open tail reaches brook every time, so a new append and the closure show
+/// at once; a reader served the cached tail chunk after an append continues from its
+/// `Stream-Next-Offset` and loses nothing.
+#[tokio::test]
+async fn nginx_serves_a_small_open_stream_from_brook_once() -> R {
+    const N: usize = 20;
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let s = Server::start().await?;
+    s.create("/cache/small", "text/plain").await?;
+    s.post("/cache/small", &[("content-type", "text/plain")], "hello")
+        .await?;
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+    let client = reqwest::Client::new();
+    let zero = "0000000000000000_0000000000000000";
+    let starts = [
+        "/cache/small?offset=-1".to_owned(),
+        format!("/cache/small?offset={zero}"),
+    ];
+    let mut tail = String::new();
+    let mut directives = Vec::new();
+    for uri in &starts {
+        for (status, h, body) in get_all(&client, &nginx.base, uri, N).await? {
+            assert_eq!(
+                (status, body.as_slice()),
+                (200, b"hello".as_slice()),
+                "{uri}"
+            );
+            assert_eq!(h["stream-up-to-date"], "true");
+            directives.push(h["cache-control"].to_str()?.to_owned());
+            tail = h["stream-next-offset"].to_str()?.to_owned();
+        }
+    }
+    let empty = format!("/cache/small?offset={tail}");
+    for _ in 0..3 {
+        let r = client.get(format!("{}{empty}", nginx.base)).send().await?;
+        assert_eq!(r.headers()["cache-control"], "no-cache");
+        assert!(r.bytes().await?.is_empty());
+    }
+    let lines = nginx.log_lines(2 * N + 3).await?;
+    let counts = upstream_counts(&lines, "GET");
+    eprintln!(
+        "http_cache: {N} readers of a small open stream at each of {starts:?} through nginx: \
+         brook served {:?}",
+        starts.iter().map(|u| counts.get(u)).collect::<Vec<_>>()
+    );
+    for uri in &starts {
+        assert_eq!(counts.get(uri), Some(&1), "{uri} reached brook once");
+    }
+    assert_eq!(
+        counts.get(&empty),
+        Some(&3),
+        "the empty open tail, every time"
+    );
+    assert!(
+        directives.iter().all(|d| d == PROTOCOL_CACHE),
+        "{directives:?}"
+    );
+
+    // An append: the cached tail chunk is still served (for up to its max-age), and a reader
+    // continuing from its Stream-Next-Offset gets the new data from brook.
+    s.post("/cache/small", &[("content-type", "text/plain")], " world")
+        .await?;
+    let cached = client
+        .get(format!("{}{}", nginx.base, starts[1]))
+        .send()
+        .await?;
+    assert_eq!(cached.headers()["x-cache-status"], "HIT");
+    assert_eq!(cached.text().await?, "hello");
+    let more = client.get(format!("{}{empty}", nginx.base)).send().await?;
+    assert_eq!(more.headers()["cache-control"], PROTOCOL_CACHE);
+    let end = more.headers()["stream-next-offset"].to_str()?.to_owned();
+    assert_eq!(more.text().await?, " world");
+    // The closure shows at the next offset at once (its empty read is never served stale).
+    s.post("/cache/small", &[("stream-closed", "true")], "")
+        .await?;
+    let eof = client
+        .get(format!("{}/cache/small?offset={end}", nginx.base))
+        .send()
+        .await?;
+    assert_eq!(eof.headers()["stream-closed"], "true");
+    Ok(())
+}
+
+/// One long-poller's walk: `wakes` long-polls, each from the offset and with the cursor the
+/// previous answer gave it; sends the round on `asking` before each request. The URLs it asked,
+/// the bytes it got and the answers' `Cache-Control`.
+async fn long_poll_walk(
+    client: reqwest::Client,
+    base: String,
+    path: &'static str,
+    mut offset: String,
+    wakes: usize,
+    asking: tokio::sync::mpsc::UnboundedSender<usize>,
+) -> R<(Vec<String>, Vec<u8>, Vec<String>)> {
+    let mut cursor: Option<String> = None;
+    let mut uris = Vec::new();
+    let mut bytes = Vec::new();
+    let mut directives = Vec::new();
+    for round in 0..wakes {
+        // Query parameters in lexicographic order, as PROTOCOL.md 10.1 asks of clients.
+        let uri = match &cursor {
+            Some(c) => format!("{path}?cursor={c}&live=long-poll&offset={offset}"),
+            None => format!("{path}?live=long-poll&offset={offset}"),
+        };
+        asking.send(round)?;
+        let res = client.get(format!("{base}{uri}")).send().await?;
+        if res.status() != 200 {
+            return Err(format!("{uri}: {}", res.status()).into());
+        }
+        let h = res.headers();
+        directives.push(h["cache-control"].to_str()?.to_owned());
+        offset = h["stream-next-offset"].to_str()?.to_owned();
+        cursor = Some(h["stream-cursor"].to_str()?.to_owned());
+        uris.push(uri);
+        bytes.extend_from_slice(&res.bytes().await?);
+    }
+    Ok((uris, bytes, directives))
+}
+
+/// N long-pollers waiting at one offset of one stream through nginx: each append (a wake)
+/// reaches brook as one long-poll, whose `200` nginx hands to the other waiters (its lock) and
+/// to late ones (its cache), all with the same cursor, so the next round shares one URL again.
+/// One wait outlasts nginx's default lock age (5 s), which the shipped configuration raises.
+/// Every poller gets every byte, in order.
+#[tokio::test]
+async fn nginx_collapses_long_pollers_to_one_request_per_wake() -> R {
+    const N: usize = 8;
+    const WAKES: usize = 4;
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let config = brook::http::ServerConfig {
+        long_poll_timeout: Duration::from_secs(25),
+        ..super::http_support::config()
+    };
+    let s = Server::start_with(brook::Options::default(), config).await?;
+    s.create("/cache/live", "application/octet-stream").await?;
+    let first = s
+        .head("/cache/live", &[])
+        .await?
+        .need("stream-next-offset")?
+        .to_owned();
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+    let client = reqwest::Client::new();
+    let (asking, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let pollers: Vec<_> = (0..N)
+        .map(|_| {
+            tokio::spawn(long_poll_walk(
+                client.clone(),
+                nginx.base.clone(),
+                "/cache/live",
+                first.clone(),
+                WAKES,
+                asking.clone(),
+            ))
+        })
+        .collect();
+    drop(asking);
+    let mut rng = Rng::from_env("http_cache_long_poll");
+    let mut expected = Vec::new();
+    for round in 0..WAKES {
+        let mut ready = 0;
+        while ready < N {
+            let r = asked.recv().await.ok_or("a poller ended early")?;
+            assert_eq!(r, round, "pollers move round by round");
+            ready += 1;
+        }
+        // The long-polls are on their way: one reaches brook and waits, the others wait in
+        // nginx's lock. Round 2 waits past nginx's default lock age.
+        let wait = if round == 2 { 6000 } else { 300 };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let len = 100 + rng.below(2000) as usize;
+        let body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        expected.extend_from_slice(&body);
+        let r = s
+            .send(
+                "POST",
+                "/cache/live",
+                &[("content-type", b"application/octet-stream")],
+                body,
+            )
+            .await?;
+        assert!((200..300).contains(&r.status), "append: {}", r.status);
+    }
+    let mut walks = Vec::new();
+    for p in pollers {
+        walks.push(p.await.map_err(|e| e.to_string())??);
+    }
+    for (_, bytes, _) in &walks {
+        assert!(bytes == &expected, "every byte through the cache is right");
+    }
+    let lines = nginx.log_lines(N * WAKES).await?;
+    let counts = upstream_counts(&lines, "GET");
+    let upstream: usize = counts.values().sum();
+    eprintln!(
+        "http_cache: {N} long-pollers x {WAKES} wakes through nginx: {upstream} long-polls \
+         reached brook ({} URLs)",
+        counts.len()
+    );
+    assert_eq!(
+        upstream, WAKES,
+        "one long-poll per wake reached brook: {counts:?}"
+    );
+    let (uris, _, _) = &walks[0];
+    for (walk_uris, _, directives) in &walks {
+        assert_eq!(walk_uris, uris, "every poller asks the same URLs");
+        assert!(
+            directives.iter().all(|d| d == PROTOCOL_CACHE),
+            "{directives:?}"
+        );
+    }
+    for uri in uris {
+        assert_eq!(counts.get(uri), Some(&1), "{uri} reached brook once");
+    }
+    Ok(())
+}
+
+/// `offset=now`, a long-poll that times out (`204`), SSE and HEAD reach brook on every request
 /// through the same nginx, and each answers what brook would: a cache never holds them.
 #[tokio::test]
-async fn nginx_never_caches_tail_live_or_head() -> R {
+async fn nginx_never_caches_now_timeouts_sse_or_head() -> R {
     let Some(bin) = nginx_binary()? else {
         return Ok(());
     };
@@ -340,38 +591,43 @@ async fn nginx_never_caches_tail_live_or_head() -> R {
     s.create("/cache/open", "text/plain").await?;
     s.post("/cache/open", &[("content-type", "text/plain")], "one")
         .await?;
+    let end = s
+        .head("/cache/open", &[])
+        .await?
+        .need("stream-next-offset")?
+        .to_owned();
     let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
     let client = reqwest::Client::new();
-    let get = |uri: String| {
-        let client = client.clone();
-        let url = format!("{}{uri}", nginx.base);
-        async move { client.get(url).send().await }
-    };
-    let zero = "0000000000000000_0000000000000000";
-    let tail_uri = format!("/cache/open?offset={zero}");
-    let tail = get(tail_uri.clone()).await?;
-    let mid = tail.headers()["stream-next-offset"].to_str()?.to_owned();
-    assert_eq!(tail.text().await?, "one");
-    // The tail grows: the next reader through the cache sees the new data.
+    let mut asked = Vec::new();
+    for (uri, status, cache_control) in [
+        ("/cache/open?offset=now".to_owned(), 200, "no-store"),
+        (
+            format!("/cache/open?live=long-poll&offset={end}"),
+            204,
+            "no-store",
+        ),
+        (
+            format!("/cache/open?live=sse&offset={end}"),
+            200,
+            "no-cache",
+        ),
+    ] {
+        for (got, h, _) in get_all(&client, &nginx.base, &uri, 3).await? {
+            assert_eq!(got, status, "{uri}");
+            if !uri.contains("live=sse") {
+                assert_eq!(h["stream-next-offset"], end.as_str(), "{uri}");
+            }
+            assert!(
+                h["cache-control"].to_str()?.starts_with(cache_control),
+                "{uri}: {:?}",
+                h["cache-control"]
+            );
+        }
+        asked.push(("GET", uri, 3));
+    }
     s.post("/cache/open", &[("content-type", "text/plain")], "two")
         .await?;
-    let grown = get(tail_uri.clone()).await?;
-    assert_eq!(grown.text().await?, "onetwo");
-    let mut asked = vec![(String::from("GET"), tail_uri.clone(), 2)];
-    for uri in [
-        "/cache/open".to_owned(),
-        "/cache/open?offset=-1".to_owned(),
-        "/cache/open?offset=now".to_owned(),
-        format!("/cache/open?live=long-poll&offset={mid}"),
-    ] {
-        for _ in 0..3 {
-            let r = get(uri.clone()).await?;
-            assert_eq!(r.status(), 200, "{uri}");
-            assert!(r.headers().get("stream-next-offset").is_some());
-        }
-        asked.push(("GET".into(), uri, 3));
-    }
-    let end = s
+    let grown = s
         .head("/cache/open", &[])
         .await?
         .need("stream-next-offset")?
@@ -384,12 +640,12 @@ async fn nginx_never_caches_tail_live_or_head() -> R {
         assert_eq!(r.status(), 200);
         assert_eq!(
             r.headers()["stream-next-offset"].to_str()?,
-            end,
+            grown,
             "HEAD answers the tail"
         );
         assert_eq!(r.headers()["cache-control"].to_str()?, "no-store");
     }
-    asked.push(("HEAD".into(), "/cache/open".into(), 3));
+    asked.push(("HEAD", "/cache/open".into(), 3));
     let total: usize = asked.iter().map(|(_, _, n)| n).sum();
     let lines = nginx.log_lines(total).await?;
     for (method, uri, n) in &asked {
@@ -400,5 +656,120 @@ async fn nginx_never_caches_tail_live_or_head() -> R {
             "{method} {uri} reached brook every time"
         );
     }
+    Ok(())
+}
+
+/// With `cache_revalidate_tail` (`--cache-revalidate-tail`), brook keeps caches off the open
+/// tail as it did before PROTOCOL.md 10.1's caching: the tail chunk, `offset=-1` and long-polls
+/// reach brook on every request, and a reader through the cache sees an append at once; chunks
+/// that end before the tail are still served from the cache.
+#[tokio::test]
+async fn nginx_with_revalidate_tail_sends_every_tail_read_to_brook() -> R {
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let config = brook::http::ServerConfig {
+        cache_revalidate_tail: true,
+        ..super::http_support::config()
+    };
+    let s = Server::start_with(brook::Options::default(), config).await?;
+    s.create("/cache/strict", "text/plain").await?;
+    s.post("/cache/strict", &[("content-type", "text/plain")], "one")
+        .await?;
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+    let client = reqwest::Client::new();
+    let get = |uri: String| {
+        let client = client.clone();
+        let url = format!("{}{uri}", nginx.base);
+        async move { client.get(url).send().await }
+    };
+    let zero = "0000000000000000_0000000000000000";
+    let tail_uri = format!("/cache/strict?offset={zero}");
+    let tail = get(tail_uri.clone()).await?;
+    assert_eq!(tail.headers()["cache-control"], "no-cache");
+    let mid = tail.headers()["stream-next-offset"].to_str()?.to_owned();
+    assert_eq!(tail.text().await?, "one");
+    s.post("/cache/strict", &[("content-type", "text/plain")], "two")
+        .await?;
+    let grown = get(tail_uri.clone()).await?;
+    assert_eq!(grown.text().await?, "onetwo", "the append shows at once");
+    let mut asked = vec![(tail_uri, 2)];
+    for uri in [
+        "/cache/strict".to_owned(),
+        "/cache/strict?offset=-1".to_owned(),
+        format!("/cache/strict?live=long-poll&offset={mid}"),
+    ] {
+        for _ in 0..3 {
+            let r = get(uri.clone()).await?;
+            assert_eq!(r.status(), 200, "{uri}");
+            let cc = r.headers()["cache-control"].to_str()?;
+            assert!(cc == "no-cache" || cc == "no-store", "{uri}: {cc}");
+        }
+        asked.push((uri, 3));
+    }
+    let before = format!("/cache/strict?max_bytes=3&offset={zero}");
+    for _ in 0..3 {
+        assert_eq!(get(before.clone()).await?.text().await?, "one");
+    }
+    asked.push((before, 1));
+    let total = asked.iter().map(|(_, n)| n).sum::<usize>() + 2;
+    let counts = upstream_counts(&nginx.log_lines(total).await?, "GET");
+    for (uri, n) in &asked {
+        assert_eq!(counts.get(uri), Some(n), "{uri}: {counts:?}");
+    }
+    Ok(())
+}
+
+/// Long-pollers that timed out together (each `204` reached brook: no cache keeps one) keep
+/// asking one URL: every `204` to the same offset and cursor carries the same next cursor, so
+/// the next append reaches brook through nginx as one long-poll, not one per poller.
+#[tokio::test]
+async fn nginx_collapses_long_pollers_again_after_timeouts() -> R {
+    const N: usize = 6;
+    let Some(bin) = nginx_binary()? else {
+        return Ok(());
+    };
+    let config = brook::http::ServerConfig {
+        long_poll_timeout: Duration::from_secs(2),
+        ..super::http_support::config()
+    };
+    let s = Server::start_with(brook::Options::default(), config).await?;
+    s.create("/cache/idle", "text/plain").await?;
+    let at = s
+        .head("/cache/idle", &[])
+        .await?
+        .need("stream-next-offset")?
+        .to_owned();
+    // A cursor past the current interval, as a poller's is once it has been jittered.
+    let ahead = "/cache/idle?cursor=99999999&live=long-poll&offset=";
+    let timeouts = get_all(&s.client, &s.base, &format!("{ahead}{at}"), N).await?;
+    let mut next = Vec::new();
+    for (status, h, _) in &timeouts {
+        assert_eq!(*status, 204);
+        assert_eq!(h["cache-control"], "no-store");
+        next.push(h["stream-cursor"].to_str()?.to_owned());
+    }
+    next.sort();
+    next.dedup();
+    assert_eq!(next.len(), 1, "one next cursor for one URL: {next:?}");
+    let nginx = Nginx::start(&bin, s.base.trim_start_matches("http://")).await?;
+    let uri = format!("/cache/idle?cursor={}&live=long-poll&offset={at}", next[0]);
+    let client = reqwest::Client::new();
+    let pollers = {
+        let (client, base, uri) = (client.clone(), nginx.base.clone(), uri.clone());
+        tokio::spawn(async move { get_all(&client, &base, &uri, N).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.post("/cache/idle", &[("content-type", "text/plain")], "woken")
+        .await?;
+    for (status, _, body) in pollers.await.map_err(|e| e.to_string())?? {
+        assert_eq!((status, body.as_slice()), (200, b"woken".as_slice()));
+    }
+    let counts = upstream_counts(&nginx.log_lines(N).await?, "GET");
+    eprintln!(
+        "http_cache: {N} long-pollers after a timeout through nginx: {:?} reached brook",
+        counts.get(&uri)
+    );
+    assert_eq!(counts.get(&uri), Some(&1), "{counts:?}");
     Ok(())
 }

@@ -13,8 +13,8 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
     assert_eq!(r.h("content-length"), Some("5"));
     assert_eq!(
         r.h("cache-control"),
-        Some("no-cache"),
-        "a read from the start is revalidated"
+        Some(PROTOCOL_CACHE),
+        "a read from the start is cacheable for a while"
     );
     let etag = r.h("etag").ok_or("etag")?.to_owned();
     let mid = r.h("stream-next-offset").ok_or("offset")?.to_owned();
@@ -72,12 +72,16 @@ async fn catch_up_reads_etags_and_offsets() -> TestResult {
     Ok(())
 }
 
+/// PROTOCOL.md 10.1's `Cache-Control` for a chunk that is not final, at the default ages.
+const PROTOCOL_CACHE: &str = "public, max-age=60, stale-while-revalidate=300";
+
 /// Which reads a shared cache may keep: a chunk at an explicit offset that ends before the tail,
 /// or at the end of a closed stream, is immutable with a strong `ETag` (and so is its 304); the
-/// open tail, `offset=-1` and no offset are revalidated; `offset=now`, long-polls, HEAD and
-/// errors are never stored.
+/// tail chunk, `offset=-1`, no offset and a long-poll's `200` are cacheable for PROTOCOL.md
+/// 10.1's minute; the empty read at an open tail is revalidated; `offset=now`, a long-poll's
+/// `204`, HEAD and errors are never stored.
 #[tokio::test]
-async fn cache_control_marks_only_final_chunks_immutable() -> TestResult {
+async fn cache_control_follows_the_protocol() -> TestResult {
     const IMMUTABLE: &str = "public, max-age=31536000, immutable";
     let t = harness()?;
     t.text_stream("/s/c", "abcdef").await;
@@ -102,13 +106,31 @@ async fn cache_control_marks_only_final_chunks_immutable() -> TestResult {
     assert_eq!(tail.text(), "cdef");
     assert_eq!(
         tail.h("cache-control"),
-        Some("no-cache"),
-        "the open tail can grow"
+        Some(PROTOCOL_CACHE),
+        "the tail chunk is cacheable too"
+    );
+    let tail_tag = tail.h("etag").ok_or("etag")?.to_owned();
+    let same = t
+        .get(
+            &format!("/s/c?offset={next}"),
+            &[("if-none-match", &tail_tag)],
+        )
+        .await;
+    assert_eq!(
+        (same.status, same.h("cache-control")),
+        (StatusCode::NOT_MODIFIED, Some(PROTOCOL_CACHE))
     );
     for path in ["/s/c", "/s/c?offset=-1&max_bytes=2"] {
         let r = t.get(path, &[]).await;
-        assert_eq!(r.h("cache-control"), Some("no-cache"), "{path}");
+        assert_eq!(r.h("cache-control"), Some(PROTOCOL_CACHE), "{path}");
     }
+    let end = tail.h("stream-next-offset").ok_or("offset")?.to_owned();
+    let empty = t.get(&format!("/s/c?offset={end}"), &[]).await;
+    assert_eq!(
+        (empty.text().as_str(), empty.h("cache-control")),
+        ("", Some("no-cache")),
+        "the open tail's empty read shows new data and the closure at once"
+    );
     assert_eq!(
         t.get("/s/c?offset=now", &[]).await.h("cache-control"),
         Some("no-store")
@@ -118,9 +140,8 @@ async fn cache_control_marks_only_final_chunks_immutable() -> TestResult {
         .await;
     assert_eq!(
         (lp.status, lp.h("cache-control")),
-        (StatusCode::OK, Some("no-store"))
+        (StatusCode::OK, Some(PROTOCOL_CACHE))
     );
-    let end = tail.h("stream-next-offset").ok_or("offset")?.to_owned();
     let lp = t
         .get(&format!("/s/c?offset={end}&live=long-poll"), &[])
         .await;
@@ -148,11 +169,76 @@ async fn cache_control_marks_only_final_chunks_immutable() -> TestResult {
         Some(IMMUTABLE),
         "a closed stream's end is final"
     );
+    let closed_tag = last.h("etag").ok_or("etag")?;
+    assert_ne!(closed_tag, tail_tag, "the ETag varies with the closure");
+    let revalidated = t
+        .get(
+            &format!("/s/c?offset={next}"),
+            &[("if-none-match", &tail_tag)],
+        )
+        .await;
+    assert_eq!(
+        (revalidated.status, revalidated.h("stream-closed")),
+        (StatusCode::OK, Some("true")),
+        "a revalidation of the open tail chunk learns of the closure"
+    );
     let eof = t.get(&format!("/s/c?offset={end}"), &[]).await;
     assert_eq!(
         (eof.text().as_str(), eof.h("cache-control")),
         ("", Some(IMMUTABLE))
     );
+    Ok(())
+}
+
+/// The cacheable reads' ages come from the configuration (`stale-while-revalidate` left out at
+/// zero), `private_cache` makes them `private`, and `cache_revalidate_tail` keeps caches off
+/// the open tail: its reads `no-cache`, long-polls `no-store`, final chunks still immutable.
+#[tokio::test]
+async fn cache_control_is_configurable() -> TestResult {
+    let short = ServerConfig {
+        long_poll_timeout: Duration::from_millis(200),
+        cache_max_age: Duration::from_secs(5),
+        cache_stale_while_revalidate: Duration::ZERO,
+        private_cache: true,
+        ..ServerConfig::default()
+    };
+    let strict = ServerConfig {
+        long_poll_timeout: Duration::from_millis(200),
+        cache_revalidate_tail: true,
+        ..ServerConfig::default()
+    };
+    for (config, tail, long_poll, fixed) in [
+        (
+            short,
+            "private, max-age=5",
+            "private, max-age=5",
+            "private, max-age=31536000, immutable",
+        ),
+        (
+            strict,
+            "no-cache",
+            "no-store",
+            "public, max-age=31536000, immutable",
+        ),
+    ] {
+        let t = harness_with(Options::default(), config)?;
+        t.text_stream("/s/k", "abcdef").await;
+        let zero = "0000000000000000_0000000000000000";
+        for path in ["/s/k".to_owned(), format!("/s/k?offset={zero}")] {
+            assert_eq!(
+                t.get(&path, &[]).await.h("cache-control"),
+                Some(tail),
+                "{path}"
+            );
+        }
+        let lp = t.get("/s/k?offset=-1&live=long-poll", &[]).await;
+        assert_eq!(
+            (lp.status, lp.h("cache-control")),
+            (StatusCode::OK, Some(long_poll))
+        );
+        let r = t.get(&format!("/s/k?offset={zero}&max_bytes=2"), &[]).await;
+        assert_eq!(r.h("cache-control"), Some(fixed));
+    }
     Ok(())
 }
 
@@ -223,9 +309,9 @@ async fn long_poll_waits_and_answers() -> TestResult {
         (StatusCode::NO_CONTENT, Some(tail.as_str()))
     );
 
-    // An append wakes a waiting reader.
+    // An append wakes a waiting reader; from `offset=now`, its 200 is never stored.
     let app = t.app.clone();
-    let uri = format!("/s/lp?offset={tail}&live=long-poll");
+    let uri = "/s/lp?offset=now&live=long-poll";
     let waiter = tokio::spawn(async move {
         let res = app
             .oneshot(
@@ -237,15 +323,21 @@ async fn long_poll_waits_and_answers() -> TestResult {
             .await
             .expect("infallible");
         let status = res.status();
+        let cache = res.headers().get("cache-control").cloned();
         (
             status,
+            cache,
             res.into_body().collect().await.expect("body").to_bytes(),
         )
     });
     tokio::time::sleep(Duration::from_millis(30)).await;
     t.post("/s/lp", &[CT_TEXT], "y").await;
-    let (status, body) = waiter.await?;
+    let (status, cache, body) = waiter.await?;
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"y"[..]));
+    assert_eq!(
+        cache.as_ref().map(axum::http::HeaderValue::as_bytes),
+        Some(&b"no-store"[..])
+    );
 
     t.post("/s/lp", &[("stream-closed", "true")], "").await;
     let r = t.get("/s/lp?offset=now&live=long-poll", &[]).await;
