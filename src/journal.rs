@@ -581,6 +581,7 @@ mod tests {
                 content_type: "a/b".into(),
                 expiry: Expiry::Ttl(5),
                 fork: None,
+                retention: crate::RetentionPolicy::new().max_bytes(1 << 20),
             },
             Offset::ZERO,
         );

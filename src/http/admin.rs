@@ -499,8 +499,22 @@ fn label_pairs(labels: &[(&str, &str)]) -> Vec<LabelPair> {
         .collect()
 }
 
+/// A counter family with one sample per value of the label `label`.
+pub(super) fn counter_family(
+    name: &str,
+    help: &str,
+    label: &str,
+    samples: &[(&str, u64)],
+) -> MetricFamily {
+    let metrics = samples
+        .iter()
+        .map(|(v, n)| counter_metric(&[(label, v)], *n))
+        .collect();
+    family(name, help, MetricType::COUNTER, metrics)
+}
+
 /// An unlabelled counter family.
-fn counter(name: &str, help: &str, v: u64) -> MetricFamily {
+pub(super) fn counter(name: &str, help: &str, v: u64) -> MetricFamily {
     family(
         name,
         help,
@@ -707,6 +721,7 @@ impl Scrape {
             ),
         ];
         out.extend(tier_families(s));
+        out.extend(super::retention::families(s));
         let [conns, live, unauthorized, forbidden, handshakes, reloads] = self.edge;
         out.extend([
             counter(

@@ -64,6 +64,7 @@ mod names;
 mod read;
 mod reply;
 mod request;
+mod retention;
 mod route;
 mod seat;
 mod snapshot;

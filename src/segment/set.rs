@@ -532,6 +532,16 @@ impl SegmentSet {
         out
     }
 
+    /// Each segment's first offset and index file, oldest first; the last is the segment being
+    /// written. A sealed segment's index was last written when its newest message was (a roll
+    /// writes it out and nothing writes it after), unless a recovery replayed it later.
+    pub(crate) fn segment_starts(&self) -> Vec<(Offset, PathBuf)> {
+        self.segs
+            .iter()
+            .map(|s| (s.base, idx_path(&self.dir, s.base.bytes)))
+            .collect()
+    }
+
     /// Drops whole segments that end at or before `earliest` (never the last one) and returns
     /// their files, to be unlinked once the retention record is durable.
     pub(crate) fn retain(&mut self, earliest: u64) -> Vec<PathBuf> {
