@@ -67,6 +67,7 @@ mod ops_logs;
 mod ops_support;
 mod power_loss;
 mod regressions;
+mod retention;
 mod store_api;
 mod subscriptions;
 #[cfg(feature = "http")]
