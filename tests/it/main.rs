@@ -35,6 +35,8 @@ mod http_incarnation;
 #[cfg(feature = "http")]
 mod http_limits;
 #[cfg(feature = "http")]
+mod http_retention;
+#[cfg(feature = "http")]
 mod http_seed;
 #[cfg(feature = "http")]
 mod http_sendfile;
