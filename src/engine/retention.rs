@@ -158,7 +158,7 @@ impl Engine {
         }
         let logs = std::fs::read_dir(&dir).map_or(0, |rd| {
             rd.flatten()
-                .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".idx")))
+                .filter(|e| e.path().extension().is_some_and(|x| x == "idx"))
                 .count()
         });
         logs > 1

@@ -26,7 +26,7 @@ fn options() -> Options {
     // The enforcer thread stays out of the way: each test runs its passes itself.
     Options::default()
         .with_segment_bytes(SEGMENT)
-        .with_retention_interval(Duration::from_secs(3600))
+        .with_retention_interval(Duration::from_hours(1))
 }
 
 /// Message `k`: its number, padded to [`LEN`] bytes.
@@ -145,7 +145,7 @@ fn an_age_limit_drops_the_segments_whose_newest_message_is_older() -> R {
     append_n(&store, &s, 0, 22)?;
     assert_eq!(store.enforce_retention()?, 0, "nothing is an hour old yet");
     // Age the three oldest segments by two hours (the time their index was last written).
-    let old = SystemTime::now() - Duration::from_secs(7200);
+    let old = SystemTime::now() - Duration::from_hours(2);
     for p in &index_files(dir.path())?[..3] {
         std::fs::File::options()
             .write(true)
