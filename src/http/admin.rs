@@ -478,7 +478,7 @@ fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) -> Met
 }
 
 /// A counter sample with `labels`.
-fn counter_metric(labels: &[(&str, &str)], v: u64) -> Metric {
+pub(super) fn counter_metric(labels: &[(&str, &str)], v: u64) -> Metric {
     let mut c = Counter::default();
     c.set_value(v as f64);
     let mut m = Metric::from_label(label_pairs(labels));
@@ -497,20 +497,6 @@ fn label_pairs(labels: &[(&str, &str)]) -> Vec<LabelPair> {
             l
         })
         .collect()
-}
-
-/// A counter family with one sample per value of the label `label`.
-pub(super) fn counter_family(
-    name: &str,
-    help: &str,
-    label: &str,
-    samples: &[(&str, u64)],
-) -> MetricFamily {
-    let metrics = samples
-        .iter()
-        .map(|(v, n)| counter_metric(&[(label, v)], *n))
-        .collect();
-    family(name, help, MetricType::COUNTER, metrics)
 }
 
 /// An unlabelled counter family.

@@ -6,12 +6,12 @@
 //! leaves unset), so a client sees what the server will drop.
 
 use axum::http::{HeaderMap, HeaderName};
-use prometheus::proto::MetricFamily;
+use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::headers::{STREAM_RETENTION_MAX_AGE, STREAM_RETENTION_MAX_BYTES, parse_canonical_u64};
 use crate::{MAX_RETENTION_LIMIT, RetentionPolicy, Stats};
 
-use super::admin::{counter, counter_family};
+use super::admin::{counter, counter_metric};
 use super::error::ApiError;
 use super::reply::Reply;
 use super::request::raw;
@@ -55,6 +55,21 @@ pub(super) fn in_force(r: Reply, own: RetentionPolicy, default: RetentionPolicy)
         Some(b) => r.number(MAX_BYTES, b),
         None => r,
     }
+}
+
+/// A counter family with one sample per value of the label `label`.
+fn counter_family(name: &str, help: &str, label: &str, samples: &[(&str, u64)]) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_owned());
+    f.set_help(help.to_owned());
+    f.set_field_type(MetricType::COUNTER);
+    f.set_metric(
+        samples
+            .iter()
+            .map(|(v, n)| counter_metric(&[(label, v)], *n))
+            .collect(),
+    );
+    f
 }
 
 /// The enforcer's figures, for `/__brook/metrics`.
