@@ -120,6 +120,17 @@ fn a_size_limit_drops_the_oldest_whole_segments_and_survives_a_restart() -> R {
         numbers_from(&store, &s, at_message(30))?,
         (30..40).collect::<Vec<_>>()
     );
+    // An export carries the policy and the trimmed start to another store.
+    let mut archive = Vec::new();
+    store.export(&mut archive, &mut |_| {})?;
+    let copy_dir = tempfile::tempdir()?;
+    let copy = Store::open(copy_dir.path(), options())?;
+    copy.import(&mut archive.as_slice(), &mut |_| {})?;
+    let copied = copy.head(&s, &Guard::NONE)?;
+    assert_eq!(
+        (copied.earliest, copied.retention),
+        (at_message(30), policy)
+    );
     // The same policy again is the same stream; another one is a different configuration.
     assert!(
         !store
