@@ -13,8 +13,19 @@ use crate::ops_support::{Proc, R, Resp, http};
 /// Every message is this long; segments roll at 4 KiB, so each holds five messages.
 const LEN: usize = 1000;
 
+/// `brook serve` over `data` whose enforcer runs every 50 ms, with `extra` arguments.
 fn serve(data: &Path, extra: &[&str]) -> R<(Proc, String)> {
-    let mut args = vec!["--segment-bytes", "4096", "--retention-interval-ms", "50"];
+    serve_every(data, "50", extra)
+}
+
+/// `brook serve` over `data` whose enforcer runs every `interval_ms`.
+fn serve_every(data: &Path, interval_ms: &str, extra: &[&str]) -> R<(Proc, String)> {
+    let mut args = vec![
+        "--segment-bytes",
+        "4096",
+        "--retention-interval-ms",
+        interval_ms,
+    ];
     args.extend_from_slice(extra);
     let mut p = Proc::serve(data, &args, "info")?;
     let addr = p.addr()?;
@@ -85,7 +96,9 @@ fn metric(addr: &str, sample: &str) -> R<u64> {
 #[test]
 fn an_age_limit_trims_a_stream_after_a_restart() -> R {
     let data = tempfile::tempdir()?;
-    let (a, addr) = serve(data.path(), &[])?;
+    // The first server's enforcer waits an hour: however slow the appends, only the restarted
+    // server trims.
+    let (a, addr) = serve_every(data.path(), "3600000", &[])?;
     let r = http(
         &addr,
         "PUT",
