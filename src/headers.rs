@@ -49,6 +49,12 @@ pub const STREAM_FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
 pub const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
 /// `Stream-Earliest-Offset`: the earliest readable offset (on a 410 for a trimmed offset).
 pub const STREAM_EARLIEST_OFFSET: &str = "stream-earliest-offset";
+/// `Stream-Retention-Max-Age` (brook's extension): seconds after which a sealed segment is
+/// dropped from the stream's start (on a create, and on HEAD as the policy in force).
+pub const STREAM_RETENTION_MAX_AGE: &str = "stream-retention-max-age";
+/// `Stream-Retention-Max-Bytes` (brook's extension): the most bytes the stream retains before
+/// its oldest sealed segments are dropped.
+pub const STREAM_RETENTION_MAX_BYTES: &str = "stream-retention-max-bytes";
 /// `Stream-Snapshot-Offset`: the offset a snapshot represents (`-1` in a bootstrap without one).
 pub const STREAM_SNAPSHOT_OFFSET: &str = "stream-snapshot-offset";
 /// `Stream-Snapshot-Digest`: `sha256:<hex>` of a snapshot's content type, a NUL, and its blob.

@@ -7,7 +7,7 @@
 //! File layout (`journal/{shard:02}/{base_lsn:020}.wal`):
 //! ```text
 //! header  0..4   magic "BRKJ"
-//!         4..8   format version (u32 LE) = 2 (1 is read too)
+//!         4..8   format version (u32 LE) = 3 (1 and 2 are read too)
 //!         8..12  shard (u32 LE)
 //!        12..16  flags (u32 LE): bit 0 = FLAG_PREV_UNSYNCED, other bits 0
 //!        16..24  base LSN (u64 LE): the LSN of the first record byte
@@ -26,9 +26,11 @@ use crate::state::{AppendRecord, Body, StreamState, decode_snapshot, encode_snap
 use crate::types::{Producer, SnapshotInfo};
 
 pub(crate) const MAGIC: &[u8; 4] = b"BRKJ";
-/// The journal format this build writes: 2 added the placed append (kind 7), which version 1
+/// The journal format this build writes: 3 added the retention policy to the stream state of a
+/// Create record (flag bit 1 of its last byte, DESIGN.md 2.3), which a version 2 reader would
+/// misread and end the journal at; 2 added the placed append (kind 7), which version 1
 /// readers would take for a damaged frame and end the journal at.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 /// The oldest journal format this build reads (version 1 has no placed appends).
 const OLDEST_VERSION: u32 = 1;
 pub(crate) const HEADER_LEN: u64 = 24;
@@ -581,6 +583,7 @@ mod tests {
                 content_type: "a/b".into(),
                 expiry: Expiry::Ttl(5),
                 fork: None,
+                retention: crate::RetentionPolicy::new().max_bytes(1 << 20),
             },
             Offset::ZERO,
         );

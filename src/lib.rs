@@ -58,6 +58,7 @@ mod name; // StreamName, Offset, Incarnation, content types
 mod options; // Options, Durability
 #[cfg(any(feature = "http", feature = "mirror"))]
 mod portable; // names that can move to Ursula-style servers (bucket/stream)
+mod retention; // retention policies (by age, by size) and the enforcer's figures
 mod segment; // per-stream segment logs and mmap'd indexes
 mod sidecar; // the per-stream metadata checkpoint record
 mod state; // a stream's state (Stream-Seq, producers, closure) and the whole order of checks, pure
@@ -80,6 +81,7 @@ pub use name::{
     Incarnation, MAX_FORK_DEPTH, Offset, ReadFrom, StreamName, is_json, normalize_content_type,
 };
 pub use options::{Durability, Options};
+pub use retention::{MAX_RETENTION_LIMIT, RetentionPolicy, RetentionStats};
 pub use segment::FileRange;
 pub use stats::{Histogram, Stats};
 pub use store::{Commit, Pending, Store, TryAppend, Watch, WeakStore};

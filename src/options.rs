@@ -34,6 +34,8 @@ pub struct Options {
     pub(crate) max_append_bytes: usize,
     pub(crate) max_read_bytes: u64,
     pub(crate) max_snapshot_bytes: u64,
+    pub(crate) retention_default: crate::RetentionPolicy,
+    pub(crate) retention_interval: std::time::Duration,
     #[cfg(feature = "tier")]
     pub(crate) tier: Option<crate::tier::TierOptions>,
 }
@@ -62,6 +64,8 @@ impl Default for Options {
             max_append_bytes: 64 << 20,
             max_read_bytes: 8 << 20,
             max_snapshot_bytes: 128 << 20,
+            retention_default: crate::RetentionPolicy::default(),
+            retention_interval: std::time::Duration::from_secs(10),
             #[cfg(feature = "tier")]
             tier: None,
         }
@@ -150,6 +154,33 @@ impl Options {
         self
     }
 
+    /// The retention policy of every stream that sets no limit of its own: each limit a
+    /// stream's policy leaves unset is taken from here when the enforcer runs, so changing it
+    /// applies to existing streams at the next open. Default none (streams are kept whole).
+    /// See [`RetentionPolicy`](crate::RetentionPolicy).
+    #[must_use]
+    pub fn with_retention_default(mut self, policy: crate::RetentionPolicy) -> Self {
+        self.retention_default = policy;
+        self
+    }
+
+    /// How often the retention enforcer looks at the streams. Default 10 s, 10 ms to 1 hour.
+    #[must_use]
+    pub fn with_retention_interval(mut self, every: std::time::Duration) -> Self {
+        self.retention_interval = every;
+        self
+    }
+
+    /// The store's default retention policy.
+    pub fn retention_default(&self) -> crate::RetentionPolicy {
+        self.retention_default
+    }
+
+    /// How often the retention enforcer runs.
+    pub fn retention_interval(&self) -> std::time::Duration {
+        self.retention_interval
+    }
+
     /// What an acknowledged write survives.
     pub fn durability(&self) -> Durability {
         self.durability
@@ -220,6 +251,15 @@ impl Options {
             0,
             Some(4 << 30),
         )?;
+        check(
+            "retention_interval_ms",
+            self.retention_interval
+                .as_millis()
+                .min(u128::from(u64::MAX)) as u64,
+            10,
+            Some(3_600_000),
+        )?;
+        self.retention_default.validate()?;
         Ok(())
     }
 }

@@ -139,6 +139,7 @@ mod tests {
                 content_type: "t/p".into(),
                 expiry: Expiry::Never,
                 fork: None,
+                retention: crate::RetentionPolicy::new().max_age(60).max_bytes(4096),
             },
             Offset::ZERO,
         );
@@ -156,6 +157,7 @@ mod tests {
             (s.generation, s.applied_lsn, s.state.tail.bytes),
             (2, 20, 2)
         );
+        assert_eq!(s.state.config.retention, state(2).config.retention);
         // Every single-bit flip in the newest slot falls back to the older one, never to garbage.
         let good = std::fs::read(dir.path().join("meta.0")).unwrap();
         for i in 0..good.len() {

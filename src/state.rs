@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::codec::{Dec, Enc};
 use crate::error::{Error, Result};
 use crate::name::{Incarnation, Offset};
+use crate::retention::RetentionPolicy;
 use crate::types::{AppendStatus, Expiry, Producer, SnapshotInfo};
 
 mod body;
@@ -26,6 +27,11 @@ mod body;
 mod tests;
 
 pub(crate) use body::{Body, prepare_body};
+
+/// Bit 0 of the state's flags byte: soft-deleted (the byte was that bool before it had flags).
+const FLAG_SOFT_DELETED: u8 = 1;
+/// Bit 1 of the state's flags byte: a retention policy follows the byte.
+const FLAG_RETENTION: u8 = 2;
 
 /// Longest Stream-Seq value (the seed: at most 256 bytes).
 pub(crate) const MAX_STREAM_SEQ: usize = 256;
@@ -43,6 +49,8 @@ pub(crate) struct Config {
     pub(crate) expiry: Expiry,
     /// Source stream name and the divergence point, for a fork.
     pub(crate) fork: Option<(String, Offset)>,
+    /// The stream's own retention policy (the store's default fills what it leaves unset).
+    pub(crate) retention: RetentionPolicy,
 }
 
 /// One producer's position.
@@ -368,12 +376,25 @@ impl StreamState {
         for f in &self.forks {
             e.str(f);
         }
-        e.u8(u8::from(self.soft_deleted));
+        // The flags byte: old states wrote only the soft-deleted bool here, so a state without a
+        // policy encodes exactly as before and every stored state still decodes.
+        let policy = !c.retention.is_empty();
+        let mut flags = 0;
+        if self.soft_deleted {
+            flags |= FLAG_SOFT_DELETED;
+        }
+        if policy {
+            flags |= FLAG_RETENTION;
+        }
+        e.u8(flags);
+        if policy {
+            c.retention.encode(e);
+        }
     }
 
     /// Decodes a sidecar payload written by [`StreamState::encode`]; `None` if it is malformed.
     pub(crate) fn decode(d: &mut Dec<'_>) -> Option<StreamState> {
-        let config = Config {
+        let mut config = Config {
             name: d.string()?,
             incarnation: d.string()?,
             content_type: d.string()?,
@@ -383,6 +404,7 @@ impl StreamState {
                 1 => Some((d.string()?, d.offset()?)),
                 _ => return None,
             },
+            retention: RetentionPolicy::default(),
         };
         let base = d.offset()?;
         let tail = d.offset()?;
@@ -412,7 +434,14 @@ impl StreamState {
         for _ in 0..n {
             forks.insert(d.string()?);
         }
-        let soft_deleted = d.u8()? != 0;
+        let flags = d.u8()?;
+        if flags & !(FLAG_SOFT_DELETED | FLAG_RETENTION) != 0 {
+            return None;
+        }
+        let soft_deleted = flags & FLAG_SOFT_DELETED != 0;
+        if flags & FLAG_RETENTION != 0 {
+            config.retention = RetentionPolicy::decode(d)?;
+        }
         Some(StreamState {
             config,
             base,

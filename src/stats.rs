@@ -93,6 +93,8 @@ pub struct Stats {
     pub tier_local_bytes: u64,
     /// Bytes in the cold block cache now.
     pub tier_cache_bytes: u64,
+    /// What the retention enforcer did.
+    pub retention: crate::RetentionStats,
 }
 
 /// A histogram of fixed buckets, recorded with relaxed atomic adds.
@@ -170,6 +172,8 @@ pub(crate) struct Counters {
     pub(crate) journal_sync: AtomicHistogram,
     /// See [`Stats::checkpoint_seconds`].
     pub(crate) checkpoint: AtomicHistogram,
+    /// See [`Stats::retention`].
+    pub(crate) retention: crate::retention::RetentionCounters,
 }
 
 impl Default for Counters {
@@ -185,6 +189,7 @@ impl Default for Counters {
             batch_records: AtomicHistogram::new(BATCH_BOUNDS),
             journal_sync: AtomicHistogram::new(LATENCY_BOUNDS),
             checkpoint: AtomicHistogram::new(LATENCY_BOUNDS),
+            retention: crate::retention::RetentionCounters::default(),
         }
     }
 }
@@ -214,6 +219,7 @@ impl Counters {
             commit_batch_records: self.batch_records.snapshot(),
             journal_sync_seconds: self.journal_sync.snapshot(),
             checkpoint_seconds: self.checkpoint.snapshot(),
+            retention: self.retention.snapshot(),
             ..Stats::default()
         }
     }

@@ -315,6 +315,14 @@ impl Store {
             .set_retention(name, req.offset, req.expect.as_ref())
     }
 
+    /// Applies every stream's retention policy now (the enforcer thread does this every
+    /// [`Options::retention_interval`]) and returns how many streams it trimmed; when it
+    /// trimmed any, it checkpoints, so their dropped segments are gone from the disk when it
+    /// returns. See [`RetentionPolicy`](crate::RetentionPolicy).
+    pub fn enforce_retention(&self) -> Result<u64> {
+        Ok(self.inner.enforce_retention()?.streams)
+    }
+
     /// Names of the live streams whose names start with `prefix`, sorted (every page of
     /// [`Store::list_page`]).
     pub fn list(&self, prefix: &str) -> Result<Vec<StreamName>> {

@@ -276,6 +276,8 @@ pub struct CreateOptions {
     pub fork: Option<ForkFrom>,
     /// Succeed only if the stream exists and is this incarnation (a PUT with Stream-Incarnation).
     pub expect: Option<Incarnation>,
+    /// The stream's own retention policy (each unset limit follows the store's default).
+    pub retention: crate::RetentionPolicy,
 }
 
 impl CreateOptions {
@@ -311,6 +313,14 @@ impl CreateOptions {
     #[must_use]
     pub fn closed(mut self) -> Self {
         self.closed = true;
+        self
+    }
+
+    /// The stream's own retention policy: the store drops its oldest sealed segments past
+    /// these limits (see [`RetentionPolicy`](crate::RetentionPolicy)).
+    #[must_use]
+    pub fn retention(mut self, policy: crate::RetentionPolicy) -> Self {
+        self.retention = policy;
         self
     }
 
@@ -612,6 +622,9 @@ pub struct StreamInfo {
     pub incarnation: Incarnation,
     /// Earliest readable offset (moves with retention).
     pub earliest: Offset,
+    /// The stream's own retention policy, as created (the store's default is not merged in:
+    /// see [`Options::retention_default`](crate::Options::retention_default)).
+    pub retention: crate::RetentionPolicy,
     /// The latest published snapshot.
     pub snapshot: Option<SnapshotInfo>,
     /// The source and divergence point, for a fork.

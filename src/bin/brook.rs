@@ -210,6 +210,17 @@ struct ServeArgs {
     /// unit of retention and of the cold tier.
     #[arg(long, default_value_t = 64 << 20)]
     segment_bytes: u64,
+    /// Retention for streams that set no `Stream-Retention-Max-Age`: drop a sealed segment once
+    /// its newest message is older than this many seconds. Default: none.
+    #[arg(long, value_name = "SECONDS")]
+    retention_max_age: Option<u64>,
+    /// Retention for streams that set no `Stream-Retention-Max-Bytes`: drop the oldest sealed
+    /// segments while a stream retains more than this many bytes. Default: none.
+    #[arg(long, value_name = "BYTES")]
+    retention_max_bytes: Option<u64>,
+    /// How often the retention enforcer looks at the streams, in milliseconds (10 to 3600000).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    retention_interval_ms: u64,
     /// A cold tier on object storage: `s3://bucket/prefix` (credentials, region and endpoint
     /// from the standard AWS_* environment variables) or `file:///dir`. Sealed segments, their
     /// indexes and snapshots are uploaded in the background and may then leave the local disk.
@@ -381,6 +392,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// The store's default retention policy from `--retention-max-age` and `--retention-max-bytes`.
+fn retention_default(args: &ServeArgs) -> brook::RetentionPolicy {
+    let mut p = brook::RetentionPolicy::new();
+    if let Some(s) = args.retention_max_age {
+        p = p.max_age(s);
+    }
+    if let Some(b) = args.retention_max_bytes {
+        p = p.max_bytes(b);
+    }
+    p
+}
+
 /// `brook serve`: opens the store, serves until SIGINT or SIGTERM, then shuts the store down;
 /// the error is the message to print.
 fn run_serve(args: &ServeArgs) -> Result<(), String> {
@@ -422,7 +445,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_max_snapshot_bytes(args.max_snapshot_bytes)
         .with_checkpoint_bytes(args.checkpoint_bytes)
         .with_max_open_streams(args.max_open_streams)
-        .with_segment_bytes(args.segment_bytes);
+        .with_segment_bytes(args.segment_bytes)
+        .with_retention_default(retention_default(args))
+        .with_retention_interval(Duration::from_millis(args.retention_interval_ms));
     let options = match &args.tier_url {
         Some(url) => {
             let mut t = TierOptions::new(url.clone())

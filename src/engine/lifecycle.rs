@@ -43,6 +43,7 @@ impl Engine {
             )));
         }
         let stream_seq = filter_stream_seq(req.stream_seq.clone())?;
+        req.retention.validate()?;
         let requested_ct = req
             .content_type
             .as_deref()
@@ -127,6 +128,7 @@ impl Engine {
             content_type,
             expiry,
             fork,
+            retention: req.retention,
         };
         let mut state = StreamState::new(config, base);
         // A fork's data starts where its source's readable data starts: what retention retired
@@ -299,6 +301,9 @@ impl Engine {
         }
         if req.closed != core.state.closed {
             return Err(Error::ConfigMismatch("closure status differs"));
+        }
+        if req.retention != s.config.retention {
+            return Err(Error::ConfigMismatch("retention policy differs"));
         }
         match (&req.fork, &s.config.fork) {
             (None, None) => {}

@@ -18,6 +18,7 @@
 //! | `read` | reads and waits |
 //! | `snapshot` | snapshots and retention |
 //! | `expiry` | expiring streams, the reaper thread |
+//! | `retention` | retention policies: the enforcer thread |
 //!
 //! # Write path
 //!
@@ -77,6 +78,7 @@ mod prepared;
 mod read;
 mod recovery;
 mod registry;
+mod retention;
 mod shard;
 mod snapshot;
 mod space;
@@ -125,7 +127,7 @@ pub(crate) struct Engine {
     stopped: AtomicBool,
     /// Makes incarnation tokens and temporary file names unique within the process.
     counter: AtomicU64,
-    /// Tells the reaper thread to stop.
+    /// Tells the reaper and retention threads to stop.
     reaper_stop: Arc<(Mutex<bool>, Condvar)>,
     /// Subscriptions: their state, the append hook, the subscription thread (joined first at
     /// shutdown, while the shards still commit its appends).
@@ -332,6 +334,12 @@ impl Engine {
             .name("brook-expiry".into())
             .spawn(move || reaper(&weak, &stop))?;
         engine.threads.lock().push(reaper);
+        let (weak, stop) = (Arc::downgrade(&engine), engine.reaper_stop.clone());
+        let every = engine.options.retention_interval;
+        let enforcer = std::thread::Builder::new()
+            .name("brook-retention".into())
+            .spawn(move || retention::enforcer(&weak, &stop, every))?;
+        engine.threads.lock().push(enforcer);
         let subs = engine.start_subscriptions(replayed.streams)?;
         *engine.subs_thread.lock() = Some(subs);
         Ok(engine)

@@ -8,6 +8,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use sha2::{Digest, Sha256};
@@ -218,7 +219,7 @@ impl Engine {
             return Err(Error::NotOnBoundary(offset));
         }
         let canonical = self.check_halves(&s, offset)?;
-        let mut core = s.core.lock();
+        let core = s.core.lock();
         if core.gone {
             return Err(Error::NotFound);
         }
@@ -226,6 +227,20 @@ impl Engine {
             Some(l) if l.offset.bytes >= offset.bytes => {}
             _ => return Err(Error::RetentionBeyondSnapshot),
         }
+        self.move_earliest(&s, core, canonical)
+    }
+
+    /// Moves `s`'s earliest offset forward to `canonical` (a message boundary the caller
+    /// checked, with `core` held since) and waits until its record is durable; an offset at or
+    /// before the current start succeeds without writing. The files behind it are reclaimed
+    /// once a checkpoint records the move (`Shard::reclaim`), so a crash at any point leaves
+    /// either the old start with every file, or the new one (recovery removes what is left).
+    pub(super) fn move_earliest(
+        &self,
+        s: &Arc<Stream>,
+        mut core: parking_lot::MutexGuard<'_, super::stream::Core>,
+        canonical: Offset,
+    ) -> Result<StreamInfo> {
         if canonical.bytes <= core.state.earliest.bytes {
             let t = self.shards[s.shard].ticket(core.last_lsn);
             let info = s.staged_info(&core.state);
@@ -234,7 +249,7 @@ impl Engine {
             return Ok(info);
         }
         core.state.apply_retention(canonical);
-        let t = self.shards[s.shard].push(&s, s.retention_record(canonical))?;
+        let t = self.shards[s.shard].push(s, s.retention_record(canonical))?;
         core.last_lsn = t.lsn;
         let info = s.staged_info(&core.state);
         drop(core);

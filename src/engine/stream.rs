@@ -279,6 +279,7 @@ impl Stream {
             expires_at,
             incarnation: self.incarnation.clone(),
             earliest: v.earliest,
+            retention: self.config.retention,
             snapshot: v.snapshots.last().cloned(),
             fork: self
                 .config

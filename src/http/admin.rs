@@ -464,7 +464,7 @@ fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) -> Met
 }
 
 /// A counter sample with `labels`.
-fn counter_metric(labels: &[(&str, &str)], v: u64) -> Metric {
+pub(super) fn counter_metric(labels: &[(&str, &str)], v: u64) -> Metric {
     let mut c = Counter::default();
     c.set_value(v as f64);
     let mut m = Metric::from_label(label_pairs(labels));
@@ -486,7 +486,7 @@ fn label_pairs(labels: &[(&str, &str)]) -> Vec<LabelPair> {
 }
 
 /// An unlabelled counter family.
-fn counter(name: &str, help: &str, v: u64) -> MetricFamily {
+pub(super) fn counter(name: &str, help: &str, v: u64) -> MetricFamily {
     family(
         name,
         help,
@@ -693,6 +693,7 @@ impl Scrape {
             ),
         ];
         out.extend(tier_families(s));
+        out.extend(super::retention::families(s));
         let [conns, live, unauthorized, forbidden, handshakes, reloads] = self.edge;
         out.extend([
             counter(

@@ -67,6 +67,7 @@ mod names;
 mod read;
 mod reply;
 mod request;
+mod retention;
 mod route;
 mod service;
 mod snapshot;

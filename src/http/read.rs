@@ -465,5 +465,6 @@ pub(crate) async fn head(
             .offset(STREAM_SNAPSHOT_OFFSET, s.offset)
             .header(STREAM_SNAPSHOT_DIGEST, &s.digest);
     }
+    let r = super::retention::in_force(r, info.retention, app.store.options().retention_default());
     Ok(r.answer_empty())
 }

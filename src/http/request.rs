@@ -234,7 +234,7 @@ fn percent_decode(s: &str) -> Cow<'_, str> {
 
 /// Request headers that carry one value: a request that repeats one is refused (400) rather
 /// than resolved to whichever copy comes first, which a proxy and brook could disagree on.
-const SINGLETONS: [&str; 21] = [
+const SINGLETONS: [&str; 23] = [
     "host",
     "content-type",
     "content-length",
@@ -246,6 +246,8 @@ const SINGLETONS: [&str; 21] = [
     crate::headers::STREAM_INCARNATION,
     crate::headers::STREAM_TTL,
     crate::headers::STREAM_EXPIRES_AT,
+    crate::headers::STREAM_RETENTION_MAX_AGE,
+    crate::headers::STREAM_RETENTION_MAX_BYTES,
     crate::headers::STREAM_FORKED_FROM,
     crate::headers::STREAM_FORK_OFFSET,
     crate::headers::STREAM_FORK_SUB_OFFSET,

@@ -163,6 +163,7 @@ pub(crate) async fn create(
         stream_seq: parse_stream_seq(bytes_of(w.stream_seq))?,
         fork: fork(h)?,
         expect: incarnation_of(w.incarnation)?,
+        retention: super::retention::requested(h)?,
     };
     let held = write_body(app, body).await?;
     let data = held.bytes.clone();

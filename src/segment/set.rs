@@ -98,10 +98,15 @@ impl SegmentSet {
         replaying: bool,
     ) -> Result<SegmentSet> {
         let mut bases = Vec::new();
+        let mut indexes = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
-            if let Some(b) = entry.file_name().to_str().and_then(parse_log_name) {
+            let name = entry.file_name();
+            let name = name.to_str();
+            if let Some(b) = name.and_then(parse_log_name) {
                 bases.push(b);
+            } else if let Some(b) = name.and_then(|n| n.strip_suffix(".idx")?.parse::<u64>().ok()) {
+                indexes.push(b);
             }
         }
         bases.extend(cold.iter().map(|c| c.0).filter(|b| *b < end.bytes));
@@ -114,6 +119,12 @@ impl SegmentSet {
             .unwrap_or(0);
         for &b in &bases[..first] {
             let _ = fs::remove_file(&log_path(dir, b));
+            let _ = fs::remove_file(&idx_path(dir, b));
+        }
+        // An index before the first segment kept, whose log is gone: a reclaim cut short between
+        // its two steps (logs are removed, durably, before their indexes).
+        let kept = bases.get(first).copied().unwrap_or(0);
+        for b in indexes.into_iter().filter(|&b| b < kept) {
             let _ = fs::remove_file(&idx_path(dir, b));
         }
         let mut segs: Vec<Segment> = Vec::new();
@@ -530,6 +541,16 @@ impl SegmentSet {
             }
         }
         out
+    }
+
+    /// Each segment's first offset and index file, oldest first; the last is the segment being
+    /// written. A sealed segment's index was last written when its newest message was (a roll
+    /// writes it out and nothing writes it after), unless a recovery replayed it later.
+    pub(crate) fn segment_starts(&self) -> Vec<(Offset, PathBuf)> {
+        self.segs
+            .iter()
+            .map(|s| (s.base, idx_path(&self.dir, s.base.bytes)))
+            .collect()
     }
 
     /// Drops whole segments that end at or before `earliest` (never the last one) and returns

@@ -13,6 +13,7 @@ fn state() -> StreamState {
             content_type: "text/plain".into(),
             expiry: Expiry::Never,
             fork: None,
+            retention: crate::RetentionPolicy::default(),
         },
         Offset::ZERO,
     )

@@ -37,6 +37,8 @@ mod http_incarnation;
 #[cfg(feature = "http")]
 mod http_limits;
 #[cfg(feature = "http")]
+mod http_retention;
+#[cfg(feature = "http")]
 mod http_seed;
 #[cfg(feature = "http")]
 mod http_sendfile;
@@ -69,6 +71,7 @@ mod ops_logs;
 mod ops_support;
 mod power_loss;
 mod regressions;
+mod retention;
 mod store_api;
 mod subscriptions;
 #[cfg(feature = "http")]

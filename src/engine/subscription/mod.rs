@@ -292,6 +292,20 @@ impl Engine {
         self.subs.hook.active.load(Ordering::Relaxed)
     }
 
+    /// The lowest acknowledged offset of each stream any subscription links: retention keeps
+    /// what a subscriber has not acknowledged (DESIGN.md, "Retention policies").
+    pub(crate) fn acked_floors(&self) -> std::collections::HashMap<StreamName, Offset> {
+        let st = self.subs_state();
+        let mut floors = std::collections::HashMap::new();
+        for (name, link) in st.subs.values().flat_map(|s| s.links.iter()) {
+            floors
+                .entry(name.clone())
+                .and_modify(|o: &mut Offset| *o = (*o).min(link.acked))
+                .or_insert(link.acked);
+        }
+        floors
+    }
+
     fn subs_state(&self) -> MutexGuard<'_, State> {
         self.subs.state.lock()
     }
