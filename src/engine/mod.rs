@@ -17,6 +17,7 @@
 //! | `append` | appends (steps 1 and 2) |
 //! | `read` | reads and waits |
 //! | `snapshot` | snapshots and retention |
+//! | `parts` | snapshots uploaded in parts: staging, commit, discard |
 //! | `expiry` | expiring streams, the reaper thread |
 //!
 //! # Write path
@@ -72,6 +73,7 @@ mod expiry;
 mod fork;
 mod lifecycle;
 mod names;
+mod parts;
 mod poison;
 mod prepared;
 mod read;
@@ -140,6 +142,8 @@ pub(crate) struct Engine {
     /// The cold tier, when configured (`Options::with_tier`).
     #[cfg(feature = "tier")]
     pub(crate) tier: Option<Arc<crate::tier::Tier>>,
+    /// Staged snapshot parts (`parts`).
+    parts: parts::StagedParts,
 }
 
 impl Drop for Engine {
@@ -192,6 +196,7 @@ impl Engine {
         fs::create_dir_all(&root.join("streams"))?;
         fs::create_dir_all(&root.join("trash"))?;
         restore_trash(&root)?;
+        let parts = parts::StagedParts::open(&root)?;
         let names = Names::open(&root)?;
         // Stopped again if the open fails from here on (see `TierGuard`).
         #[cfg(feature = "tier")]
@@ -321,6 +326,7 @@ impl Engine {
             ),
             #[cfg(feature = "tier")]
             tier: tier.keep(),
+            parts,
         });
         #[cfg(feature = "tier")]
         if let Some(t) = &engine.tier {
