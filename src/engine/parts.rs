@@ -12,7 +12,8 @@
 //! at most [`MAX_STAGED_PARTS`] unused parts and `2 × max_snapshot_bytes` of them; the store
 //! holds at most `8 × max_snapshot_bytes` of them in all. A part older than [`PART_GRACE`] is
 //! removed by the next stage on any stream. The bounds are checked before a part's body is
-//! read; its bytes are reserved as they arrive, so concurrent parts never pass them together.
+//! read (no room at all is refused then), and its bytes are reserved as they arrive, so
+//! concurrent parts never pass them together and none holds room it has not used.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -187,9 +188,9 @@ impl Engine {
             self.counter.fetch_add(1, Ordering::Relaxed)
         );
         let path = self.parts.dir.join(format!("{id}.part"));
-        let per_part = self.options.max_snapshot_bytes;
-        // Reserve before reading: at most what the bounds leave, at most one part's limit.
-        let reserved = {
+        // The count and the room are checked before the body is read; its bytes are reserved
+        // as they arrive.
+        {
             let mut st = self.parts.state.lock();
             Self::sweep_parts(&mut st);
             let st = &mut *st;
@@ -205,57 +206,41 @@ impl Engine {
                     limit: StagedLimit::Parts(MAX_STAGED_PARTS),
                 });
             }
-            let stream_room = self.stream_parts_bytes().saturating_sub(sp.bytes);
-            let store_room = self.store_parts_bytes().saturating_sub(st.bytes);
-            if stream_room == 0 {
-                return Err(Error::StagedPartsLimit {
-                    limit: StagedLimit::Bytes(self.stream_parts_bytes()),
-                });
-            }
-            if store_room == 0 {
-                return Err(Error::StagedPartsLimit {
-                    limit: StagedLimit::StoreBytes(self.store_parts_bytes()),
-                });
-            }
-            let r = per_part.min(stream_room).min(store_room);
-            sp.bytes += r;
+            self.room_for(st.bytes, sp.bytes, 1)?;
             sp.writing += 1;
-            st.bytes += r;
-            (r, stream_room, store_room)
-        };
-        let written = self.write_part(&path, blob, reserved.0);
+        }
+        let mut reserved = 0u64;
+        let written = self.write_part(&path, blob, &mut |n| {
+            let mut st = self.parts.state.lock();
+            let st = &mut *st;
+            let sp = st.streams.entry(name.clone()).or_default();
+            self.room_for(st.bytes, sp.bytes, n)?;
+            sp.bytes += n;
+            st.bytes += n;
+            reserved += n;
+            Ok(())
+        });
         let mut st = self.parts.state.lock();
         let st = &mut *st;
-        st.bytes -= reserved.0;
         let sp = st.streams.entry(name.clone()).or_default();
-        sp.bytes = sp.bytes.saturating_sub(reserved.0);
         sp.writing = sp.writing.saturating_sub(1);
-        let len = match written {
+        let keep = match written {
+            Ok(len) if sp.incarnation.as_ref() == Some(&incarnation) => Ok(len),
+            // The stream was recreated (and parts staged for it) while this one was written.
+            Ok(_) => Err(Error::IncarnationMismatch {
+                current: sp.incarnation.clone().unwrap_or(incarnation.clone()),
+            }),
+            Err(e) => Err(e),
+        };
+        let len = match keep {
             Ok(len) => len,
             Err(e) => {
+                sp.bytes = sp.bytes.saturating_sub(reserved);
+                st.bytes = st.bytes.saturating_sub(reserved);
                 let _ = fs::remove_file(&path);
-                return Err(match e {
-                    // Over the reservation but within a part's limit: a bound was reached.
-                    Error::TooLarge(_) if reserved.0 < per_part => Error::StagedPartsLimit {
-                        limit: if reserved.1 <= reserved.2 {
-                            StagedLimit::Bytes(self.stream_parts_bytes())
-                        } else {
-                            StagedLimit::StoreBytes(self.store_parts_bytes())
-                        },
-                    },
-                    other => other,
-                });
+                return Err(e);
             }
         };
-        if sp.incarnation.as_ref() != Some(&incarnation) {
-            // The stream was recreated (and its parts restaged) while this one was written.
-            let _ = fs::remove_file(&path);
-            return Err(Error::IncarnationMismatch {
-                current: sp.incarnation.clone().unwrap_or(incarnation),
-            });
-        }
-        sp.bytes += len;
-        st.bytes += len;
         sp.parts.insert(
             id.clone(),
             Part {
@@ -267,9 +252,32 @@ impl Engine {
         Ok((id, len, incarnation))
     }
 
-    /// Streams `blob` into a new part file at `path`, at most `limit` bytes (`TooLarge` past
-    /// it), and returns its length. Not synced: parts do not outlive the process.
-    fn write_part(&self, path: &Path, blob: &mut dyn Read, limit: u64) -> Result<u64> {
+    /// Whether `n` more bytes fit beside the store's `store` and the stream's `stream` bytes of
+    /// unused parts (`StagedPartsLimit` naming the bound otherwise).
+    fn room_for(&self, store: u64, stream: u64, n: u64) -> Result<()> {
+        if stream.saturating_add(n) > self.stream_parts_bytes() {
+            return Err(Error::StagedPartsLimit {
+                limit: StagedLimit::Bytes(self.stream_parts_bytes()),
+            });
+        }
+        if store.saturating_add(n) > self.store_parts_bytes() {
+            return Err(Error::StagedPartsLimit {
+                limit: StagedLimit::StoreBytes(self.store_parts_bytes()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Streams `blob` into a new part file at `path`, at most `max_snapshot_bytes`
+    /// (`TooLarge` past it), calling `reserve` with each piece's length before writing it;
+    /// returns the part's length. Not synced: parts do not outlive the process.
+    fn write_part(
+        &self,
+        path: &Path,
+        blob: &mut dyn Read,
+        reserve: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<u64> {
+        let limit = self.options.max_snapshot_bytes;
         fs::create_dir_all(&self.parts.dir)?;
         let mut f = fs::create(path)?;
         let mut buf = vec![0u8; 256 << 10];
@@ -285,6 +293,7 @@ impl Engine {
                     "a snapshot part is larger than {limit} bytes"
                 )));
             }
+            reserve(n as u64)?;
             f.write_all(&buf[..n])?;
         }
         Ok(len)

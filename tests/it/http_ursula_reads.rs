@@ -249,10 +249,7 @@ async fn the_immutable_snapshot_is_marked_and_serves_ranges() -> R {
     assert_eq!(r.h("content-range"), Some("bytes */5"));
     assert_eq!(r.h("stream-immutable"), None);
     let r = s
-        .get(
-            &format!("{p}/incarnation/{old}/snapshot/{ZERO}", old = token),
-            &[],
-        )
+        .get(&format!("{p}/incarnation/{token}/snapshot/{ZERO}"), &[])
         .await?;
     r.refused(404, "SNAPSHOT_NOT_FOUND");
     Ok(())
@@ -328,7 +325,7 @@ async fn commit(
     ids: &[String],
     digest: &str,
 ) -> R<http_support::Resp> {
-    let body: String = ids.iter().map(|id| format!("{id}\n")).collect();
+    let body: String = ids.iter().flat_map(|id| [id.as_str(), "\n"]).collect();
     let n = ids.len().to_string();
     s.put(
         &format!("{p}/snapshot/{at}"),
@@ -559,6 +556,68 @@ fn staged_parts_do_not_survive_a_reopen() -> R {
         ),
         "{e}"
     );
+    Ok(())
+}
+
+/// A reader that hands out one byte (saying so on `started`), then waits for `go` before it
+/// ends.
+struct Paused {
+    sent: bool,
+    started: std::sync::mpsc::Sender<()>,
+    go: std::sync::mpsc::Receiver<()>,
+}
+
+impl std::io::Read for Paused {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.sent {
+            self.sent = true;
+            buf[0] = b'p';
+            let _ = self.started.send(());
+            return Ok(1);
+        }
+        let _ = self.go.recv();
+        Ok(0)
+    }
+}
+
+/// A part being written holds only the room its bytes took: small parts staged beside slow
+/// ones all fit, though each could have been as large as the limit.
+#[test]
+fn parts_in_flight_reserve_only_what_they_wrote() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), Options::default().with_max_snapshot_bytes(1000))?;
+    let name = StreamName::new("parts/concurrent")?;
+    store.create(&name, brook::CreateOptions::default())?;
+    let mut slow = Vec::new();
+    let mut gos = Vec::new();
+    let (started, reading) = std::sync::mpsc::channel();
+    for _ in 0..3 {
+        let (go, wait) = std::sync::mpsc::channel();
+        let (store, name, started) = (store.clone(), name.clone(), started.clone());
+        gos.push(go);
+        slow.push(std::thread::spawn(move || {
+            let mut r = Paused {
+                sent: false,
+                started,
+                go: wait,
+            };
+            store.stage_snapshot_part(&name, &mut r, &Guard::default())
+        }));
+    }
+    // Three parts are being written; three more fit beside them.
+    for _ in 0..3 {
+        reading.recv()?;
+    }
+    for _ in 0..3 {
+        store.stage_snapshot_part(&name, &mut &b"small"[..], &Guard::default())?;
+    }
+    for go in gos {
+        go.send(())?;
+    }
+    for t in slow {
+        let part = t.join().map_err(|_| "a stage panicked")??;
+        assert_eq!(part.len, 1);
+    }
     Ok(())
 }
 
