@@ -32,14 +32,14 @@ use crate::types::{SnapshotInfo, StreamInfo};
 use super::Engine;
 
 /// The most parts one commit may list (Ursula's bound).
-pub const MAX_COMMIT_PARTS: usize = 4096;
+pub(crate) const MAX_COMMIT_PARTS: usize = 4096;
 
 /// The most unused parts a stream holds: two commits' worth, so an abandoned upload and a full
 /// retry fit.
-pub const MAX_STAGED_PARTS: u64 = 2 * MAX_COMMIT_PARTS as u64;
+pub(crate) const MAX_STAGED_PARTS: u64 = 2 * MAX_COMMIT_PARTS as u64;
 
 /// How long an unused part is kept.
-pub const PART_GRACE: Duration = Duration::from_hours(24);
+pub(crate) const PART_GRACE: Duration = Duration::from_hours(24);
 
 /// The directory of the staged parts, under the store's root.
 const PARTS_DIR: &str = "snapshot-parts";
@@ -377,6 +377,12 @@ impl Engine {
             {
                 return Err(Error::SnapshotConflict);
             }
+        }
+        if parts.is_empty() || parts.len() > MAX_COMMIT_PARTS {
+            return Err(Error::InvalidArgument(format!(
+                "a commit lists 1 to {MAX_COMMIT_PARTS} parts, not {}",
+                parts.len()
+            )));
         }
         let mut seen = std::collections::HashSet::with_capacity(parts.len());
         if let Some(twice) = parts.iter().find(|id| !seen.insert(id.as_str())) {
