@@ -701,3 +701,51 @@ async fn access_control_covers_the_new_routes() -> R {
     );
     Ok(())
 }
+
+/// A browser can use the new surface: the preflight allows `Range` and the parts headers, and
+/// answers expose the headers a reader of them needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_see_the_new_headers() -> R {
+    let s = Server::start().await?;
+    let p = "/cors/s";
+    let (token, _) = stream_with(&s, p, b"abc").await?;
+    let r = s
+        .send(
+            "OPTIONS",
+            &format!("{p}/snapshot/{ZERO}"),
+            &[
+                ("origin", b"https://app.example"),
+                ("access-control-request-method", b"PUT"),
+            ],
+            Vec::new(),
+        )
+        .await?;
+    let allowed = r.need("access-control-allow-headers")?.to_ascii_lowercase();
+    for h in [
+        "range",
+        "if-range",
+        "stream-snapshot-parts",
+        "stream-snapshot-digest",
+    ] {
+        assert!(allowed.contains(h), "{h} not in {allowed}");
+    }
+    let r = s
+        .get(
+            &format!("{p}/incarnation/{token}/chunk/{ZERO}"),
+            &[("origin", "https://app.example")],
+        )
+        .await?;
+    let exposed = r
+        .need("access-control-expose-headers")?
+        .to_ascii_lowercase();
+    for h in [
+        "stream-offset",
+        "stream-immutable",
+        "stream-snapshot-part",
+        "content-range",
+        "ursula-max-staged-bytes",
+    ] {
+        assert!(exposed.contains(h), "{h} not in {exposed}");
+    }
+    Ok(())
+}
