@@ -152,6 +152,31 @@ pub enum Error {
     /// route `DELETE {s}/snapshot/{offset}`; older snapshots go only with retention).
     #[error("the latest snapshot cannot be deleted")]
     SnapshotDeleteRefused,
+    /// A snapshot assembled from staged parts does not have the digest its commit named
+    /// (`Store::publish_snapshot_parts`); nothing was published.
+    #[error("the assembled snapshot's digest {assembled} differs from the one the commit names")]
+    SnapshotDigestMismatch {
+        /// The digest of what the parts assemble.
+        assembled: String,
+    },
+    /// A snapshot commit names a part that is not staged for this incarnation of this stream
+    /// (never staged, discarded, spent by an earlier commit, or left by a restart).
+    #[error("part {part:?} is not a staged snapshot part of this stream")]
+    UnknownPart {
+        /// The part id.
+        part: String,
+    },
+    /// The stream, or the whole store, holds as many staged snapshot parts as it may; a commit
+    /// or a discard of them (or their expiry) makes room, waiting does not.
+    #[error("too many staged snapshot parts: {limit}")]
+    StagedPartsLimit {
+        /// Which bound was reached.
+        limit: StagedLimit,
+    },
+    /// Another commit or discard of this stream's staged parts is running; repeat the request
+    /// once it ends.
+    #[error("a commit or discard of this stream's snapshot parts is running; repeat it")]
+    SnapshotCommitInProgress,
     /// Another process holds the store's directory.
     #[error("the data directory {0} is in use by another process")]
     Locked(PathBuf),
@@ -280,6 +305,10 @@ impl Error {
             Error::NotOnBoundary(_) => "OFFSET_NOT_ON_BOUNDARY",
             Error::RetentionBeyondSnapshot => "RETENTION_BEYOND_SNAPSHOT",
             Error::SnapshotDeleteRefused => "SNAPSHOT_DELETE_REFUSED",
+            Error::SnapshotDigestMismatch { .. } => "SNAPSHOT_DIGEST_MISMATCH",
+            Error::UnknownPart { .. } => "UNKNOWN_PART",
+            Error::StagedPartsLimit { .. } => "STAGED_PARTS_LIMIT",
+            Error::SnapshotCommitInProgress => "SNAPSHOT_COMMIT_IN_PROGRESS",
             Error::Locked(_) => "STORE_LOCKED",
             Error::Corrupt { .. } => "CORRUPT",
             Error::TierUnavailable { .. } => "TIER_UNAVAILABLE",
@@ -296,6 +325,30 @@ impl Error {
             Error::Fenced => "FENCED",
             Error::InvalidAckOffset(_) => "INVALID_OFFSET",
             Error::Io(_) => "IO_ERROR",
+        }
+    }
+}
+
+/// The bound a staged snapshot part reached ([`Error::StagedPartsLimit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StagedLimit {
+    /// The stream holds this many unused parts.
+    Parts(u64),
+    /// The part would take the stream's unused parts above this many bytes.
+    Bytes(u64),
+    /// The part would take every stream's unused parts together above this many bytes.
+    StoreBytes(u64),
+}
+
+impl std::fmt::Display for StagedLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StagedLimit::Parts(n) => write!(f, "the stream holds {n} unused parts"),
+            StagedLimit::Bytes(n) => write!(f, "the stream's unused parts would pass {n} bytes"),
+            StagedLimit::StoreBytes(n) => {
+                write!(f, "the store's unused parts would pass {n} bytes")
+            }
         }
     }
 }

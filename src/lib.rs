@@ -73,7 +73,7 @@ mod types; // requests and outcomes
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, StagedLimit};
 #[doc(hidden)]
 pub use fs::sim; // the simulated disk (power cuts, injected faults) for the fault tests
 pub use listing::{CheckReport, ListPage, StreamListing};
@@ -90,6 +90,6 @@ pub use subscription::{SubscriptionConfig, SubscriptionInfo, Wake};
 pub use tier::TierOptions;
 pub use types::{
     AppendOutcome, AppendRequest, AppendStatus, CreateOptions, Created, Expiry, ForkFrom, Guard,
-    Message, Producer, PublishSnapshot, Published, ReadChunk, ReadRequest, RetentionRequest,
-    Snapshot, SnapshotInfo, SnapshotRequest, StreamInfo,
+    Message, Producer, PublishParts, PublishSnapshot, Published, ReadChunk, ReadRequest,
+    RetentionRequest, Snapshot, SnapshotInfo, SnapshotRequest, StagedPart, StreamInfo,
 };

@@ -27,8 +27,10 @@ pub const RESERVED_PREFIXES: [&str; 2] = ["__ds", "__brook"];
 /// with no empty, `.` or `..` segment (a single leading `/` is dropped). The last segment may not be
 /// `snapshot`, `retention` or `bootstrap`, and the second-to-last may not be `snapshot` or
 /// `retention`: those shapes address the snapshot, retention and bootstrap routes of the stream
-/// before them. The first segment may not be `__ds` or `__brook` (`RESERVED_PREFIXES`), and no
-/// segment may be `__ds` (the protocol's routes live at `{root}/__ds/` under any root).
+/// before them. Nor may a name end in `incarnation/{token}`, `incarnation/{token}/chunk/{offset}`
+/// or `snapshot/{offset}/parts`: those address a stream's immutable reads and snapshot parts.
+/// The first segment may not be `__ds` or `__brook` (`RESERVED_PREFIXES`), and no segment may be
+/// `__ds` (the protocol's routes live at `{root}/__ds/` under any root).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamName(pub(crate) Arc<str>);
 
@@ -66,6 +68,8 @@ impl StreamName {
         // scan for `/` (ASCII, so never inside a multi-byte character): for names of a few
         // dozen bytes that costs less than `str::split`'s searcher.
         let (mut last, mut second_last) = ("", None);
+        // The third- and fourth-to-last, for the snapshot-part and incarnation shapes.
+        let (mut third_last, mut fourth_last) = (None, None);
         let mut rest = Some(name);
         while let Some(r) = rest {
             let (seg, more) = match r.as_bytes().iter().position(|&b| b == b'/') {
@@ -100,6 +104,8 @@ impl StreamName {
             if nul {
                 return Err(Error::InvalidArgument("stream name contains NUL".into()));
             }
+            fourth_last = third_last;
+            third_last = second_last;
             second_last = Some(last);
             last = seg;
         }
@@ -112,6 +118,25 @@ impl StreamName {
         if matches!(second_last, Some("snapshot" | "retention")) {
             return Err(Error::InvalidArgument(
                 "stream names may not have 'snapshot' or 'retention' as their second-to-last segment"
+                    .into(),
+            ));
+        }
+        // `{s}/incarnation/{token}/...` and `{s}/snapshot/{offset}/parts` (Ursula 0.11's
+        // immutable reads and snapshot parts). For names shorter than a shape the segments
+        // before the first are `None` or `Some("")`, which match nothing.
+        if second_last == Some("incarnation")
+            || (fourth_last == Some("incarnation") && second_last == Some("chunk"))
+        {
+            return Err(Error::InvalidArgument(
+                "stream names may not end in 'incarnation/{token}' or \
+                 'incarnation/{token}/chunk/{offset}' (the reserved segment 'incarnation')"
+                    .into(),
+            ));
+        }
+        if third_last == Some("snapshot") && last == "parts" {
+            return Err(Error::InvalidArgument(
+                "stream names may not end in 'snapshot/{offset}/parts' (the reserved segment \
+                 'snapshot')"
                     .into(),
             ));
         }
@@ -585,6 +610,11 @@ mod tests {
             "x/bootstrap",
             "x/retention/5",
             "x/snapshot/0",
+            "x/incarnation/t",
+            "incarnation/t",
+            "x/incarnation/t/chunk/0",
+            "x/snapshot/0/parts",
+            "snapshot/0/parts",
         ] {
             assert!(
                 matches!(StreamName::new(bad), Err(Error::InvalidArgument(_))),
@@ -592,6 +622,15 @@ mod tests {
             );
         }
         assert!(StreamName::new("snapshots/x").is_ok());
+        for fine in [
+            "incarnation",
+            "x/incarnation",
+            "x/chunk/0",
+            "a/incarnation/t/x/0",
+            "parts",
+        ] {
+            assert!(StreamName::new(fine).is_ok(), "{fine:?}");
+        }
         for reserved in [
             "__ds",
             "__ds/subscriptions/x",

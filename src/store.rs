@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::listing::{CheckReport, ListPage};
-use crate::name::{Offset, ReadFrom, StreamName};
+use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
 use crate::options::Options;
 use crate::stats::Stats;
 use crate::subscription::{
     AckOutcome, SubscriptionConfig, SubscriptionInfo, Wake, WakeRef, WebhookJob, WebhookResult,
 };
 use crate::types::{
-    AppendOutcome, AppendRequest, CreateOptions, Created, Guard, Message, PublishSnapshot,
-    Published, ReadChunk, ReadRequest, RetentionRequest, Snapshot, SnapshotRequest, StreamInfo,
+    AppendOutcome, AppendRequest, CreateOptions, Created, Guard, Message, PublishParts,
+    PublishSnapshot, Published, ReadChunk, ReadRequest, RetentionRequest, Snapshot,
+    SnapshotRequest, StagedPart, StreamInfo,
 };
 
 pub use crate::engine::Watch;
@@ -290,6 +291,65 @@ impl Store {
             expect.as_ref(),
         )?;
         Ok(Published { snapshot, stream })
+    }
+
+    /// Stages one part of a snapshot of `name`, read from `blob` to its end (streamed to a file
+    /// through a fixed buffer), for a later [`Store::publish_snapshot_parts`]. The part belongs
+    /// to the stream's current incarnation (the one `guard` names, if any).
+    ///
+    /// A part is at most `max_snapshot_bytes` ([`TooLarge`](crate::Error::TooLarge)). A stream
+    /// holds at most 8192 unused parts and `2 × max_snapshot_bytes` of them, the store
+    /// `8 × max_snapshot_bytes` in all ([`StagedPartsLimit`](crate::Error::StagedPartsLimit),
+    /// checked before `blob` is read); an unused part is removed after 24 hours. Nothing is
+    /// durable: opening the store removes every staged part.
+    pub fn stage_snapshot_part(
+        &self,
+        name: &StreamName,
+        blob: &mut dyn std::io::Read,
+        guard: &Guard,
+    ) -> Result<StagedPart> {
+        let (id, len, incarnation) =
+            self.inner
+                .stage_snapshot_part(name, blob, guard.expect.as_ref())?;
+        Ok(StagedPart {
+            id,
+            len,
+            incarnation,
+        })
+    }
+
+    /// Publishes staged parts of `name`, in the order `req.parts` lists them, as the snapshot
+    /// at `req.offset`, as [`Store::publish_snapshot`] publishes a blob. Durable when it returns.
+    ///
+    /// The snapshot already published there with `req.digest` answers at once (a repeat of a
+    /// commit whose parts are spent); another snapshot at or after the offset is refused before
+    /// any part is read. Every part must be staged for the stream's current incarnation
+    /// ([`UnknownPart`](crate::Error::UnknownPart)), listed once, and the assembled blob have
+    /// `req.digest` ([`SnapshotDigestMismatch`](crate::Error::SnapshotDigestMismatch)). The
+    /// parts are spent by every outcome except the server's own failures (I/O, poisoning,
+    /// shutdown), after which the commit can be repeated. One commit or discard of a stream's
+    /// parts runs at a time ([`SnapshotCommitInProgress`](crate::Error::SnapshotCommitInProgress)).
+    pub fn publish_snapshot_parts(
+        &self,
+        name: &StreamName,
+        req: &PublishParts,
+    ) -> Result<Published> {
+        let (snapshot, stream) = self.inner.publish_snapshot_parts(
+            name,
+            req.offset,
+            req.content_type.as_deref(),
+            &req.parts,
+            &req.digest,
+            req.expect.as_ref(),
+        )?;
+        Ok(Published { snapshot, stream })
+    }
+
+    /// Discards every unused staged part of `name` (in `guard`'s incarnation, if any, and its
+    /// earlier ones) and returns the stream's incarnation.
+    pub fn discard_snapshot_parts(&self, name: &StreamName, guard: &Guard) -> Result<Incarnation> {
+        self.inner
+            .discard_snapshot_parts(name, guard.expect.as_ref())
     }
 
     /// The latest snapshot, or the one at `req.offset`, with its blob.

@@ -184,6 +184,37 @@ impl fmt::Debug for PublishSnapshot<'_> {
     }
 }
 
+/// A snapshot part staged by [`Store::stage_snapshot_part`](crate::Store::stage_snapshot_part).
+/// Parts are scratch: they are not durable, and opening the store removes any left behind.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StagedPart {
+    /// The part's id, which a commit lists: 1 to 64 visible ASCII characters.
+    pub id: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The incarnation of the stream it was staged for; only a commit on it finds the part.
+    pub incarnation: Incarnation,
+}
+
+/// A commit of staged parts as one snapshot ([`Store::publish_snapshot_parts`](
+/// crate::Store::publish_snapshot_parts)).
+#[derive(Clone, Debug)]
+pub struct PublishParts {
+    /// The stream offset the snapshot represents: a message boundary or the tail.
+    pub offset: Offset,
+    /// The blob's media type; `application/octet-stream` when `None`.
+    pub content_type: Option<String>,
+    /// The part ids, in the snapshot's order, each listed once; at most 4096.
+    pub parts: Vec<String>,
+    /// The digest the assembled snapshot must have (as [`SnapshotInfo::digest`] is computed:
+    /// `sha256:` and the hex SHA-256 of the content type, a NUL and the blob).
+    pub digest: String,
+    /// Apply only if the stream is this incarnation
+    /// ([`IncarnationMismatch`](crate::Error::IncarnationMismatch) otherwise, applying nothing).
+    pub expect: Option<Incarnation>,
+}
+
 /// The outcome of a snapshot publication; durable when it is returned.
 #[derive(Clone, Debug)]
 #[non_exhaustive]

@@ -17,6 +17,7 @@
 //! | `append` | appends (steps 1 and 2) |
 //! | `read` | reads and waits |
 //! | `snapshot` | snapshots and retention |
+//! | `parts` | snapshots uploaded in parts: staging, commit, discard |
 //! | `expiry` | expiring streams, the reaper thread |
 //! | `retention` | retention policies: the enforcer thread |
 //!
@@ -73,6 +74,7 @@ mod expiry;
 mod fork;
 mod lifecycle;
 mod names;
+mod parts;
 mod poison;
 mod prepared;
 mod read;
@@ -142,6 +144,8 @@ pub(crate) struct Engine {
     /// The cold tier, when configured (`Options::with_tier`).
     #[cfg(feature = "tier")]
     pub(crate) tier: Option<Arc<crate::tier::Tier>>,
+    /// Staged snapshot parts (`parts`).
+    parts: parts::StagedParts,
 }
 
 impl Drop for Engine {
@@ -194,6 +198,7 @@ impl Engine {
         fs::create_dir_all(&root.join("streams"))?;
         fs::create_dir_all(&root.join("trash"))?;
         restore_trash(&root)?;
+        let parts = parts::StagedParts::open(&root)?;
         let names = Names::open(&root)?;
         // Stopped again if the open fails from here on (see `TierGuard`).
         #[cfg(feature = "tier")]
@@ -323,6 +328,7 @@ impl Engine {
             ),
             #[cfg(feature = "tier")]
             tier: tier.keep(),
+            parts,
         });
         #[cfg(feature = "tier")]
         if let Some(t) = &engine.tier {

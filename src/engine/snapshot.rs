@@ -40,12 +40,42 @@ impl Engine {
         expect_digest: Option<&str>,
         expect: Option<&Incarnation>,
     ) -> Result<(SnapshotInfo, StreamInfo)> {
+        self.publish_snapshot_checked(
+            name,
+            offset,
+            content_type,
+            blob,
+            expect_digest,
+            expect,
+            None,
+        )
+    }
+
+    /// [`Engine::publish_snapshot`], refusing with `SnapshotDigestMismatch` (once the blob is
+    /// written, before anything is published) a blob whose digest is not `blob_digest`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the publish's arguments, each a separate precondition"
+    )]
+    pub(crate) fn publish_snapshot_checked(
+        &self,
+        name: &StreamName,
+        offset: Offset,
+        content_type: Option<&str>,
+        blob: &mut dyn Read,
+        expect_digest: Option<&str>,
+        expect: Option<&Incarnation>,
+        blob_digest: Option<&str>,
+    ) -> Result<(SnapshotInfo, StreamInfo)> {
         let s = self.live(name)?;
         s.check_expect(expect)?;
         let ct = normalize_content_type(content_type.unwrap_or("application/octet-stream"))?;
         // Refuse what can be refused before streaming a blob of up to `max_snapshot_bytes`.
         s.core.lock().state.check_snapshot(offset, expect_digest)?;
         let (tmp, digest, len) = self.write_blob(&s, &ct, blob)?;
+        if blob_digest.is_some_and(|want| want != digest) {
+            return Err(Error::SnapshotDigestMismatch { assembled: digest });
+        }
         let core = s.core.lock();
         if core.gone {
             return Err(Error::NotFound);

@@ -10,7 +10,7 @@ use crate::headers::InvalidHeader;
 use super::names::{
     PRODUCER_EPOCH, PRODUCER_EXPECTED_SEQ, PRODUCER_RECEIVED_SEQ, STREAM_CLOSED,
     STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_LAST_SEQ, STREAM_NEXT_OFFSET,
-    STREAM_SNAPSHOT_DIGEST,
+    STREAM_SNAPSHOT_DIGEST, URSULA_MAX_STAGED_BYTES, URSULA_MAX_STAGED_PARTS,
 };
 use super::reply::{problem, set_header};
 
@@ -182,6 +182,9 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         Error::NotOnBoundary(_) | Error::InvalidOffset(_) => S::BAD_REQUEST,
         Error::RetentionBeyondSnapshot => S::CONFLICT,
         Error::SnapshotDeleteRefused => S::CONFLICT,
+        Error::SnapshotDigestMismatch { .. } | Error::UnknownPart { .. } => S::BAD_REQUEST,
+        Error::StagedPartsLimit { .. } => S::TOO_MANY_REQUESTS,
+        Error::SnapshotCommitInProgress => S::SERVICE_UNAVAILABLE,
         Error::Poisoned { source } if source.kind() == std::io::ErrorKind::StorageFull => {
             S::INSUFFICIENT_STORAGE
         }
@@ -250,6 +253,25 @@ fn error_details(
         } => {
             set_header(headers, STREAM_SNAPSHOT_DIGEST, digest);
         }
+        Error::SnapshotDigestMismatch { assembled } => {
+            extra.insert("assembled".into(), Value::from(assembled.as_str()));
+        }
+        Error::UnknownPart { part } => {
+            extra.insert("part".into(), Value::from(part.as_str()));
+        }
+        // Ursula's headers name the bound; no Retry-After, since waiting does not free it.
+        Error::StagedPartsLimit { limit } => {
+            let (name, n) = match limit {
+                crate::StagedLimit::Parts(n) => (URSULA_MAX_STAGED_PARTS, n),
+                crate::StagedLimit::Bytes(n) | crate::StagedLimit::StoreBytes(n) => {
+                    (URSULA_MAX_STAGED_BYTES, n)
+                }
+            };
+            set_header(headers, name, &n.to_string());
+        }
+        Error::SnapshotCommitInProgress => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(1u32));
+        }
         // PROTOCOL.md 7.2: the holder and generation go in the `error` member.
         Error::AlreadyClaimed { holder, generation } => {
             extra.insert(
@@ -267,7 +289,7 @@ fn error_details(
 
 /// Whether the error is the server's own failure: its detail is logged, never sent.
 fn is_internal(err: &Error) -> bool {
-    status_of(err, Op::Read).is_server_error()
+    !matches!(err, Error::SnapshotCommitInProgress) && status_of(err, Op::Read).is_server_error()
 }
 
 /// The problem `code` of an engine refusal during `op`.

@@ -11,6 +11,8 @@
 //! | `{s}/snapshot` | `GET` | the latest snapshot (404 when none) |
 //! | `{s}/retention/{offset}` | `PUT` | advance the earliest readable offset |
 //! | `{s}/bootstrap` | `GET` | `multipart/mixed`: the latest snapshot, then every message after it |
+//! | `{s}/snapshot/{offset}/parts`, `{s}/snapshot/parts` | `POST`, `DELETE` | stage a snapshot part (committed by a `PUT {s}/snapshot/{offset}` with `Stream-Snapshot-Parts`); discard the unused ones |
+//! | `{s}/incarnation/{token}/chunk/{offset}`, `.../snapshot/{offset}` | `GET` `HEAD` | immutable reads of one incarnation (Ursula 0.11) |
 //!
 //! Those route shapes are reserved: a name ending in `snapshot`, `retention` or `bootstrap` (or
 //! with `snapshot`/`retention` second to last) is no stream, and creating one is a 400. Large
@@ -61,9 +63,11 @@ pub(crate) mod differential;
 mod error;
 mod fanout;
 mod handle;
+mod immutable;
 mod keys;
 mod limits;
 mod names;
+mod ranges;
 mod read;
 mod reply;
 mod request;
@@ -71,6 +75,7 @@ mod retention;
 mod route;
 mod service;
 mod snapshot;
+mod snapshot_parts;
 mod sse;
 mod subscriptions;
 #[cfg(test)]

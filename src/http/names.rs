@@ -72,3 +72,20 @@ pub(crate) const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
 pub(crate) const TRUE: HeaderValue = HeaderValue::from_static("true");
 /// `X-Accel-Buffering: no` on SSE responses (nginx must not buffer them).
 pub(crate) const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
+/// `Stream-Immutable: true`: an answer of an incarnation's chunk or snapshot that never
+/// changes (Ursula 0.11).
+pub(crate) const STREAM_IMMUTABLE: HeaderName = HeaderName::from_static("stream-immutable");
+/// `Stream-Offset`: the first offset an incarnation chunk's body holds (Ursula 0.11).
+pub(crate) const STREAM_OFFSET: HeaderName = HeaderName::from_static("stream-offset");
+/// `Stream-Snapshot-Part`: the id of a staged snapshot part (Ursula 0.11).
+pub(crate) const STREAM_SNAPSHOT_PART: HeaderName = HeaderName::from_static("stream-snapshot-part");
+/// `Stream-Snapshot-Parts`: how many parts a snapshot commit lists (Ursula 0.11).
+pub(crate) const STREAM_SNAPSHOT_PARTS: HeaderName =
+    HeaderName::from_static("stream-snapshot-parts");
+/// `Ursula-Max-Staged-Parts`: the staged-parts bound a 429 names (Ursula 0.11).
+pub(crate) const URSULA_MAX_STAGED_PARTS: HeaderName =
+    HeaderName::from_static("ursula-max-staged-parts");
+/// `Ursula-Max-Staged-Bytes`: the staged-bytes bound a 429 names (Ursula 0.11).
+pub(crate) const URSULA_MAX_STAGED_BYTES: HeaderName =
+    HeaderName::from_static("ursula-max-staged-bytes");

@@ -377,7 +377,8 @@ macro_rules! exposed_headers {
     Stream-Last-Seq, Stream-Incarnation, Stream-TTL, Stream-Expires-At, Stream-Earliest-Offset, \
     Stream-Retention-Max-Age, Stream-Retention-Max-Bytes, Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-SSE-Data-Encoding, Producer-Epoch, \
     Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, \
-    WWW-Authenticate"
+    WWW-Authenticate, Stream-Offset, Stream-Immutable, Stream-Snapshot-Part, Content-Range, \
+    Ursula-Max-Staged-Parts, Ursula-Max-Staged-Bytes"
     };
 }
 /// [`exposed_headers!`] as a constant.
@@ -387,7 +388,8 @@ const EXPOSED_HEADERS: &str = exposed_headers!();
 const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Stream-Seq, Stream-TTL, \
     Stream-Expires-At, Stream-Closed, Stream-Incarnation, Stream-Forked-From, Stream-Fork-Offset, \
     Stream-Fork-Sub-Offset, Stream-Retention-Max-Age, Stream-Retention-Max-Bytes, \
-    Stream-Snapshot-Match, Producer-Id, Producer-Epoch, Producer-Seq";
+    Stream-Snapshot-Match, Producer-Id, Producer-Epoch, Producer-Seq, \
+    Range, If-Range, Stream-Snapshot-Parts, Stream-Snapshot-Digest";
 
 /// The methods a preflight allows.
 const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";

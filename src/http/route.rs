@@ -12,7 +12,10 @@ use crate::StreamName;
 use super::admin::RouteKind;
 use super::error::ApiError;
 use super::reply::Answer;
-use super::{AppState, admin, bootstrap, read, request, snapshot, subscriptions, write};
+use super::{
+    AppState, admin, bootstrap, immutable, read, request, snapshot, snapshot_parts, subscriptions,
+    write,
+};
 
 /// What a request path addresses.
 #[derive(Debug, PartialEq, Eq)]
@@ -23,6 +26,14 @@ pub(crate) enum Route {
     SnapshotLatest(StreamName),
     /// `{s}/snapshot/{offset}`.
     SnapshotAt(StreamName, String),
+    /// `{s}/snapshot/{offset}/parts`: stage a snapshot part.
+    SnapshotPart(StreamName, String),
+    /// `{s}/snapshot/parts`: the stream's staged parts (discard).
+    SnapshotParts(StreamName),
+    /// `{s}/incarnation/{token}/chunk/{offset}`: an immutable chunk.
+    IncarnationChunk(StreamName, String, String),
+    /// `{s}/incarnation/{token}/snapshot/{offset}`: an immutable snapshot.
+    IncarnationSnapshot(StreamName, String, String),
     /// `{s}/retention/{offset}`.
     Retention(StreamName, String),
     /// `{s}/bootstrap`.
@@ -79,6 +90,9 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
     if let Some(rest) = p.strip_prefix("__brook/") {
         return Ok(Route::Admin(rest.to_owned()));
     }
+    if let Some(route) = extension_route(p)? {
+        return Ok(route);
+    }
     let (head, last) = match p.rsplit_once('/') {
         Some((h, l)) => (Some(h), l),
         None => (None, p),
@@ -108,6 +122,43 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
     stream_name(Some(p)).map(Route::Stream)
 }
 
+/// The routes of Ursula 0.11 that end in more than two segments after the stream:
+/// `{s}/incarnation/{token}/(chunk|snapshot)/{offset}`, `{s}/snapshot/{offset}/parts` and
+/// `{s}/snapshot/parts`; `None` for any other path. The stream names reserve these shapes.
+fn extension_route(p: &str) -> Result<Option<Route>, ApiError> {
+    let mut segs = p.rsplitn(5, '/');
+    let last = segs.next().unwrap_or("");
+    let (s2, s3, s4, rest) = (segs.next(), segs.next(), segs.next(), segs.next());
+    if let (Some(kind @ ("chunk" | "snapshot")), Some(token), Some("incarnation"), Some(_)) =
+        (s2, s3, s4, rest)
+    {
+        let name = stream_name(rest)?;
+        let (token, offset) = (token.to_owned(), last.to_owned());
+        return Ok(Some(if kind == "chunk" {
+            Route::IncarnationChunk(name, token, offset)
+        } else {
+            Route::IncarnationSnapshot(name, token, offset)
+        }));
+    }
+    if last != "parts" {
+        return Ok(None);
+    }
+    match (s2, s3) {
+        (Some("snapshot"), Some(_)) => {
+            let head = p.rsplitn(3, '/').nth(2);
+            Ok(Some(Route::SnapshotParts(stream_name(head)?)))
+        }
+        (Some(offset), Some("snapshot")) if s4.is_some() => {
+            let head = p.rsplitn(4, '/').nth(3);
+            Ok(Some(Route::SnapshotPart(
+                stream_name(head)?,
+                offset.to_owned(),
+            )))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// The largest body the route `parts` addresses takes, when it is known from the head: an
 /// append's or create's (`max_append_bytes`) and a snapshot's (`max_snapshot_bytes`). `None`
 /// for other routes, whose handlers check their own.
@@ -116,6 +167,9 @@ pub(crate) fn body_limit(app: &AppState, parts: &Parts) -> Option<u64> {
     match parse_route(parts.uri.path()).ok()? {
         Route::Stream(_) if writes => Some(app.store.options().max_append_bytes() as u64),
         Route::SnapshotAt(..) if parts.method == Method::PUT => {
+            Some(app.store.options().max_snapshot_bytes())
+        }
+        Route::SnapshotPart(..) if parts.method == Method::POST => {
             Some(app.store.options().max_snapshot_bytes())
         }
         _ => None,
@@ -140,7 +194,12 @@ pub(crate) async fn dispatch(
     let m = &parts.method;
     *kind = match &route {
         Route::Stream(_) => RouteKind::of_stream(m),
-        Route::SnapshotLatest(_) | Route::SnapshotAt(..) => RouteKind::Snapshot,
+        Route::SnapshotLatest(_)
+        | Route::SnapshotAt(..)
+        | Route::SnapshotPart(..)
+        | Route::SnapshotParts(_)
+        | Route::IncarnationSnapshot(..) => RouteKind::Snapshot,
+        Route::IncarnationChunk(..) => RouteKind::Read,
         Route::Retention(..) => RouteKind::Retention,
         Route::Bootstrap(_) => RouteKind::Bootstrap,
         Route::Protocol(..) => RouteKind::Protocol,
@@ -191,6 +250,36 @@ pub(crate) async fn dispatch(
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
                 allow: "GET, PUT, DELETE, OPTIONS",
+            }),
+        },
+        Route::SnapshotPart(name, offset) => match *m {
+            Method::POST => snapshot_parts::stage(app, name, &offset, parts, body)
+                .await
+                .map(Answer::from),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "POST, OPTIONS",
+            }),
+        },
+        Route::SnapshotParts(name) => match *m {
+            Method::DELETE => snapshot_parts::discard(app, name, parts)
+                .await
+                .map(Answer::from),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "DELETE, OPTIONS",
+            }),
+        },
+        Route::IncarnationChunk(name, token, offset) => match *m {
+            Method::GET | Method::HEAD => immutable::chunk(app, name, &token, &offset, parts).await,
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, HEAD, OPTIONS",
+            }),
+        },
+        Route::IncarnationSnapshot(name, token, offset) => match *m {
+            Method::GET | Method::HEAD => immutable::snapshot(app, name, &token, &offset, parts)
+                .await
+                .map(Answer::from),
+            _ => Err(ApiError::MethodNotAllowed {
+                allow: "GET, HEAD, OPTIONS",
             }),
         },
         Route::Retention(name, offset) => match *m {

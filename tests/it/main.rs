@@ -55,6 +55,8 @@ mod http_tenants;
 #[cfg(feature = "http")]
 mod http_tls;
 #[cfg(feature = "http")]
+mod http_ursula_reads;
+#[cfg(feature = "http")]
 mod mirror;
 mod model;
 #[cfg(feature = "http")]

@@ -3,9 +3,11 @@
 //! sees it).
 //!
 //! A request needs one right on the stream it addresses (a fork also needs `read` on its
-//! source): `read` for GET and HEAD of a stream (catch-up, long-poll, SSE), snapshot reads and
-//! bootstrap; `write` for appends and closes (POST); `admin` for creating or forking (PUT),
-//! deleting, publishing or deleting snapshots, retention, and every route under the reserved
+//! source): `read` for GET and HEAD of a stream (catch-up, long-poll, SSE), snapshot reads,
+//! immutable incarnation reads (`{s}/incarnation/{token}/...`) and bootstrap; `write` for
+//! appends and closes (POST); `admin` for creating or forking (PUT), deleting, publishing or
+//! deleting snapshots, staging, committing or discarding snapshot parts, retention, and every
+//! route under the reserved
 //! prefixes `/__ds/` and `/__brook/` ([`reserved_route_needs`]). A grant is a right on a
 //! stream-name prefix that ends at a path-segment boundary ([`covers`]): `app` covers `app` and
 //! `app/x` but not `apple`, `chat/` covers `chat/room-1` but not `chat`, and the empty prefix
@@ -397,6 +399,10 @@ fn needs<'a>(route: &'a Route, method: &Method, headers: &HeaderMap) -> Needs<'a
         Route::SnapshotLatest(name)
         | Route::Bootstrap(name)
         | Route::SnapshotAt(name, _)
+        | Route::SnapshotPart(name, _)
+        | Route::SnapshotParts(name)
+        | Route::IncarnationChunk(name, ..)
+        | Route::IncarnationSnapshot(name, ..)
         | Route::Retention(name, _) => Some((read_or(Right::Admin), name.as_str())),
         Route::Protocol(root, rest) => reserved_route_needs(Some(root), rest, method),
         Route::Admin(rest) => reserved_route_needs(None, rest, method),

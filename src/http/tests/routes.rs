@@ -27,6 +27,27 @@ fn routes_split_on_the_reserved_last_segments() {
         parse_route("/snapshots/x").ok(),
         Some(Route::Stream(n("snapshots/x")))
     );
+    // Ursula 0.11's routes, under streams of any depth.
+    assert_eq!(
+        parse_route("/a/b/incarnation/t/chunk/o").ok(),
+        Some(Route::IncarnationChunk(n("a/b"), "t".into(), "o".into()))
+    );
+    assert_eq!(
+        parse_route("/a/incarnation/t/snapshot/o").ok(),
+        Some(Route::IncarnationSnapshot(n("a"), "t".into(), "o".into()))
+    );
+    assert_eq!(
+        parse_route("/a/b/snapshot/o/parts").ok(),
+        Some(Route::SnapshotPart(n("a/b"), "o".into()))
+    );
+    assert_eq!(
+        parse_route("/a/snapshot/parts").ok(),
+        Some(Route::SnapshotParts(n("a")))
+    );
+    assert_eq!(
+        parse_route("/a/incarnation/t/other/o").ok(),
+        Some(Route::Stream(n("a/incarnation/t/other/o")))
+    );
     assert_eq!(
         parse_route("/__ds/subscriptions/s1").ok(),
         Some(Route::Protocol(String::new(), "subscriptions/s1".into()))
@@ -56,6 +77,10 @@ fn routes_split_on_the_reserved_last_segments() {
         "/a/../b",
         "/a/%2e%2e/b",
         "/a/%00",
+        "/incarnation/t/chunk/o",
+        "/incarnation/t/snapshot/o",
+        "/snapshot/o/parts",
+        "/a/incarnation/t",
     ] {
         assert!(parse_route(bad).is_err(), "{bad}");
     }
