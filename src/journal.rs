@@ -7,7 +7,7 @@
 //! File layout (`journal/{shard:02}/{base_lsn:020}.wal`):
 //! ```text
 //! header  0..4   magic "BRKJ"
-//!         4..8   format version (u32 LE) = 2 (1 is read too)
+//!         4..8   format version (u32 LE) = 3 (1 and 2 are read too)
 //!         8..12  shard (u32 LE)
 //!        12..16  flags (u32 LE): bit 0 = FLAG_PREV_UNSYNCED, other bits 0
 //!        16..24  base LSN (u64 LE): the LSN of the first record byte
@@ -26,9 +26,10 @@ use crate::state::{AppendRecord, Body, StreamState, decode_snapshot, encode_snap
 use crate::types::{Producer, SnapshotInfo};
 
 pub(crate) const MAGIC: &[u8; 4] = b"BRKJ";
-/// The journal format this build writes: 2 added the placed append (kind 7), which version 1
-/// readers would take for a damaged frame and end the journal at.
-pub(crate) const VERSION: u32 = 2;
+/// The journal format this build writes: 2 added the placed append (kind 7) and 3 the producer
+/// digest (producer tag 2, and digests in a stream state), which older readers would take for a
+/// damaged frame and end the journal at.
+pub(crate) const VERSION: u32 = 3;
 /// The oldest journal format this build reads (version 1 has no placed appends).
 const OLDEST_VERSION: u32 = 1;
 pub(crate) const HEADER_LEN: u64 = 24;
@@ -329,10 +330,13 @@ fn encode_ends_and_guards(e: &mut Enc, r: &AppendRecord) {
     match &r.producer {
         None => e.u8(0),
         Some(p) => {
-            e.u8(1);
+            e.u8(if r.digest.is_some() { 2 } else { 1 });
             e.str(&p.id);
             e.u64(p.epoch);
             e.u64(p.seq);
+            if let Some(d) = &r.digest {
+                e.buf.extend_from_slice(d.as_bytes());
+            }
         }
     }
 }
@@ -383,14 +387,21 @@ fn decode_ends_and_guards(
     }
     let close = d.u8()? != 0;
     let stream_seq = d.opt_string()?;
-    let producer = match d.u8()? {
+    let tag = d.u8()?;
+    let producer = match tag {
         0 => None,
-        1 => Some(Producer {
+        1 | 2 => Some(Producer {
             id: d.string()?,
             epoch: d.u64()?,
             seq: d.u64()?,
         }),
         _ => return None,
+    };
+    let digest = if tag == 2 {
+        let bytes: [u8; 32] = d.take(32)?.try_into().ok()?;
+        Some(crate::digest::BodyDigest::from_bytes(bytes))
+    } else {
+        None
     };
     Some(AppendRecord {
         start,
@@ -398,6 +409,7 @@ fn decode_ends_and_guards(
         close,
         stream_seq,
         producer,
+        digest,
     })
 }
 
@@ -564,6 +576,9 @@ mod tests {
                     epoch: 1,
                     seq: u64::from(n),
                 }),
+                digest: n
+                    .is_multiple_of(3)
+                    .then(|| crate::digest::BodyDigest::of(&[n])),
             },
             placed: None,
         }
@@ -592,6 +607,7 @@ mod tests {
                 close: false,
                 stream_seq: None,
                 producer: None,
+                digest: None,
             },
         };
         create.encode_frame(&mut buf);
@@ -680,6 +696,7 @@ mod tests {
                     close: false,
                     stream_seq: Some("0001".into()),
                     producer: None,
+                    digest: None,
                 },
                 placed: None,
             };
@@ -725,12 +742,14 @@ mod tests {
                     epoch: 2,
                     seq: 4,
                 }),
+                digest: Some(crate::digest::BodyDigest::from_bytes([7; 32])),
             },
             placed: Some(placed),
         };
         let mut out = Vec::new();
         let n = rec.encode_frame(&mut out);
-        assert!(n < 100, "a placed frame of {n} bytes");
+        // Without its 32-byte producer digest, under 100 bytes: the body is not in it.
+        assert!(n < 132, "a placed frame of {n} bytes");
         let crc = u32::from_le_bytes([out[4], out[5], out[6], out[7]]);
         assert_eq!(crc, crc32fast::hash(&out[FRAME_HEADER..]));
         let Some(Record::Append {
@@ -749,6 +768,10 @@ mod tests {
         assert!(r.close);
         assert_eq!(r.stream_seq.as_deref(), Some("0009"));
         assert_eq!(r.producer.map(|p| (p.epoch, p.seq)), Some((2, 4)));
+        assert_eq!(
+            r.digest,
+            Some(crate::digest::BodyDigest::from_bytes([7; 32]))
+        );
         // The last end must be the placed length.
         let Record::Append { rec: full, .. } = &rec else {
             unreachable!()

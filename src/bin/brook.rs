@@ -306,6 +306,10 @@ struct ServeArgs {
     /// (`bucket/stream`, the bucket 4-64 of [a-z0-9_-]) and forks.
     #[arg(long)]
     portable_names: bool,
+    /// Treat If-Match on an append as a precondition on the stream's tail: 412 TAIL_MOVED
+    /// when the tail moved (brook's extension; off: the header is ignored, as Ursula does).
+    #[arg(long)]
+    append_if_match: bool,
     /// The URL clients reach this server at, for absolute `Location` headers
     /// (default: http:// and the request's Host).
     #[arg(long)]
@@ -558,6 +562,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         private_cache: args.private_cache,
         immutable_max_age: Duration::from_secs(args.immutable_max_age_secs),
         portable_names: args.portable_names,
+        append_if_match: args.append_if_match,
         public_url: args.public_url.clone(),
         webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),
         webhook_allow: args.webhook_allow.clone(),

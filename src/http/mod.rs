@@ -58,6 +58,7 @@ pub(crate) mod differential;
 mod error;
 mod fanout;
 mod h1;
+mod if_match;
 mod keys;
 mod limits;
 mod names;
@@ -121,6 +122,11 @@ pub struct ServerConfig {
     /// (`bucket/stream`, see docs/http.md) and forks (400 `NAME_NOT_PORTABLE`,
     /// `FORK_NOT_PORTABLE`). Default false.
     pub portable_names: bool,
+    /// Treat `If-Match` on an append as a precondition on the stream's tail (412 `TAIL_MOVED`
+    /// when the tail moved; docs/http.md, "If-Match on appends"), brook's extension. Default
+    /// false: the header is ignored on appends, as Ursula does, so every 412 keeps the seed's
+    /// meaning ("the stream you knew is gone").
+    pub append_if_match: bool,
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
@@ -196,6 +202,7 @@ impl Default for ServerConfig {
             private_cache: false,
             immutable_max_age: Duration::from_hours(365 * 24),
             portable_names: false,
+            append_if_match: false,
             public_url: None,
             body_read_timeout: Duration::from_secs(30),
             body_min_rate: 4096,
