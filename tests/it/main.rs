@@ -51,6 +51,8 @@ mod http_tenants;
 #[cfg(feature = "http")]
 mod http_tls;
 #[cfg(feature = "http")]
+mod http_ursula_writes;
+#[cfg(feature = "http")]
 mod mirror;
 mod model;
 #[cfg(feature = "http")]
