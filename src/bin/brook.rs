@@ -197,6 +197,10 @@ enum DurabilityArg {
 }
 
 #[derive(clap::Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "clap switches: each bool is one independent `--flag` of its own"
+)]
 struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -306,7 +310,7 @@ struct ServeArgs {
     /// (`bucket/stream`, the bucket 4-64 of [a-z0-9_-]) and forks.
     #[arg(long)]
     portable_names: bool,
-    /// Treat If-Match on an append as a precondition on the stream's tail: 412 TAIL_MOVED
+    /// Treat `If-Match` on an append as a precondition on the stream's tail: 412 `TAIL_MOVED`
     /// when the tail moved (brook's extension; off: the header is ignored, as Ursula does).
     #[arg(long)]
     append_if_match: bool,
@@ -562,7 +566,11 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         private_cache: args.private_cache,
         immutable_max_age: Duration::from_secs(args.immutable_max_age_secs),
         portable_names: args.portable_names,
-        append_if_match: args.append_if_match,
+        append_if_match: if args.append_if_match {
+            brook::http::AppendIfMatch::TailPrecondition
+        } else {
+            brook::http::AppendIfMatch::Ignored
+        },
         public_url: args.public_url.clone(),
         webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),
         webhook_allow: args.webhook_allow.clone(),

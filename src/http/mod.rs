@@ -100,6 +100,20 @@ use admin::{Metrics, RouteKind};
 use error::{ApiError, Op};
 use request::expected_incarnation;
 
+/// What `If-Match` on an append means (`brook serve --append-if-match`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AppendIfMatch {
+    /// The header is ignored on appends, as Ursula ignores it (the seed: "Ursula has no
+    /// precondition on the stream's tail offset").
+    #[default]
+    Ignored,
+    /// brook's extension: the tag of a read that reached the tail is a precondition on the
+    /// tail, refused with 412 `TAIL_MOVED` when it moved. A client of such a server must tell
+    /// this 412 from the seed's `INCARNATION_MISMATCH` by its code.
+    TailPrecondition,
+}
+
 /// How the server behaves beyond what the store's [`Options`](crate::Options) set.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -122,11 +136,10 @@ pub struct ServerConfig {
     /// (`bucket/stream`, see docs/http.md) and forks (400 `NAME_NOT_PORTABLE`,
     /// `FORK_NOT_PORTABLE`). Default false.
     pub portable_names: bool,
-    /// Treat `If-Match` on an append as a precondition on the stream's tail (412 `TAIL_MOVED`
-    /// when the tail moved; docs/http.md, "If-Match on appends"), brook's extension. Default
-    /// false: the header is ignored on appends, as Ursula does, so every 412 keeps the seed's
-    /// meaning ("the stream you knew is gone").
-    pub append_if_match: bool,
+    /// What `If-Match` on an append means (docs/http.md, "If-Match on appends"). Default
+    /// [`AppendIfMatch::Ignored`], as Ursula does, so every 412 keeps the seed's meaning ("the
+    /// stream you knew is gone").
+    pub append_if_match: AppendIfMatch,
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
@@ -202,7 +215,7 @@ impl Default for ServerConfig {
             private_cache: false,
             immutable_max_age: Duration::from_hours(365 * 24),
             portable_names: false,
-            append_if_match: false,
+            append_if_match: AppendIfMatch::Ignored,
             public_url: None,
             body_read_timeout: Duration::from_secs(30),
             body_min_rate: 4096,

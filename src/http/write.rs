@@ -27,7 +27,7 @@ use super::reply::{Answer, ReadTag, Reply};
 use super::request::{
     WriteHeaders, absolute_url, bytes_of, incarnation_of, producer_digest_of, raw,
 };
-use super::{AppState, blocking};
+use super::{AppState, AppendIfMatch, blocking};
 
 /// The request's `Content-Type`, normalized; `None` when absent or empty.
 fn content_type(value: Option<&HeaderValue>, op: Op) -> Result<Option<String>, ApiError> {
@@ -219,12 +219,13 @@ pub(crate) async fn append(
         ));
     }
     // Off by default: Ursula has no precondition on the tail, and the header is ignored.
-    let expect_tail = if app.config.append_if_match {
+    let guarded = app.config.append_if_match == AppendIfMatch::TailPrecondition;
+    let expect_tail = if guarded {
         tail_match(w.if_match)?
     } else {
         None
     };
-    let tail_guarded = app.config.append_if_match && w.if_match.is_some();
+    let tail_guarded = guarded && w.if_match.is_some();
     let held = write_body(app, body).await?;
     let data = held.bytes.clone();
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use brook::BodyDigest;
 use brook::Options;
-use brook::http::ServerConfig;
+use brook::http::{AppendIfMatch, ServerConfig};
 
 use crate::http_support::{R, Resp, Server, config, spawn_serve};
 
@@ -210,7 +210,7 @@ async fn the_digest_survives_sigkill_and_restart() -> R {
 
 fn guarded() -> ServerConfig {
     ServerConfig {
-        append_if_match: true,
+        append_if_match: AppendIfMatch::TailPrecondition,
         ..config()
     }
 }
