@@ -260,7 +260,7 @@ fn percent_decode(s: &str) -> Cow<'_, str> {
 
 /// Request headers that carry one value: a request that repeats one is refused (400) rather
 /// than resolved to whichever copy comes first, which a proxy and brook could disagree on.
-const SINGLETONS: [&str; 23] = [
+const SINGLETONS: [&str; 22] = [
     "host",
     "content-type",
     "content-length",
@@ -283,7 +283,6 @@ const SINGLETONS: [&str; 23] = [
     crate::headers::PRODUCER_EPOCH,
     crate::headers::PRODUCER_SEQ,
     crate::headers::PRODUCER_DIGEST,
-    "if-match",
 ];
 
 /// Most bytes of request headers (names and values) brook reads.

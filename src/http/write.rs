@@ -221,6 +221,20 @@ pub(crate) async fn append(
     // Off by default: Ursula has no precondition on the tail, and the header is ignored.
     let guarded = app.config.append_if_match == AppendIfMatch::TailPrecondition;
     let expect_tail = if guarded {
+        // `If-Match` is a list header: on other requests brook ignores it, and an append's
+        // precondition names one tag, so a second line is refused like a list in one.
+        if parts
+            .headers
+            .get_all(header::IF_MATCH)
+            .iter()
+            .nth(1)
+            .is_some()
+        {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "If-Match on an append must be one entity tag or *",
+            ));
+        }
         tail_match(w.if_match)?
     } else {
         None

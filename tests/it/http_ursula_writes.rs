@@ -276,6 +276,10 @@ async fn if_match_guards_the_tail_when_enabled() -> R {
             .await?
             .refused(400, "INVALID_ARGUMENT");
     }
+    // Two lines are a list too.
+    s.post(S, &[ct, ("if-match", &next), ("if-match", &next)], "d")
+        .await?
+        .refused(400, "INVALID_ARGUMENT");
     assert_eq!(s.read_all(S).await?, b"abc");
     Ok(())
 }
