@@ -17,6 +17,20 @@ use crate::{Incarnation, TailMatch};
 use super::error::ApiError;
 use super::reply::ReadTag;
 
+/// What `If-Match` on an append means (`brook serve --append-if-match`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AppendIfMatch {
+    /// The header is ignored on appends, as Ursula ignores it (the seed: "Ursula has no
+    /// precondition on the stream's tail offset").
+    #[default]
+    Ignored,
+    /// brook's extension: the tag of a read that reached the tail is a precondition on the
+    /// tail, refused with 412 `TAIL_MOVED` when it moved. A client of such a server must tell
+    /// this 412 from the seed's `INCARNATION_MISMATCH` by its code.
+    TailPrecondition,
+}
+
 /// The entity tag of `incarnation`'s tail at `tail`: what a read that ends there carries, as
 /// the read starting at the tail has it.
 pub(crate) fn tail_tag(incarnation: &Incarnation, tail: Offset, closed: bool) -> String {

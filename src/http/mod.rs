@@ -78,6 +78,7 @@ mod webhook;
 mod write;
 
 pub use auth::{AccessControl, JwtAlgorithm, JwtKey, check_token_line, token_hash};
+pub use if_match::AppendIfMatch;
 pub use tls::Tls;
 
 use std::future::Future;
@@ -99,20 +100,6 @@ use admin::{Metrics, RouteKind};
 
 use error::{ApiError, Op};
 use request::expected_incarnation;
-
-/// What `If-Match` on an append means (`brook serve --append-if-match`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AppendIfMatch {
-    /// The header is ignored on appends, as Ursula ignores it (the seed: "Ursula has no
-    /// precondition on the stream's tail offset").
-    #[default]
-    Ignored,
-    /// brook's extension: the tag of a read that reached the tail is a precondition on the
-    /// tail, refused with 412 `TAIL_MOVED` when it moved. A client of such a server must tell
-    /// this 412 from the seed's `INCARNATION_MISMATCH` by its code.
-    TailPrecondition,
-}
 
 /// How the server behaves beyond what the store's [`Options`](crate::Options) set.
 #[derive(Clone, Debug)]
