@@ -376,8 +376,8 @@ macro_rules! exposed_headers {
         "Stream-Next-Offset, Stream-Up-To-Date, Stream-Closed, Stream-Cursor, \
     Stream-Last-Seq, Stream-Incarnation, Stream-TTL, Stream-Expires-At, Stream-Earliest-Offset, \
     Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-SSE-Data-Encoding, Producer-Epoch, \
-    Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, \
-    WWW-Authenticate"
+    Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Producer-Outcome, ETag, Location, \
+    Content-Type, WWW-Authenticate"
     };
 }
 /// [`exposed_headers!`] as a constant.
@@ -386,7 +386,8 @@ const EXPOSED_HEADERS: &str = exposed_headers!();
 /// Request headers a browser may send (the preflight's `Access-Control-Allow-Headers`).
 const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Stream-Seq, Stream-TTL, \
     Stream-Expires-At, Stream-Closed, Stream-Incarnation, Stream-Forked-From, Stream-Fork-Offset, \
-    Stream-Fork-Sub-Offset, Stream-Snapshot-Match, Producer-Id, Producer-Epoch, Producer-Seq";
+    Stream-Fork-Sub-Offset, Stream-Snapshot-Match, Producer-Id, Producer-Epoch, Producer-Seq, \
+    Producer-Digest, If-Match";
 
 /// The methods a preflight allows.
 const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS";

@@ -341,3 +341,36 @@ async fn if_match_sits_after_deduplication_and_before_stream_seq() -> R {
     assert_eq!(s.read_all(S).await?, b"ab");
     Ok(())
 }
+
+/// A browser may send both headers (the preflight allows them) and read `Producer-Outcome`.
+#[tokio::test]
+async fn browsers_may_send_the_write_headers() -> R {
+    let s = Server::start().await?;
+    s.create(S, "text/plain").await?;
+    let r = s
+        .send(
+            "OPTIONS",
+            S,
+            &[
+                ("origin", b"https://example.com".as_slice()),
+                ("access-control-request-method", b"POST".as_slice()),
+                (
+                    "access-control-request-headers",
+                    b"producer-digest, if-match".as_slice(),
+                ),
+            ],
+            Vec::new(),
+        )
+        .await?;
+    let allowed = r.need("access-control-allow-headers")?.to_ascii_lowercase();
+    assert!(
+        allowed.contains("producer-digest") && allowed.contains("if-match"),
+        "{allowed}"
+    );
+    let r = s.get(&format!("{S}?offset=-1"), &[]).await?;
+    let exposed = r
+        .need("access-control-expose-headers")?
+        .to_ascii_lowercase();
+    assert!(exposed.contains("producer-outcome"), "{exposed}");
+    Ok(())
+}
