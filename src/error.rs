@@ -71,6 +71,29 @@ pub enum Error {
     /// A new producer epoch must start at sequence 0.
     #[error("a new producer epoch must start at Producer-Seq 0")]
     ProducerEpochSeqNotZero,
+    /// A write under a producer key that holds a write with another identity (Ursula 0.11's
+    /// `Producer-Digest`: another digest, or a digest where none was kept, or none where one
+    /// was). This write applied nothing and never will under this key.
+    #[error("producer epoch {epoch} holds a write with another identity under this key")]
+    ProducerKeyConflict {
+        /// The producer's current epoch.
+        epoch: u64,
+    },
+    /// A producer write that would apply, whose body does not hash to its `Producer-Digest`.
+    #[error("the body does not match its Producer-Digest")]
+    ProducerDigestMismatch,
+    /// The stream's tail is not the one an append's tail precondition named ([`TailMatch`]).
+    ///
+    /// [`TailMatch`]: crate::TailMatch
+    #[error("the stream's tail moved: it is now {tail} of incarnation {incarnation}")]
+    TailMoved {
+        /// The stream's current incarnation.
+        incarnation: Incarnation,
+        /// The stream's current tail.
+        tail: Offset,
+        /// Whether the stream is closed.
+        closed: bool,
+    },
     /// An append body that is not valid JSON on a JSON stream.
     #[error("invalid JSON: {0}")]
     InvalidJson(String),
@@ -285,6 +308,9 @@ impl Error {
             Error::ProducerSeqGap { .. } => "PRODUCER_SEQ_GAP",
             Error::ProducerEpochStale { .. } => "PRODUCER_EPOCH_STALE",
             Error::ProducerEpochSeqNotZero => "PRODUCER_EPOCH_SEQ_NOT_ZERO",
+            Error::ProducerKeyConflict { .. } => "PRODUCER_KEY_CONFLICT",
+            Error::ProducerDigestMismatch => "PRODUCER_DIGEST_MISMATCH",
+            Error::TailMoved { .. } => "TAIL_MOVED",
             Error::InvalidJson(_) => "INVALID_JSON",
             Error::EmptyJsonArray => "EMPTY_JSON_ARRAY",
             Error::EmptyAppend => "EMPTY_BODY",

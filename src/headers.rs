@@ -71,6 +71,11 @@ pub const PRODUCER_SEQ: &str = "producer-seq";
 pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
 /// `Producer-Received-Seq`: on a sequence-gap 409, the sequence number that was sent.
 pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+/// `Producer-Digest` (Ursula 0.11): the BLAKE3-256 digest of the request body, 64 lowercase
+/// hex digits, the identity of a producer's write.
+pub const PRODUCER_DIGEST: &str = "producer-digest";
+/// `Producer-Outcome` (Ursula 0.11): on a producer's 403 `PRODUCER_KEY_CONFLICT`, `key-conflict`.
+pub const PRODUCER_OUTCOME: &str = "producer-outcome";
 
 /// Query parameter: where a read starts (`-1`, `now` or an offset).
 pub const QUERY_OFFSET: &str = "offset";

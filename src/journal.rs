@@ -26,10 +26,10 @@ use crate::state::{AppendRecord, Body, StreamState, decode_snapshot, encode_snap
 use crate::types::{Producer, SnapshotInfo};
 
 pub(crate) const MAGIC: &[u8; 4] = b"BRKJ";
-/// The journal format this build writes: 3 added the retention policy to the stream state of a
-/// Create record (flag bit 1 of its last byte, DESIGN.md 2.3), which a version 2 reader would
-/// misread and end the journal at; 2 added the placed append (kind 7), which version 1
-/// readers would take for a damaged frame and end the journal at.
+/// The journal format this build writes: 2 added the placed append (kind 7); 3 added the
+/// retention policy to the stream state of a Create record (flag bit 1 of its last byte,
+/// DESIGN.md 2.3) and the producer digest (producer tag 2, and digests in a stream state, flag
+/// bit 2), which older readers would misread or take for a damaged frame and end the journal at.
 pub(crate) const VERSION: u32 = 3;
 /// The oldest journal format this build reads (version 1 has no placed appends).
 const OLDEST_VERSION: u32 = 1;
@@ -331,10 +331,13 @@ fn encode_ends_and_guards(e: &mut Enc, r: &AppendRecord) {
     match &r.producer {
         None => e.u8(0),
         Some(p) => {
-            e.u8(1);
+            e.u8(if r.digest.is_some() { 2 } else { 1 });
             e.str(&p.id);
             e.u64(p.epoch);
             e.u64(p.seq);
+            if let Some(d) = &r.digest {
+                e.buf.extend_from_slice(d.as_bytes());
+            }
         }
     }
 }
@@ -385,14 +388,21 @@ fn decode_ends_and_guards(
     }
     let close = d.u8()? != 0;
     let stream_seq = d.opt_string()?;
-    let producer = match d.u8()? {
+    let tag = d.u8()?;
+    let producer = match tag {
         0 => None,
-        1 => Some(Producer {
+        1 | 2 => Some(Producer {
             id: d.string()?,
             epoch: d.u64()?,
             seq: d.u64()?,
         }),
         _ => return None,
+    };
+    let digest = if tag == 2 {
+        let bytes: [u8; 32] = d.take(32)?.try_into().ok()?;
+        Some(crate::digest::BodyDigest::from_bytes(bytes))
+    } else {
+        None
     };
     Some(AppendRecord {
         start,
@@ -400,6 +410,7 @@ fn decode_ends_and_guards(
         close,
         stream_seq,
         producer,
+        digest,
     })
 }
 
@@ -566,6 +577,9 @@ mod tests {
                     epoch: 1,
                     seq: u64::from(n),
                 }),
+                digest: n
+                    .is_multiple_of(3)
+                    .then(|| crate::digest::BodyDigest::of(&[n])),
             },
             placed: None,
         }
@@ -595,6 +609,7 @@ mod tests {
                 close: false,
                 stream_seq: None,
                 producer: None,
+                digest: None,
             },
         };
         create.encode_frame(&mut buf);
@@ -683,6 +698,7 @@ mod tests {
                     close: false,
                     stream_seq: Some("0001".into()),
                     producer: None,
+                    digest: None,
                 },
                 placed: None,
             };
@@ -728,12 +744,14 @@ mod tests {
                     epoch: 2,
                     seq: 4,
                 }),
+                digest: Some(crate::digest::BodyDigest::from_bytes([7; 32])),
             },
             placed: Some(placed),
         };
         let mut out = Vec::new();
         let n = rec.encode_frame(&mut out);
-        assert!(n < 100, "a placed frame of {n} bytes");
+        // Without its 32-byte producer digest, under 100 bytes: the body is not in it.
+        assert!(n < 132, "a placed frame of {n} bytes");
         let crc = u32::from_le_bytes([out[4], out[5], out[6], out[7]]);
         assert_eq!(crc, crc32fast::hash(&out[FRAME_HEADER..]));
         let Some(Record::Append {
@@ -752,6 +770,10 @@ mod tests {
         assert!(r.close);
         assert_eq!(r.stream_seq.as_deref(), Some("0009"));
         assert_eq!(r.producer.map(|p| (p.epoch, p.seq)), Some((2, 4)));
+        assert_eq!(
+            r.digest,
+            Some(crate::digest::BodyDigest::from_bytes([7; 32]))
+        );
         // The last end must be the placed length.
         let Record::Append { rec: full, .. } = &rec else {
             unreachable!()

@@ -40,6 +40,7 @@
 #[cfg(feature = "client")]
 pub mod client; // a Rust client for any Durable Streams server, with the conditional-write recipes
 mod codec; // little-endian encoding helpers for the on-disk formats
+mod digest; // BodyDigest (a producer write's identity) and TailMatch (a precondition on the tail)
 mod engine; // the store's machinery: registry, streams, group commit and the fsync protocol, checkpoints, recovery
 mod error; // Error, Result
 mod fs; // file-system helpers: the store lock, stream directories, directory and file-system syncs, sendfile
@@ -73,6 +74,7 @@ mod types; // requests and outcomes
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+pub use digest::{BodyDigest, TailMatch};
 pub use error::{Error, Result, StagedLimit};
 #[doc(hidden)]
 pub use fs::sim; // the simulated disk (power cuts, injected faults) for the fault tests

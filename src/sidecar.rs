@@ -5,7 +5,7 @@
 //! valid slot with the highest generation and replays journal records with a higher LSN.
 //! ```text
 //!  0..4   magic "BRKM"
-//!  4..8   format version (u32 LE) = 1
+//!  4..8   format version (u32 LE) = 2 (1 is read too)
 //!  8..16  generation (u64 LE)
 //! 16..24  applied LSN (u64 LE): every journal record up to this LSN is reflected
 //! 24..28  payload length (u32 LE)
@@ -22,7 +22,11 @@ use crate::error::Result;
 use crate::state::StreamState;
 
 const MAGIC: &[u8; 4] = b"BRKM";
-const VERSION: u32 = 1;
+/// The sidecar format this build writes: 2 may carry producer digests in the stream state,
+/// which a version 1 reader would take for a damaged slot.
+const VERSION: u32 = 2;
+/// The oldest sidecar format this build reads (version 1 has no producer digests).
+const OLDEST_VERSION: u32 = 1;
 const HEADER: usize = 32;
 
 /// A decoded sidecar.
@@ -62,7 +66,7 @@ pub(crate) fn encode(generation: u64, applied_lsn: u64, state: &StreamState) -> 
 pub(crate) fn decode(buf: &[u8]) -> Option<Sidecar> {
     let head = buf.get(..HEADER)?;
     let mut d = Dec::new(head);
-    if d.take(4)? != MAGIC || d.u32()? != VERSION {
+    if d.take(4)? != MAGIC || !(OLDEST_VERSION..=VERSION).contains(&d.u32()?) {
         return None;
     }
     let generation = d.u64()?;

@@ -17,12 +17,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::codec::{Dec, Enc};
+use crate::digest::{BodyDigest, TailMatch};
 use crate::error::{Error, Result};
 use crate::name::{Incarnation, Offset};
 use crate::retention::RetentionPolicy;
 use crate::types::{AppendStatus, Expiry, Producer, SnapshotInfo};
 
 mod body;
+mod producer;
 #[cfg(test)]
 mod tests;
 
@@ -60,6 +62,10 @@ pub(crate) struct ProducerState {
     pub(crate) seq: u64,
     /// The tail right after this producer's newest accepted write.
     pub(crate) tail: Offset,
+    /// The digest the claim of this epoch (its seq 0) carried, if any (`producer`).
+    pub(crate) claim_digest: Option<BodyDigest>,
+    /// The digest the newest accepted write carried, if any.
+    pub(crate) newest_digest: Option<BodyDigest>,
 }
 
 /// Everything a stream is, besides its data.
@@ -123,6 +129,11 @@ pub(crate) struct AppendCheck<'a> {
     pub(crate) stream_seq: Option<&'a str>,
     /// The request's producer, already bounds-checked by [`validate_producer`].
     pub(crate) producer: Option<&'a Producer>,
+    /// The producer write's digest (`Producer-Digest`), and whether the body hashes to it
+    /// (computed outside the lock; reported at row 9).
+    pub(crate) digest: Option<(&'a BodyDigest, bool)>,
+    /// The tail precondition, if any (row 4b).
+    pub(crate) expect_tail: Option<&'a TailMatch>,
 }
 
 /// Checks a caller's `expect`ed incarnation against the stream's `current` one (row 3 of the
@@ -194,7 +205,8 @@ impl StreamState {
     }
 
     /// Rows 4 to 9 of the order of checks, for a stream that exists in the expected incarnation:
-    /// producer duplicate, closed, content type, producer validity, Stream-Seq, body validation.
+    /// producer duplicate (and its identity), the tail precondition, closed, content type,
+    /// producer validity, Stream-Seq, body validation.
     pub(crate) fn check_append(&self, req: &AppendCheck<'_>) -> Result<Decision> {
         let known = req
             .producer
@@ -203,8 +215,20 @@ impl StreamState {
             && p.epoch == s.epoch
             && p.seq <= s.seq
         {
+            producer::check_identity(p, req.digest.map(|(d, _)| d), s)?;
             let original_tail = (p.seq == s.seq).then_some(s.tail);
             return Ok(Decision::Answer(AppendStatus::Duplicate { original_tail }));
+        }
+        if let Some(t) = req.expect_tail
+            && (t.incarnation.as_str() != self.config.incarnation
+                || t.tail != self.tail
+                || t.closed != self.closed)
+        {
+            return Err(Error::TailMoved {
+                incarnation: Incarnation::from_raw(self.config.incarnation.clone()),
+                tail: self.tail,
+                closed: self.closed,
+            });
         }
         if self.closed {
             if !req.has_data && req.close {
@@ -252,6 +276,9 @@ impl StreamState {
                 last_seq: last.to_owned(),
             });
         }
+        if let Some((_, false)) = req.digest {
+            return Err(Error::ProducerDigestMismatch);
+        }
         match req.body {
             Err(e) => Err(clone_body_error(e)),
             Ok(_) if !req.has_data && !req.close => Err(Error::EmptyAppend),
@@ -272,12 +299,15 @@ impl StreamState {
             self.stream_seq = Some(s.clone());
         }
         if let Some(p) = &rec.producer {
+            let claim_digest = producer::claim_after(p, rec.digest, self.producers.get(&p.id));
             self.producers.insert(
                 p.id.clone(),
                 ProducerState {
                     epoch: p.epoch,
                     seq: p.seq,
                     tail: self.tail,
+                    claim_digest,
+                    newest_digest: rec.digest,
                 },
             );
         }
@@ -377,8 +407,9 @@ impl StreamState {
             e.str(f);
         }
         // The flags byte: old states wrote only the soft-deleted bool here, so a state without a
-        // policy encodes exactly as before and every stored state still decodes.
+        // policy or digests encodes exactly as before and every stored state still decodes.
         let policy = !c.retention.is_empty();
+        let digests = producer::any_digest(&self.producers);
         let mut flags = 0;
         if self.soft_deleted {
             flags |= FLAG_SOFT_DELETED;
@@ -386,9 +417,15 @@ impl StreamState {
         if policy {
             flags |= FLAG_RETENTION;
         }
+        if digests {
+            flags |= producer::HAS_DIGESTS;
+        }
         e.u8(flags);
         if policy {
             c.retention.encode(e);
+        }
+        if digests {
+            producer::encode_digests(e, &self.producers);
         }
     }
 
@@ -420,6 +457,8 @@ impl StreamState {
                     epoch: d.u64()?,
                     seq: d.u64()?,
                     tail: d.offset()?,
+                    claim_digest: None,
+                    newest_digest: None,
                 },
             );
         }
@@ -435,12 +474,15 @@ impl StreamState {
             forks.insert(d.string()?);
         }
         let flags = d.u8()?;
-        if flags & !(FLAG_SOFT_DELETED | FLAG_RETENTION) != 0 {
+        if flags & !(FLAG_SOFT_DELETED | FLAG_RETENTION | producer::HAS_DIGESTS) != 0 {
             return None;
         }
         let soft_deleted = flags & FLAG_SOFT_DELETED != 0;
         if flags & FLAG_RETENTION != 0 {
             config.retention = RetentionPolicy::decode(d)?;
+        }
+        if flags & producer::HAS_DIGESTS != 0 {
+            producer::decode_digests(d, &mut producers)?;
         }
         Some(StreamState {
             config,
@@ -465,6 +507,8 @@ pub(crate) struct AppendRecord {
     pub(crate) close: bool,
     pub(crate) stream_seq: Option<String>,
     pub(crate) producer: Option<Producer>,
+    /// The producer write's digest (`Producer-Digest`); only with `producer`.
+    pub(crate) digest: Option<BodyDigest>,
 }
 
 /// A copy of a [`prepare_body`] failure (which only ever fails with the variants kept here).

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use crate::digest::{BodyDigest, TailMatch};
 use crate::name::{Incarnation, Offset, ReadFrom, StreamName};
 
 /// The preconditions of an operation that carries nothing else ([`Store::head`],
@@ -454,8 +455,20 @@ pub struct AppendRequest {
     pub stream_seq: Option<String>,
     /// Exactly-once producer identity.
     pub producer: Option<Producer>,
+    /// The digest of `data` the producer sent with its key (Ursula 0.11's `Producer-Digest`):
+    /// kept with the producer's claim (seq 0) and newest write, so that a retry under the same
+    /// key with another digest, or with none where one was kept (and the reverse), is refused
+    /// with [`Error::ProducerKeyConflict`] instead of answered as a duplicate; a write that would
+    /// apply is refused with [`Error::ProducerDigestMismatch`] when `data` does not hash to it.
+    /// Needs `producer`.
+    ///
+    /// [`Error::ProducerKeyConflict`]: crate::Error::ProducerKeyConflict
+    /// [`Error::ProducerDigestMismatch`]: crate::Error::ProducerDigestMismatch
+    pub producer_digest: Option<BodyDigest>,
     /// Apply only if the stream is this incarnation.
     pub expect: Option<Incarnation>,
+    /// Apply only if the stream's tail is this one (brook's extension; see [`TailMatch`]).
+    pub expect_tail: Option<TailMatch>,
 }
 
 impl AppendRequest {
@@ -502,6 +515,20 @@ impl AppendRequest {
     #[must_use]
     pub fn producer(mut self, producer: Producer) -> Self {
         self.producer = Some(producer);
+        self
+    }
+
+    /// Send `digest` as the producer write's identity (see [`AppendRequest::producer_digest`]).
+    #[must_use]
+    pub fn producer_digest(mut self, digest: BodyDigest) -> Self {
+        self.producer_digest = Some(digest);
+        self
+    }
+
+    /// Apply only if the stream's tail is as `tail` says (see [`TailMatch`]).
+    #[must_use]
+    pub fn expect_tail(mut self, tail: TailMatch) -> Self {
+        self.expect_tail = Some(tail);
         self
     }
 

@@ -267,6 +267,10 @@ struct ServeArgs {
     /// (`bucket/stream`, the bucket 4-64 of [a-z0-9_-]) and forks.
     #[arg(long)]
     portable_names: bool,
+    /// Treat `If-Match` on an append as a precondition on the stream's tail: 412 `TAIL_MOVED`
+    /// when the tail moved (brook's extension; off: the header is ignored, as Ursula does).
+    #[arg(long)]
+    append_if_match: bool,
     /// The URL clients reach this server at, for absolute `Location` headers
     /// (default: http:// and the request's Host).
     #[arg(long)]
@@ -504,6 +508,11 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         cache_stale_while_revalidate: Duration::from_secs(args.cache_stale_while_revalidate_secs),
         cache_revalidate_tail: args.cache_revalidate_tail,
         portable_names: args.portable_names,
+        append_if_match: if args.append_if_match {
+            brook::http::AppendIfMatch::TailPrecondition
+        } else {
+            brook::http::AppendIfMatch::Ignored
+        },
         public_url: args.public_url.clone(),
         webhook_timeout: Duration::from_millis(args.webhook_timeout_ms),
         webhook_allow: args.webhook_allow.clone(),

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use crate::digest::BodyDigest;
 use crate::error::{Error, Result};
 
 use crate::journal::{PLACE_MIN, Placed};
@@ -126,6 +127,11 @@ impl Engine {
         if let Some(p) = &req.producer {
             validate_producer(p)?;
         }
+        if req.producer_digest.is_some() && req.producer.is_none() {
+            return Err(Error::InvalidArgument(
+                "a producer digest needs the producer's id, epoch and seq".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -145,7 +151,11 @@ impl Engine {
             Some(c) => Some(Cow::Owned(normalize_content_type(c).map_err(Refusal::now)?)),
         };
         let has_data = !req.data.is_empty();
-        // Step 1: validate and convert the body outside any lock; a failure is row 9's.
+        // Step 1: validate and convert the body outside any lock, and hash it against its
+        // producer digest; a failure is row 9's.
+        let digest = req
+            .producer_digest
+            .map(|d| (d, BodyDigest::of(&req.data) == d));
         let body = prepare_body(s.json, req.data, false);
         // Buffered mode writes a large body once, to its segment (see `journal::Placed`). The
         // CRC its record carries is taken here, outside the lock; a one-message body keeps it
@@ -175,6 +185,8 @@ impl Engine {
             close: req.close,
             stream_seq: req.stream_seq.as_deref(),
             producer: req.producer.as_ref(),
+            digest: digest.as_ref().map(|(d, ok)| (d, *ok)),
+            expect_tail: req.expect_tail.as_ref(),
         };
         let decision = core
             .state
@@ -204,6 +216,7 @@ impl Engine {
                     close: req.close,
                     stream_seq: req.stream_seq,
                     producer: req.producer,
+                    digest: req.producer_digest,
                 };
                 core.state.apply_append(&rec);
                 self.counters.appended(rec.body.data.len());

@@ -42,8 +42,10 @@ use super::apply::snapshot_file;
 
 /// The first bytes of an archive.
 const MAGIC: &[u8; 4] = b"BRKX";
-/// The archive format's version.
-const VERSION: u32 = 1;
+/// The archive format this build writes: 2 may carry producer digests in a stream's state.
+const VERSION: u32 = 2;
+/// The oldest archive format this build reads (version 1 has no producer digests).
+const OLDEST_VERSION: u32 = 1;
 /// Record kinds.
 const END_ARCHIVE: u8 = 0;
 const STREAM: u8 = 1;
@@ -168,7 +170,11 @@ impl Engine {
         if &header[..4] != MAGIC {
             return Err(bad("no BRKX magic".into()));
         }
-        if header[4..8] != VERSION.to_le_bytes() {
+        let version = header
+            .get(4..8)
+            .and_then(|v| <[u8; 4]>::try_from(v).ok())
+            .map(u32::from_le_bytes);
+        if !version.is_some_and(|v| (OLDEST_VERSION..=VERSION).contains(&v)) {
             return Err(bad("a format version this brook does not know".into()));
         }
         let mut count = 0u64;

@@ -164,6 +164,7 @@ impl Engine {
             close: req.closed,
             stream_seq,
             producer: None,
+            digest: None,
         };
         let ticket = {
             let mut core = stream.core.lock();

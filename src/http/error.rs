@@ -8,7 +8,7 @@ use crate::Error;
 use crate::headers::InvalidHeader;
 
 use super::names::{
-    PRODUCER_EPOCH, PRODUCER_EXPECTED_SEQ, PRODUCER_RECEIVED_SEQ, STREAM_CLOSED,
+    PRODUCER_EPOCH, PRODUCER_EXPECTED_SEQ, PRODUCER_OUTCOME, PRODUCER_RECEIVED_SEQ, STREAM_CLOSED,
     STREAM_EARLIEST_OFFSET, STREAM_INCARNATION, STREAM_LAST_SEQ, STREAM_NEXT_OFFSET,
     STREAM_SNAPSHOT_DIGEST, URSULA_MAX_STAGED_BYTES, URSULA_MAX_STAGED_PARTS,
 };
@@ -162,6 +162,11 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         Error::ProducerSeqGap { .. } => S::CONFLICT,
         Error::ProducerEpochStale { .. } => S::FORBIDDEN,
         Error::ProducerEpochSeqNotZero => S::BAD_REQUEST,
+        Error::ProducerKeyConflict { .. } => S::FORBIDDEN,
+        Error::ProducerDigestMismatch => S::BAD_REQUEST,
+        // Only with `--append-if-match`: a 412 that is not the seed's incarnation 412, told apart
+        // by its code (docs/http.md, "If-Match on appends").
+        Error::TailMoved { .. } => S::PRECONDITION_FAILED,
         Error::InvalidJson(_) | Error::EmptyJsonArray | Error::EmptyAppend => S::BAD_REQUEST,
         Error::InvalidArgument(_) => S::BAD_REQUEST,
         Error::TooLarge(_) => S::PAYLOAD_TOO_LARGE,
@@ -239,6 +244,27 @@ fn error_details(
         Error::ProducerEpochStale { current } => {
             set_header(headers, PRODUCER_EPOCH, &current.to_string());
             extra.insert("currentEpoch".into(), Value::from(*current));
+        }
+        // Ursula 0.11: a key conflict names the producer's epoch and its outcome.
+        Error::ProducerKeyConflict { epoch } => {
+            set_header(headers, PRODUCER_EPOCH, &epoch.to_string());
+            set_header(headers, PRODUCER_OUTCOME, "key-conflict");
+            extra.insert("currentEpoch".into(), Value::from(*epoch));
+        }
+        // The tail's entity tag, which a retry sends back as its `If-Match`.
+        Error::TailMoved {
+            incarnation,
+            tail,
+            closed,
+        } => {
+            let tag = super::if_match::tail_tag(incarnation, *tail, *closed);
+            set_header(headers, header::ETAG, &tag);
+            set_header(headers, STREAM_NEXT_OFFSET, &tail.to_string());
+            if *closed {
+                set_header(headers, STREAM_CLOSED, "true");
+            }
+            extra.insert("etag".into(), Value::from(tag));
+            extra.insert("tail".into(), Value::from(tail.to_string()));
         }
         Error::OffsetGone { earliest } => {
             set_header(headers, STREAM_EARLIEST_OFFSET, &earliest.to_string());

@@ -63,6 +63,7 @@ pub(crate) mod differential;
 mod error;
 mod fanout;
 mod handle;
+mod if_match;
 mod immutable;
 mod keys;
 mod limits;
@@ -85,6 +86,7 @@ mod webhook;
 mod write;
 
 pub use auth::{AccessControl, JwtAlgorithm, JwtKey, check_token_line, token_hash};
+pub use if_match::AppendIfMatch;
 pub use transport::tls::Tls;
 
 use std::future::Future;
@@ -144,6 +146,10 @@ pub struct ServerConfig {
     /// (`bucket/stream`, see docs/http.md) and forks (400 `NAME_NOT_PORTABLE`,
     /// `FORK_NOT_PORTABLE`). Default false.
     pub portable_names: bool,
+    /// What `If-Match` on an append means (docs/http.md, "If-Match on appends"). Default
+    /// [`AppendIfMatch::Ignored`], as Ursula does, so every 412 keeps the seed's meaning ("the
+    /// stream you knew is gone").
+    pub append_if_match: AppendIfMatch,
     /// The base URL clients reach this server at (for the absolute `Location` of a 201), e.g.
     /// `https://streams.example.com`. Default: `http://` and the request's `Host`.
     pub public_url: Option<String>,
@@ -222,6 +228,7 @@ impl Default for ServerConfig {
             cache_stale_while_revalidate: Duration::from_mins(5),
             cache_revalidate_tail: false,
             portable_names: false,
+            append_if_match: AppendIfMatch::Ignored,
             public_url: None,
             body_read_timeout: Duration::from_secs(30),
             body_min_rate: 4096,

@@ -60,6 +60,8 @@ pub(crate) const PRODUCER_EXPECTED_SEQ: HeaderName =
 /// [`headers::PRODUCER_RECEIVED_SEQ`].
 pub(crate) const PRODUCER_RECEIVED_SEQ: HeaderName =
     HeaderName::from_static(headers::PRODUCER_RECEIVED_SEQ);
+/// [`headers::PRODUCER_OUTCOME`].
+pub(crate) const PRODUCER_OUTCOME: HeaderName = HeaderName::from_static(headers::PRODUCER_OUTCOME);
 
 /// `X-Content-Type-Options` (PROTOCOL.md 12.7).
 pub(crate) const X_CONTENT_TYPE_OPTIONS: HeaderName =

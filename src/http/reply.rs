@@ -376,7 +376,7 @@ macro_rules! exposed_headers {
         "Stream-Next-Offset, Stream-Up-To-Date, Stream-Closed, Stream-Cursor, \
     Stream-Last-Seq, Stream-Incarnation, Stream-TTL, Stream-Expires-At, Stream-Earliest-Offset, \
     Stream-Retention-Max-Age, Stream-Retention-Max-Bytes, Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-SSE-Data-Encoding, Producer-Epoch, \
-    Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, \
+    Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Producer-Outcome, ETag, Location, Content-Type, \
     WWW-Authenticate, Stream-Offset, Stream-Immutable, Stream-Snapshot-Part, Content-Range, \
     Ursula-Max-Staged-Parts, Ursula-Max-Staged-Bytes"
     };
@@ -388,7 +388,7 @@ const EXPOSED_HEADERS: &str = exposed_headers!();
 const ALLOWED_HEADERS: &str = "Content-Type, If-None-Match, Authorization, Stream-Seq, Stream-TTL, \
     Stream-Expires-At, Stream-Closed, Stream-Incarnation, Stream-Forked-From, Stream-Fork-Offset, \
     Stream-Fork-Sub-Offset, Stream-Retention-Max-Age, Stream-Retention-Max-Bytes, \
-    Stream-Snapshot-Match, Producer-Id, Producer-Epoch, Producer-Seq, \
+    Stream-Snapshot-Match, Producer-Id, Producer-Epoch, Producer-Seq, Producer-Digest, If-Match, \
     Range, If-Range, Stream-Snapshot-Parts, Stream-Snapshot-Digest";
 
 /// The methods a preflight allows.

@@ -46,6 +46,10 @@ pub(crate) struct WriteHeaders<'a> {
     pub(crate) producer_epoch: Option<&'a HeaderValue>,
     /// `Producer-Seq`.
     pub(crate) producer_seq: Option<&'a HeaderValue>,
+    /// `Producer-Digest`.
+    pub(crate) producer_digest: Option<&'a HeaderValue>,
+    /// `If-Match`.
+    pub(crate) if_match: Option<&'a HeaderValue>,
 }
 
 impl<'a> WriteHeaders<'a> {
@@ -61,6 +65,8 @@ impl<'a> WriteHeaders<'a> {
                 crate::headers::PRODUCER_ID => &mut w.producer_id,
                 crate::headers::PRODUCER_EPOCH => &mut w.producer_epoch,
                 crate::headers::PRODUCER_SEQ => &mut w.producer_seq,
+                crate::headers::PRODUCER_DIGEST => &mut w.producer_digest,
+                "if-match" => &mut w.if_match,
                 _ => continue,
             };
             // Iteration yields a name's values in order: the first is the one `get` answers.
@@ -95,6 +101,27 @@ pub(crate) fn incarnation_of(value: Option<&HeaderValue>) -> Result<Option<Incar
             Ok(Some(Incarnation::new(s.trim()).map_err(|_| bad())?))
         }
     }
+}
+
+/// A `Producer-Digest` value (Ursula 0.11: BLAKE3-256 of the body, 64 lowercase hex digits), if
+/// any; anything else is 400 `INVALID_ARGUMENT`.
+pub(crate) fn producer_digest_of(
+    value: Option<&HeaderValue>,
+) -> Result<Option<crate::BodyDigest>, ApiError> {
+    let Some(v) = value else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|s| crate::BodyDigest::parse(s.trim()))
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "Producer-Digest must be the BLAKE3-256 digest of the body as 64 lowercase hex \
+                 digits",
+            )
+        })
 }
 
 /// Whether `If-None-Match` names `tag` (or is `*`). Weak tags compare by their opaque part.
@@ -234,7 +261,7 @@ fn percent_decode(s: &str) -> Cow<'_, str> {
 
 /// Request headers that carry one value: a request that repeats one is refused (400) rather
 /// than resolved to whichever copy comes first, which a proxy and brook could disagree on.
-const SINGLETONS: [&str; 23] = [
+const SINGLETONS: [&str; 24] = [
     "host",
     "content-type",
     "content-length",
@@ -258,6 +285,7 @@ const SINGLETONS: [&str; 23] = [
     crate::headers::PRODUCER_ID,
     crate::headers::PRODUCER_EPOCH,
     crate::headers::PRODUCER_SEQ,
+    crate::headers::PRODUCER_DIGEST,
 ];
 
 /// Longest request target (path and query) brook reads (`414 URI_TOO_LONG` past it; hyper

@@ -18,13 +18,16 @@ use crate::{
 
 use super::body::{Held, read_body};
 use super::error::{ApiError, Op};
+use super::if_match::tail_match;
 use super::names::{
     PRODUCER_EPOCH, PRODUCER_SEQ, STREAM_CLOSED, STREAM_EXPIRES_AT, STREAM_FORK_OFFSET,
     STREAM_FORK_SUB_OFFSET, STREAM_FORKED_FROM, STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_TTL,
 };
-use super::reply::{Answer, Reply};
-use super::request::{WriteHeaders, absolute_url, bytes_of, incarnation_of, raw};
-use super::{AppState, blocking};
+use super::reply::{Answer, ReadTag, Reply};
+use super::request::{
+    WriteHeaders, absolute_url, bytes_of, incarnation_of, producer_digest_of, raw,
+};
+use super::{AppState, AppendIfMatch, blocking};
 
 /// The request's `Content-Type`, normalized; `None` when absent or empty.
 fn content_type(value: Option<&HeaderValue>, op: Op) -> Result<Option<String>, ApiError> {
@@ -209,6 +212,35 @@ pub(crate) async fn append(
     )?;
     let stream_seq = parse_stream_seq(bytes_of(w.stream_seq))?;
     let expect = incarnation_of(w.incarnation)?;
+    let producer_digest = producer_digest_of(w.producer_digest)?;
+    if producer_digest.is_some() && producer.is_none() {
+        return Err(ApiError::bad_request(
+            "INVALID_ARGUMENT",
+            "Producer-Digest needs Producer-Id, Producer-Epoch and Producer-Seq",
+        ));
+    }
+    // Off by default: Ursula has no precondition on the tail, and the header is ignored.
+    let guarded = app.config.append_if_match == AppendIfMatch::TailPrecondition;
+    let expect_tail = if guarded {
+        // `If-Match` is a list header: on other requests brook ignores it, and an append's
+        // precondition names one tag, so a second line is refused like a list in one.
+        if parts
+            .headers
+            .get_all(header::IF_MATCH)
+            .iter()
+            .nth(1)
+            .is_some()
+        {
+            return Err(ApiError::bad_request(
+                "INVALID_ARGUMENT",
+                "If-Match on an append must be one entity tag or *",
+            ));
+        }
+        tail_match(w.if_match)?
+    } else {
+        None
+    };
+    let tail_guarded = guarded && w.if_match.is_some();
     let held = write_body(app, body).await?;
     let data = held.bytes.clone();
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
@@ -234,7 +266,9 @@ pub(crate) async fn append(
         close,
         stream_seq,
         producer,
+        producer_digest,
         expect,
+        expect_tail,
     };
     // An append to an open stream needs no disk work before its durability wait, so it runs on
     // this worker; the store hands the request back when it would block (opening the stream,
@@ -279,6 +313,18 @@ pub(crate) async fn append(
     }
     if let Some((epoch, seq)) = outcome.producer.or(sent) {
         r = r.number(PRODUCER_EPOCH, epoch).number(PRODUCER_SEQ, seq);
+    }
+    // The new tail's tag, so a writer can chain its next guarded append without a read.
+    if tail_guarded {
+        r = r.tag(
+            header::ETAG,
+            ReadTag {
+                incarnation: outcome.incarnation.clone(),
+                start: outcome.tail,
+                next: outcome.tail,
+                closed: outcome.closed,
+            },
+        );
     }
     Ok(r.answer_empty())
 }

@@ -28,6 +28,8 @@ fn check(s: &StreamState, seq: Option<&str>, p: Option<&Producer>) -> Result<Dec
         close: false,
         stream_seq: seq,
         producer: p,
+        digest: None,
+        expect_tail: None,
     })
 }
 
@@ -39,6 +41,7 @@ fn apply(s: &mut StreamState, seq: Option<&str>, p: Option<Producer>) {
         close: false,
         stream_seq: seq.map(Into::into),
         producer: p,
+        digest: None,
     };
     s.apply_append(&rec);
 }
@@ -202,4 +205,173 @@ fn sidecar_state_round_trips() {
         StreamState::decode(&mut Dec::new(&e.buf[..e.buf.len() - 1])),
         None
     );
+}
+
+/// Appends `body` as producer `p` with `digest`, checked first: the decision, applied when
+/// accepted.
+fn keyed(
+    s: &mut StreamState,
+    p: &Producer,
+    body: &[u8],
+    digest: Option<BodyDigest>,
+) -> Result<Decision> {
+    let prepared = prepare_body(false, Bytes::copy_from_slice(body), false);
+    let hashed = digest.map(|d| (d, BodyDigest::of(body) == d));
+    let decision = s.check_append(&AppendCheck {
+        body: &prepared,
+        has_data: true,
+        content_type: Some("text/plain"),
+        close: false,
+        stream_seq: None,
+        producer: Some(p),
+        digest: hashed.as_ref().map(|(d, ok)| (d, *ok)),
+        expect_tail: None,
+    })?;
+    if decision == Decision::Accept {
+        s.apply_append(&AppendRecord {
+            start: s.tail,
+            body: prepared.expect("a valid body"),
+            close: false,
+            stream_seq: None,
+            producer: Some(p.clone()),
+            digest,
+        });
+    }
+    Ok(decision)
+}
+
+/// Ursula 0.11's row 8: the claim and the newest write keep their digests; a repeat of either
+/// with another identity (another digest, or a digest where none was kept, or none where one
+/// was) is a key conflict; a repeat of a write in between is not checked; a write that would
+/// apply with a body that does not hash to its digest is refused and uses no seq.
+#[test]
+fn producer_digests_are_the_write_identity() {
+    let mut s = state();
+    let d = |b: &[u8]| Some(BodyDigest::of(b));
+    let p = |seq| Producer::new("p", 1, seq);
+    let conflict = Err::<Decision, _>(Error::ProducerKeyConflict { epoch: 1 });
+    assert_eq!(
+        keyed(&mut s, &p(0), b"a", d(b"a")).ok(),
+        Some(Decision::Accept)
+    );
+    assert_eq!(
+        keyed(&mut s, &p(1), b"b", None).ok(),
+        Some(Decision::Accept)
+    );
+    assert_eq!(
+        keyed(&mut s, &p(2), b"c", d(b"c")).ok(),
+        Some(Decision::Accept)
+    );
+    let dup = |tail| {
+        Ok::<Decision, Error>(Decision::Answer(AppendStatus::Duplicate {
+            original_tail: tail,
+        }))
+    };
+    let newest = Some(s.tail);
+    // The newest write: its own digest is a duplicate (whatever the body), any other identity
+    // a conflict.
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(2), b"c", d(b"c"))),
+        format!("{:?}", dup(newest))
+    );
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(2), b"x", d(b"c"))),
+        format!("{:?}", dup(newest))
+    );
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(2), b"x", d(b"x"))),
+        format!("{conflict:?}")
+    );
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(2), b"c", None)),
+        format!("{conflict:?}")
+    );
+    // The claim keeps its digest too; the write in between is not checked.
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(0), b"a", d(b"a"))),
+        format!("{:?}", dup(None))
+    );
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(0), b"a", None)),
+        format!("{conflict:?}")
+    );
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(1), b"z", d(b"z"))),
+        format!("{:?}", dup(None))
+    );
+    // A body that does not hash to its digest applies nothing, and seq 3 is still next.
+    let tail = s.tail;
+    assert_eq!(
+        format!("{:?}", keyed(&mut s, &p(3), b"d", d(b"other"))),
+        format!("{:?}", Err::<Decision, _>(Error::ProducerDigestMismatch))
+    );
+    assert_eq!(s.tail, tail);
+    assert_eq!(
+        keyed(&mut s, &p(3), b"d", d(b"d")).ok(),
+        Some(Decision::Accept)
+    );
+    // A new epoch's claim replaces the kept claim digest.
+    let q = Producer::new("p", 2, 0);
+    assert_eq!(keyed(&mut s, &q, b"e", None).ok(), Some(Decision::Accept));
+    assert_eq!(s.producers["p"].claim_digest, None);
+    // The digests survive the sidecar encoding; a state without any encodes as before.
+    s.producers
+        .get_mut("p")
+        .expect("the producer")
+        .newest_digest = d(b"e");
+    let mut e = Enc::default();
+    s.encode(&mut e);
+    assert_eq!(StreamState::decode(&mut Dec::new(&e.buf)), Some(s.clone()));
+    s.producers
+        .get_mut("p")
+        .expect("the producer")
+        .newest_digest = None;
+    let mut plain = Enc::default();
+    s.encode(&mut plain);
+    assert_eq!(plain.buf.last(), Some(&0));
+    assert!(plain.buf.len() < e.buf.len());
+}
+
+/// The tail precondition (brook's extension) runs after producer deduplication: a retry of an
+/// accepted write is a duplicate even though its own write moved the tail.
+#[test]
+fn the_tail_precondition_follows_deduplication() {
+    let mut s = state();
+    let at_start = TailMatch {
+        incarnation: Incarnation::new("i").expect("a token"),
+        tail: Offset::ZERO,
+        closed: false,
+    };
+    let body = prepare_body(false, Bytes::from_static(b"x"), false);
+    let p = Producer::new("p", 0, 0);
+    let check = |s: &StreamState| {
+        s.check_append(&AppendCheck {
+            body: &body,
+            has_data: true,
+            content_type: Some("text/plain"),
+            close: false,
+            stream_seq: None,
+            producer: Some(&p),
+            digest: None,
+            expect_tail: Some(&at_start),
+        })
+    };
+    assert_eq!(check(&s).ok(), Some(Decision::Accept));
+    apply(&mut s, None, Some(p.clone()));
+    assert!(matches!(
+        check(&s),
+        Ok(Decision::Answer(AppendStatus::Duplicate { .. }))
+    ));
+    let q = Producer::new("q", 0, 0);
+    let moved = s.check_append(&AppendCheck {
+        body: &body,
+        has_data: true,
+        content_type: Some("text/plain"),
+        close: false,
+        stream_seq: None,
+        producer: Some(&q),
+        digest: None,
+        expect_tail: Some(&at_start),
+    });
+    assert!(matches!(moved, Err(Error::TailMoved { tail, closed: false, .. }) if tail == s.tail));
 }

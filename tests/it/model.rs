@@ -43,6 +43,8 @@ enum SeqSel {
 struct ProdSel {
     id: u8,
     mode: u8,
+    /// `Producer-Digest`: 0 none, 1 and 2 the body's, 3 another body's.
+    digest: u8,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -193,7 +195,7 @@ fn op() -> impl Strategy<Value = Op> {
             prop_oneof![4 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)],
             prop::bool::weighted(0.06),
             seq_sel(),
-            prop::option::weighted(0.5, (0u8..2, 0u8..10).prop_map(|(id, mode)| ProdSel { id, mode })),
+            prop::option::weighted(0.5, (0u8..2, 0u8..10, 0u8..4).prop_map(|(id, mode, digest)| ProdSel { id, mode, digest })),
             expect_sel()
         )
             .prop_map(|(s, body, ct, close, seq, producer, expect)| Op::Append { s, body, ct, close, seq, producer, expect }),
@@ -249,6 +251,8 @@ struct MStream {
     seq: Option<String>,
     /// id -> (epoch, seq, tail after its newest write)
     producers: BTreeMap<String, (u64, u64, Offset)>,
+    /// id -> the digests its epoch's claim and its newest write carried (`Producer-Digest`)
+    digests: BTreeMap<String, (Option<BodyDigest>, Option<BodyDigest>)>,
     earliest: Offset,
     snapshots: Vec<MSnap>,
     /// Source name index and divergence point, for a fork.
@@ -529,6 +533,7 @@ fn same_error(a: &Error, b: &Error) -> bool {
             },
         ) => e1 == e2 && r1 == r2,
         (ProducerEpochStale { current: x }, ProducerEpochStale { current: y }) => x == y,
+        (ProducerKeyConflict { epoch: x }, ProducerKeyConflict { epoch: y }) => x == y,
         (OffsetGone { earliest: x }, OffsetGone { earliest: y }) => x == y,
         (OffsetBeyondTail { tail: x }, OffsetBeyondTail { tail: y }) => x == y,
         (SnapshotStale { latest: x }, SnapshotStale { latest: y }) => x == y,
@@ -884,6 +889,7 @@ impl Harness {
                 closed,
                 seq: filter_seq(make_seq(None, seq)).ok().flatten(),
                 producers: BTreeMap::new(),
+                digests: BTreeMap::new(),
                 earliest: Offset::ZERO,
                 snapshots: Vec::new(),
                 fork: None,
@@ -937,8 +943,15 @@ impl Harness {
         let seq_raw = make_seq(m, seq);
         let seq_f = filter_seq(seq_raw.clone());
         let prod = producer.map(|p| make_producer(m, p));
+        let digest = producer.and_then(|p| match p.digest {
+            1 | 2 => Some(BodyDigest::of(&b.data)),
+            3 => Some(BodyDigest::of(&[b.data.as_slice(), b"\xff"].concat())),
+            _ => None,
+        });
+        let digest_ok = producer.is_none_or(|p| p.digest != 3);
         let e = self.model.expect_token(s, expect);
         let mut req = AppendRequest::new(b.data.clone());
+        req.producer_digest = digest;
         req.content_type.clone_from(&req_ct);
         req.close = close;
         req.stream_seq.clone_from(&seq_raw);
@@ -962,6 +975,18 @@ impl Harness {
                 && p.epoch == pe
                 && p.seq <= ps
             {
+                // Ursula 0.11's row 8: the claim's and the newest write's identities are kept.
+                let (claim, newest) = m.digests.get(&p.id).copied().unwrap_or_default();
+                let kept = if p.seq == 0 {
+                    Some(claim)
+                } else if p.seq == ps {
+                    Some(newest)
+                } else {
+                    None
+                };
+                if kept.is_some_and(|k| k != digest) {
+                    return Err(Error::ProducerKeyConflict { epoch: pe });
+                }
                 let original_tail = (p.seq == ps).then_some(ptail);
                 return Ok((AppendStatus::Duplicate { original_tail }, Some((pe, ps))));
             }
@@ -1017,6 +1042,9 @@ impl Harness {
                     last_seq: last.clone(),
                 });
             }
+            if !digest_ok {
+                return Err(Error::ProducerDigestMismatch);
+            }
             if json && has_data && body.is_some_and(|b| b.bad) {
                 return Err(Error::InvalidJson(String::new()));
             }
@@ -1045,6 +1073,12 @@ impl Harness {
             let tail = m.tail();
             if let Some(p) = &prod {
                 m.producers.insert(p.id.clone(), (p.epoch, p.seq, tail));
+                let claim = if p.seq == 0 {
+                    digest
+                } else {
+                    m.digests.get(&p.id).and_then(|d| d.0)
+                };
+                m.digests.insert(p.id.clone(), (claim, digest));
             }
         }
         let (tail, closed, inc) = match self.model.streams[s].as_ref() {
@@ -1289,6 +1323,7 @@ impl Harness {
                 closed: false,
                 seq: None,
                 producers: BTreeMap::new(),
+                digests: BTreeMap::new(),
                 earliest: srcm.earliest,
                 snapshots: Vec::new(),
                 fork: Some((src, base)),
