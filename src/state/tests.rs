@@ -322,6 +322,13 @@ fn producer_digests_are_the_write_identity() {
     let mut e = Enc::default();
     s.encode(&mut e);
     assert_eq!(StreamState::decode(&mut Dec::new(&e.buf)), Some(s.clone()));
+    // With a retention policy too, both follow the flags byte (the policy first) and both
+    // survive.
+    let mut both = s.clone();
+    both.config.retention = crate::RetentionPolicy::new().max_age(60).max_bytes(1 << 20);
+    let mut e2 = Enc::default();
+    both.encode(&mut e2);
+    assert_eq!(StreamState::decode(&mut Dec::new(&e2.buf)), Some(both));
     s.producers
         .get_mut("p")
         .expect("the producer")
