@@ -27,7 +27,12 @@ pub(super) struct Segment {
     /// stays here), read through [`Piece::Cold`].
     pub(super) log: Option<Arc<File>>,
     pub(super) log_cap: u64,
+    /// The log's bytes, from the segment's start, whose blocks the writer set aside before a
+    /// batch (`segment/room.rs`); past the written bytes, writes below it allocate nothing.
+    pub(super) log_alloc: u64,
     pub(super) idx: File,
+    /// The index file's bytes whose blocks are set aside likewise (the map's length at most).
+    pub(super) idx_alloc: u64,
     /// The index file, read-only: entries reach it by `pwrite` (see `idx_pending`), so a
     /// checkpoint's sync, which write-protects the pages it writes back, leaves no page for the
     /// next append to fault on.
@@ -115,7 +120,9 @@ impl Segment {
             base,
             log,
             log_cap,
+            log_alloc: 0,
             idx,
+            idx_alloc: 0,
             idx_map,
             count: 0,
             idx_written: 0,
@@ -183,7 +190,9 @@ impl Segment {
             base,
             log,
             log_cap,
+            log_alloc: 0,
             idx,
+            idx_alloc: 0,
             idx_map,
             count: 0,
             idx_written: 0,

@@ -119,13 +119,11 @@ fn fill_refuse_heal(durability: Durability, test: &str) -> R {
 }
 
 #[test]
-#[ignore = "known failure (issue 32): on a full tmpfs an append can still end OUTCOME_UNKNOWN (a write past the shard's space checks); run with --ignored"]
 fn a_full_disk_refuses_before_writing_and_heals_in_sync_mode() -> R {
     fill_refuse_heal(Durability::Sync, "a_full_disk_..._sync_mode")
 }
 
 #[test]
-#[ignore = "known failure (issue 32): on a full tmpfs an append can still end OUTCOME_UNKNOWN (a write past the shard's space checks); run with --ignored"]
 fn a_full_disk_refuses_before_writing_and_heals_in_buffered_mode() -> R {
     fill_refuse_heal(Durability::Buffered, "a_full_disk_..._buffered_mode")
 }
@@ -137,7 +135,6 @@ fn a_full_disk_refuses_before_writing_and_heals_in_buffered_mode() -> R {
 /// stream holds exactly the acknowledged appends.
 #[cfg(feature = "http")]
 #[test]
-#[ignore = "known failure (issue 32): with 64 KiB appends over HTTP the first refusal is still 503 OUTCOME_UNKNOWN; run with --ignored"]
 fn a_server_on_a_full_disk_answers_507_then_heals_without_a_restart() -> R {
     let mnt = tempfile::tempdir()?;
     if !mount_tmpfs(mnt.path(), 16)? {
