@@ -31,6 +31,7 @@
 //! sync's `ENOSPC` comes after the batch reached the journal, and poisons the shard until the
 //! store is reopened.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -93,6 +94,9 @@ impl Shard {
     /// whether any space was allocated.
     fn make_room(items: &[Queued], room: &mut fs::Headroom) -> Result<bool> {
         let mut want: Vec<(&Arc<Stream>, u64, u64)> = Vec::new();
+        // Each stream's place in `want`, once a batch is large enough that a scan would cost.
+        let mut at: HashMap<*const Stream, usize> = HashMap::new();
+        let indexed = items.len() > 16;
         for it in items {
             let Record::Append { rec, .. } = &it.record else {
                 continue;
@@ -101,12 +105,19 @@ impl Shard {
             if bytes == 0 {
                 continue;
             }
-            match want.iter_mut().find(|(s, ..)| Arc::ptr_eq(s, &it.stream)) {
-                Some(w) => {
-                    w.1 += bytes;
-                    w.2 += entries;
+            let found = if indexed {
+                at.get(&Arc::as_ptr(&it.stream)).copied()
+            } else {
+                want.iter().position(|(s, ..)| Arc::ptr_eq(s, &it.stream))
+            };
+            if let Some(w) = found.and_then(|i| want.get_mut(i)) {
+                w.1 += bytes;
+                w.2 += entries;
+            } else {
+                if indexed {
+                    at.insert(Arc::as_ptr(&it.stream), want.len());
                 }
-                None => want.push((&it.stream, bytes, entries)),
+                want.push((&it.stream, bytes, entries));
             }
         }
         let mut grew = false;

@@ -282,8 +282,12 @@ impl Segment {
 
     /// Appends `body` (its bytes buffered, held (`hold`: a placed append's, see `held`) or
     /// written through, its index entries buffered) to this segment of the stream in `dir`,
-    /// growing the files as needed.
+    /// growing the files as needed (sparse lengths: the writer set their blocks aside before
+    /// the batch, `segment/room.rs`).
     pub(super) fn write(&mut self, dir: &Path, body: &Body, hold: bool) -> Result<()> {
+        // The index grows first: once the body's bytes are written or buffered, only its
+        // entries are left to add, so a failure cannot leave bytes buffered past `end`.
+        self.grow_index(dir, body.ends.len() as u64)?;
         let rel = self.end - self.base.bytes;
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
@@ -330,13 +334,7 @@ impl Segment {
     /// `end` on: buffers its index entries and moves `end` past it.
     pub(super) fn add_entries(&mut self, dir: &Path, body: &Body) -> Result<()> {
         let n = body.ends.len() as u64;
-        let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
-        if need_idx > self.idx_map.len() as u64 {
-            let len =
-                IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
-            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
-            self.idx_map = mmap::map_index(&self.idx, len as usize)?;
-        }
+        self.grow_index(dir, n)?;
         let mut prev = 0usize;
         for &end in body.ends.iter() {
             let end = end as usize;
@@ -359,6 +357,19 @@ impl Segment {
         // Bodies of many small messages gather more entry bytes than data bytes.
         if self.unwritten.len() >= FLUSH_AT || self.idx_pending.len() >= FLUSH_AT {
             self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the index file long enough for `n` more entries (a sparse length, mapped again),
+    /// unless it is.
+    fn grow_index(&mut self, dir: &Path, n: u64) -> Result<()> {
+        let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
+        if need_idx > self.idx_map.len() as u64 {
+            let len =
+                IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
+            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
+            self.idx_map = mmap::map_index(&self.idx, len as usize)?;
         }
         Ok(())
     }
