@@ -363,7 +363,7 @@ impl Segment {
 
     /// Makes the index file long enough for `n` more entries (a sparse length, mapped again),
     /// unless it is.
-    fn grow_index(&mut self, dir: &Path, n: u64) -> Result<()> {
+    pub(super) fn grow_index(&mut self, dir: &Path, n: u64) -> Result<()> {
         let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
         if need_idx > self.idx_map.len() as u64 {
             let len =

@@ -10,11 +10,12 @@
 //! 1. **A roll ahead.** If the last segment is full, the next segment is created now (its log
 //!    and index, the index's header written); the batch's appends then go into it without a
 //!    roll of their own (`SegmentSet::room`), however far past `segment_bytes` they take it.
-//! 2. **The log's blocks.** The log's blocks are allocated (`fallocate`) up to the end of the
-//!    batch's bytes, rounded up to a [`LOG_STEP`]: the bytes still buffered from earlier
-//!    batches lie below that end too.
-//! 3. **The index's blocks.** The index file is allocated up to its mapped length, grown (and
-//!    mapped again) first when the batch's entries do not fit.
+//! 2. **The log's blocks.** The log's blocks are allocated (`fallocate`) up to past the end of
+//!    the batch's bytes, doubling from [`LOG_MIN_STEP`] and then in [`LOG_STEP`]s: the bytes
+//!    still buffered from earlier batches lie below that end too.
+//! 3. **The index's blocks.** The index file is made long enough for the batch's entries
+//!    (a sparse length, mapped again), then its blocks are allocated up to past them, doubling
+//!    from a block up to the file's length.
 //!
 //! On a nearly full disk (a step would leave less than the engine's margin free, or does not
 //! fit) exactly what the batch needs is allocated instead (`fs::allocate_ahead`).
@@ -28,12 +29,20 @@ use crate::fs;
 
 use super::log::Segment;
 use super::set::SegmentSet;
-use super::{ENTRY, IDX_HEADER, MIN_IDX_ENTRIES, MIN_LOG_CAP, idx_path, log_path, mmap};
+use super::{ENTRY, IDX_HEADER, idx_path, log_path};
 
 /// A log's blocks are set aside this many bytes at a time (below it, doubling from
-/// [`MIN_LOG_CAP`]): a few calls per segment, and at most this much allocated and unused past
+/// [`LOG_MIN_STEP`]): a few calls per segment, and at most this much allocated and unused past
 /// a sealed segment's end.
 const LOG_STEP: u64 = 1 << 20;
+
+/// The first step of a log's blocks: a stream of a few small messages takes a block or two,
+/// not its log's whole first length (which stays sparse).
+const LOG_MIN_STEP: u64 = 4096;
+
+/// The fewest index entries whose blocks are set aside at once (doubling from here up to the
+/// index file's length): a block.
+const IDX_STEP_ENTRIES: u64 = 4096 / ENTRY;
 
 impl SegmentSet {
     /// Makes room in the last segment for `bytes` more bytes in `entries` more messages (see
@@ -80,7 +89,7 @@ impl Segment {
         if need > from {
             let step = need
                 .next_power_of_two()
-                .max(MIN_LOG_CAP)
+                .max(LOG_MIN_STEP)
                 .min(need.next_multiple_of(LOG_STEP));
             let path = log_path(dir, base);
             let to = fs::allocate_ahead(self.local_log()?, &path, (from, need, step), room)?;
@@ -91,22 +100,16 @@ impl Segment {
         let need_idx = IDX_HEADER + (self.count + entries) * ENTRY;
         let from_idx = self.idx_alloc.max(IDX_HEADER + self.idx_written * ENTRY);
         if need_idx > from_idx {
-            let mapped = self.idx_map.len() as u64;
-            let len = if need_idx > mapped {
-                IDX_HEADER
-                    + (self.count + entries)
-                        .next_power_of_two()
-                        .max(MIN_IDX_ENTRIES)
-                        * ENTRY
-            } else {
-                mapped
-            };
+            // The file's length first (sparse, mapped again), then the blocks.
+            self.grow_index(dir, entries)?;
+            let step = (IDX_HEADER
+                + (self.count + entries)
+                    .next_power_of_two()
+                    .max(IDX_STEP_ENTRIES)
+                    * ENTRY)
+                .min(self.idx_map.len() as u64);
             let path = idx_path(dir, base);
-            let to = fs::allocate_ahead(&self.idx, &path, (from_idx, need_idx, len), room)?;
-            if to > mapped {
-                // The index file only grows; the old map is dropped for one of its new length.
-                self.idx_map = mmap::map_index(&self.idx, to as usize)?;
-            }
+            let to = fs::allocate_ahead(&self.idx, &path, (from_idx, need_idx, step), room)?;
             self.idx_alloc = to;
             grew = true;
         }
