@@ -81,3 +81,29 @@ pub(crate) fn allocate_ahead(
     room.took(to - from);
     Ok(to)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_is_taken_only_while_the_margin_stays_free() -> io::Result<()> {
+        let file = tempfile::tempfile()?;
+        let path = Path::new("/no-hook-watches-this");
+        // No disk has this much free: exactly what is needed.
+        let mut tight = Headroom::new(u64::MAX / 2);
+        assert_eq!(
+            allocate_ahead(&file, path, (0, 100, 1 << 20), &mut tight)?,
+            100
+        );
+        assert_eq!(file.metadata()?.len(), 100);
+        // With no margin to keep, the whole step.
+        let mut roomy = Headroom::new(0);
+        assert_eq!(
+            allocate_ahead(&file, path, (100, 200, 8192), &mut roomy)?,
+            8192
+        );
+        assert_eq!(file.metadata()?.len(), 8192);
+        Ok(())
+    }
+}
