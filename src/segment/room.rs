@@ -10,7 +10,8 @@
 //! 1. **A roll ahead.** If the last segment is full, the next segment is created now (its log
 //!    and index, the index's header written); the batch's appends then go into it without a
 //!    roll of their own (`SegmentSet::room`), however far past `segment_bytes` they take it.
-//! 2. **The log's blocks.** The log's blocks are allocated (`fallocate`) up to past the end of
+//! 2. **The log's blocks.** The log is made long enough for the batch (a sparse length,
+//!    doubling, as before), then its blocks are allocated (`fallocate`) up to past the end of
 //!    the batch's bytes, doubling from [`LOG_MIN_STEP`] and then in [`LOG_STEP`]s: the bytes
 //!    still buffered from earlier batches lie below that end too.
 //! 3. **The index's blocks.** The index file is made long enough for the batch's entries
@@ -29,7 +30,7 @@ use crate::fs;
 
 use super::log::Segment;
 use super::set::SegmentSet;
-use super::{ENTRY, IDX_HEADER, idx_path, log_path};
+use super::{ENTRY, IDX_HEADER, MIN_LOG_CAP, idx_path, log_path};
 
 /// A log's blocks are set aside this many bytes at a time (below it, doubling from
 /// [`LOG_MIN_STEP`]): a few calls per segment, and at most this much allocated and unused past
@@ -86,6 +87,13 @@ impl Segment {
         // Written bytes have their blocks: allocation starts past them.
         let from = self.log_alloc.max(end - self.pending());
         let mut grew = false;
+        if need > self.log_cap {
+            // The length first, grown as a write past it would grow it (sparse: read maps
+            // keep their doubling lengths), then the blocks.
+            let cap = need.next_power_of_two().max(MIN_LOG_CAP);
+            fs::set_len(self.local_log()?, &log_path(dir, base), cap)?;
+            self.log_cap = cap;
+        }
         if need > from {
             let step = need
                 .next_power_of_two()
