@@ -9,13 +9,15 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+mod headroom; // allocating ahead in steps, exactly what is needed on a nearly full disk
 pub(crate) mod seam; // every durability point and namespace change, observable by a test
 #[doc(hidden)]
 pub mod sim; // the simulated disk behind the seam: power cuts and injected faults, for tests
 
+pub(crate) use headroom::{Headroom, allocate_ahead};
 pub(crate) use seam::{
-    allocate, check_write, create, create_dir_all, open_create, remove_dir_all, remove_file,
-    rename, set_len, sync_all, sync_data, sync_dir, sync_fs,
+    allocate, available_bytes, check_write, create, create_dir_all, open_create, remove_dir_all,
+    remove_file, rename, set_len, sync_all, sync_data, sync_dir, sync_fs,
 };
 
 /// Makes everything written to the file system that holds `file` durable (`syncfs(2)`), and
@@ -201,8 +203,9 @@ fn sync_range(file: &File, offset: u64, len: u64, wait: bool) {
 }
 
 /// The bytes an unprivileged writer may still take on the file system holding `file`
-/// (`fstatvfs(3)`: available blocks times the fragment size); `None` if it cannot say.
-pub(crate) fn available_bytes(file: &File) -> Option<u64> {
+/// (`fstatvfs(3)`: available blocks times the fragment size); `None` if it cannot say. The
+/// engine calls it through the seam ([`available_bytes`]).
+fn statvfs_available(file: &File) -> Option<u64> {
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;

@@ -127,7 +127,11 @@ impl Shard {
 
     /// Takes writes again after a failure whose outcome is known, when its cause is gone: under
     /// `writer`, fails what is still queued, cuts the journal back to its last committed byte
-    /// and syncs it (a failure here poisons the shard: the sync's outcome is unknown); then
+    /// and the zeros set aside past it, and syncs it (a failure here poisons the shard: the
+    /// sync's outcome is unknown); after a
+    /// full disk, goes on refusing unless the disk now has room to heal
+    /// (`Shard::room_to_heal`: more than a batch's refusal leaves, so the shard does not
+    /// take writes again only to refuse the next one); then
     /// rolls each noted stream's staged state back to its applied state (under its `core`,
     /// `writer` released) and clears the failure. The shard thread calls it while refusing.
     pub(super) fn heal(&self) {
@@ -145,16 +149,24 @@ impl Shard {
                     break;
                 }
             }
+            // What the writer set aside past the end stays (zeros: recovery reads them as a
+            // clean end), so the free space looked at below is what the next batch finds; a
+            // reservation that failed part-way grew the file past it, which goes.
             let end = journal::HEADER_LEN + (w.end_lsn - w.file_base);
-            let cut = fs::set_len(&w.file, &w.path, end)
+            w.alloc = w.alloc.max(end);
+            let cut = fs::set_len(&w.file, &w.path, w.alloc)
                 .and_then(|()| w.file.seek(std::io::SeekFrom::Start(end)).map(drop))
                 .and_then(|()| fs::sync_data(&w.file, &w.path));
-            w.alloc = end;
             w.unstarted = 0;
             w.shared_file = None;
             if let Err(e) = cut {
                 drop(w);
                 self.poison(e.into());
+                return;
+            }
+            w.unlooked = 0;
+            if self.full_disk() && !self.room_to_heal(&w) {
+                // Still full: writes stay refused (and readiness says so) until space exists.
                 return;
             }
         }
@@ -184,6 +196,15 @@ impl Shard {
             }
         }
         tracing::info!(shard = self.id, "journal shard healed: taking writes again");
+    }
+
+    /// Whether the shard refuses writes because the disk was full.
+    fn full_disk(&self) -> bool {
+        self.refused
+            .lock()
+            .cause
+            .as_ref()
+            .is_some_and(|c| c.kind() == std::io::ErrorKind::StorageFull)
     }
 
     /// Poisons the shard after a panic on one of its paths (`what`: the commit, the shard

@@ -153,6 +153,9 @@ impl Shard {
         w.prewritten = prewritten;
         w.asked = false;
         w.syncs = 0;
+        // The file's space was taken since the last look (a prepared file's by the
+        // checkpoint thread): the next batch looks again.
+        w.unlooked = 0;
     }
 
     /// The prepared file, if one is ready.
@@ -202,7 +205,8 @@ impl Shard {
             let len = prepared_len(&self.options);
             // Never the space the journal itself may need: on a file system with less than
             // [`ROOM`] times the file free, the writer goes on without.
-            if fs::available_bytes(&file).is_none_or(|free| free < len.saturating_mul(ROOM)) {
+            if fs::available_bytes(&file, &path).is_none_or(|free| free < len.saturating_mul(ROOM))
+            {
                 tracing::debug!(
                     shard = self.id,
                     "too little free space to prepare a journal file"

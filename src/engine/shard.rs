@@ -524,12 +524,8 @@ impl Shard {
         let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
         let need = start + buf.len() as u64;
         // A full disk shows here, before any byte of the batch is written (`engine/space.rs`).
-        if let Err(e) = self
-            .admit(w, buf, items)
-            .and_then(|()| Self::reserve(w, need))
-        {
-            return Err((e.into(), false));
-        }
+        self.set_aside(w, need, buf, items)
+            .map_err(|e| (e, false))?;
         if let Err(e) = fs::check_write(&w.path).and_then(|()| w.file.write_all(buf)) {
             let cut = fs::set_len(&w.file, &w.path, start)
                 .and_then(|()| w.file.seek(std::io::SeekFrom::Start(start)).map(drop));

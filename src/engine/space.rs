@@ -1,36 +1,55 @@
 //! The journal writer's disk space: a full disk must show before a batch is written, never
 //! inside its commit, where a failure leaves the batch's outcome unknown and poisons the shard.
 //!
-//! Two looks, both before the batch's first byte is written (write-path step 3):
+//! Everything the batch may need space for is set aside, and the free space looked at, before
+//! the batch's first byte is written (write-path step 3, [`Shard::set_aside`]), in this order:
 //!
-//! 1. **The free-space look** ([`Shard::admit`]): while the file system holding the journal
+//! 1. **The journal's reservation** ([`Shard::reserve`]): the journal file grows ahead of its
+//!    writes in [`journal::JOURNAL_STEP`]s with its blocks allocated (`fallocate`), so neither
+//!    the batch's `write` nor its `fdatasync` allocates.
+//! 2. **The segments' room** ([`Shard::make_room`], `segment/room.rs`): for each stream the
+//!    batch appends to, a roll to a new segment if the last one is full, and the blocks of its
+//!    log and index up to past the batch's bytes and entries, so that applying the batch (the
+//!    log's `pwrite`s, the buffered bytes of earlier batches written with them, the index
+//!    entries) allocates nothing either.
+//! 3. **The free-space look** ([`Shard::admit`]): while the file system holding the journal
 //!    has less than [`FREE_FLOOR`] free beyond twice the batch's bytes (its journal frames and
 //!    the data its apply writes to the segment logs), the batch is refused with `ENOSPC`. The
-//!    look (`fstatvfs`) is taken again only once the batches since the last one could have
-//!    used half of what was free then (at most every [`LOOK_EVERY`] bytes), so a disk with
-//!    room costs one call per [`LOOK_EVERY`] and a nearly full one a call per batch. The floor
-//!    also leaves the room a checkpoint needs (segment flushes, sidecars) to drop journal
-//!    files.
-//! 2. **The reservation** ([`Shard::reserve`]): the journal file grows ahead of its writes in
-//!    [`journal::JOURNAL_STEP`]s with its blocks allocated (`fallocate`), so neither the
-//!    batch's `write` nor its `fdatasync` allocates: on a full disk the reservation fails, and
-//!    nothing was written.
+//!    floor leaves the room that what cannot be set aside needs: a checkpoint's sidecars and
+//!    directory changes (so that it can drop journal files), a create's directory and files,
+//!    the name index. The look (`fstatvfs`) is taken again once the batches since the last one
+//!    could have used half of what was free then (at most every [`LOOK_EVERY`] bytes), and
+//!    after anything took space the batches do not count: 1 or 2 allocated, or the journal
+//!    moved to another file. So a disk with room costs one call per [`LOOK_EVERY`] and a
+//!    nearly full one a call per batch.
 //!
-//! Either refusal makes the shard refuse writes (`engine/poison.rs`): `507
-//! INSUFFICIENT_STORAGE`, and the shard heals by itself once space exists again. What remains
-//! unguarded is space another process takes between the look and the apply, on a file system
-//! that cannot allocate ahead: then the apply's or the sync's `ENOSPC` comes after the batch
-//! reached the journal, and poisons the shard until the store is reopened.
+//! Any of these refusing makes the shard refuse writes (`engine/poison.rs`): `507
+//! INSUFFICIENT_STORAGE`, nothing of the batch written, and the shard heals by itself once
+//! space exists again. What remains unguarded is a file system that cannot allocate ahead
+//! (`EOPNOTSUPP`: the lengths alone are set) when space another process takes between the
+//! look and the apply runs out, and what lies outside the floor: then the apply's or the
+//! sync's `ENOSPC` comes after the batch reached the journal, and poisons the shard until the
+//! store is reopened.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::Result;
 use crate::fs;
 use crate::journal::{self, Record};
 
 use super::shard::{Queued, Shard, Writer};
+use super::stream::Stream;
 
 /// Free space the writer keeps on the journal's file system beyond what a batch may take: room
 /// for a checkpoint (the segment buffers it flushes, sidecars, directory changes) to drop the
 /// journal files it replaces.
 pub(super) const FREE_FLOOR: u64 = 1 << 20;
+
+/// Free space a shard refusing writes after a full disk waits for before it takes writes
+/// again: well past where it refused (below [`FREE_FLOOR`] and a batch), so that it heals once
+/// space was freed rather than flapping between a heal and the next refusal.
+const HEAL_FREE: u64 = 2 * FREE_FLOOR;
 
 /// The most bytes the writer commits between two looks at the free space.
 const LOOK_EVERY: u64 = 64 << 20;
@@ -41,14 +60,91 @@ fn no_space() -> std::io::Error {
 }
 
 impl Shard {
-    /// The free-space look (1 above) for a batch of `buf` with `items`: `ENOSPC` when the file
-    /// system is too full to take it, before any of it is written.
-    pub(super) fn admit(
+    /// Steps 1 to 3 above for a batch of `buf` with `items`, whose journal frames end at `need`
+    /// in the current file: `ENOSPC` (or the allocation's own error) when the disk cannot take
+    /// it, before any of it is written.
+    pub(super) fn set_aside(
         &self,
         w: &mut Writer,
+        need: u64,
         buf: &[u8],
         items: &[Queued],
-    ) -> std::io::Result<()> {
+    ) -> Result<()> {
+        let alloc = w.alloc;
+        // A step ahead (of the journal or a segment) is taken only while it leaves what
+        // healing waits for free: on a nearly full disk, exactly what the batch needs.
+        let mut room = fs::Headroom::new(HEAL_FREE);
+        let set = (|| -> Result<()> {
+            Self::reserve(w, need, &mut room)?;
+            if Self::make_room(items, &mut room)? || w.alloc != alloc {
+                w.unlooked = 0;
+            }
+            Ok(self.admit(w, buf, items)?)
+        })();
+        if set.is_err() && w.alloc != alloc {
+            // A refused batch keeps no reservation: the free space healing looks at is what
+            // the next batch finds.
+            fs::set_len(&w.file, &w.path, alloc)?;
+            w.alloc = alloc;
+        }
+        set
+    }
+
+    /// The segments' room (2 above) for the appends among `items`, one call per stream;
+    /// whether any space was allocated.
+    fn make_room(items: &[Queued], room: &mut fs::Headroom) -> Result<bool> {
+        let mut want: Vec<(&Arc<Stream>, u64, u64)> = Vec::new();
+        // Each stream's place in `want`, once a batch is large enough that a scan would cost.
+        let mut at: HashMap<*const Stream, usize> = HashMap::new();
+        let indexed = items.len() > 16;
+        for it in items {
+            let Record::Append { rec, .. } = &it.record else {
+                continue;
+            };
+            let (bytes, entries) = (rec.body.data.len() as u64, rec.body.ends.len() as u64);
+            if bytes == 0 {
+                continue;
+            }
+            let found = if indexed {
+                at.get(&Arc::as_ptr(&it.stream)).copied()
+            } else {
+                want.iter().position(|(s, ..)| Arc::ptr_eq(s, &it.stream))
+            };
+            if let Some(w) = found.and_then(|i| want.get_mut(i)) {
+                w.1 += bytes;
+                w.2 += entries;
+            } else {
+                if indexed {
+                    at.insert(Arc::as_ptr(&it.stream), want.len());
+                }
+                want.push((&it.stream, bytes, entries));
+            }
+        }
+        let mut grew = false;
+        for (stream, bytes, entries) in want {
+            // A stream created in this batch has no segments yet: its appends go into the
+            // first segment as it is created (inside the floor).
+            if let Some(segs) = stream.data.lock().segs.as_mut() {
+                grew |= segs.make_room(bytes, entries, room)?;
+            }
+        }
+        Ok(grew)
+    }
+
+    /// Whether a shard refusing writes after a full disk may take them again: the journal's
+    /// file system has [`HEAL_FREE`] free (or cannot say).
+    pub(super) fn room_to_heal(&self, w: &Writer) -> bool {
+        let free = fs::available_bytes(&w.file, &w.path);
+        if free.is_some_and(|f| f < HEAL_FREE) {
+            tracing::debug!(shard = self.id, free, "still too little free space to heal");
+            return false;
+        }
+        true
+    }
+
+    /// The free-space look (3 above) for a batch of `buf` with `items`: `ENOSPC` when the file
+    /// system is too full to take it, before any of it is written.
+    fn admit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> std::io::Result<()> {
         let placed: u64 = items
             .iter()
             .map(|it| match &it.record {
@@ -64,7 +160,7 @@ impl Shard {
             w.unlooked -= cost;
             return Ok(());
         }
-        match fs::available_bytes(&w.file) {
+        match fs::available_bytes(&w.file, &w.path) {
             // A file system that cannot say: the reservation is the only look.
             None => w.unlooked = LOOK_EVERY,
             Some(free) if free >= FREE_FLOOR.saturating_add(cost) => {
@@ -84,25 +180,17 @@ impl Shard {
         Ok(())
     }
 
-    /// The reservation (2 above): makes the journal file's allocated length at least `need`,
+    /// The reservation (1 above): makes the journal file's allocated length at least `need`,
     /// a [`journal::JOURNAL_STEP`] multiple, or exactly what the batch needs when a whole step
-    /// does not fit. On failure nothing was written (the file may have grown: healing cuts it
-    /// back).
-    pub(super) fn reserve(w: &mut Writer, need: u64) -> std::io::Result<()> {
+    /// does not fit or would leave less than `room`'s margin free. On failure nothing was
+    /// written (the file may have grown: healing cuts it back).
+    fn reserve(w: &mut Writer, need: u64, room: &mut fs::Headroom) -> std::io::Result<()> {
         if need <= w.alloc {
             return Ok(());
         }
         let step = need.next_multiple_of(journal::JOURNAL_STEP);
         let exact = need.next_multiple_of(4096);
-        let reserved = fs::allocate(&w.file, &w.path, w.alloc, step - w.alloc)
-            .map(|()| step)
-            .or_else(|e| {
-                if e.kind() != std::io::ErrorKind::StorageFull || exact >= step {
-                    return Err(e);
-                }
-                fs::allocate(&w.file, &w.path, w.alloc, exact - w.alloc).map(|()| exact)
-            })?;
-        w.alloc = reserved;
+        w.alloc = fs::allocate_ahead(&w.file, &w.path, (w.alloc, exact, step), room)?;
         // Past its prepared zeros (if it had any): the shard may prepare another.
         w.prewritten = false;
         Ok(())

@@ -77,6 +77,12 @@ pub trait Hook: Send + Sync {
     fn before(&self, op: &Op<'_>) -> io::Result<()>;
     /// Called after the real call, with whether it succeeded.
     fn after(&self, op: &Op<'_>, ok: bool);
+    /// The free space to report for the file system holding `path` in place of the real one
+    /// (a simulated disk's size); `None` (the default) reports the real one.
+    fn free_space(&self, path: &Path) -> Option<u64> {
+        let _ = path;
+        None
+    }
 }
 
 /// Whether any hook is installed (the fast path's one load).
@@ -103,10 +109,14 @@ pub fn uninstall(root: &Path) {
 
 /// The hook watching `op`'s path, if any.
 fn hook_for(op: &Op<'_>) -> Option<Arc<dyn Hook>> {
+    hook_at(op.path())
+}
+
+/// The hook watching `p`, if any.
+fn hook_at(p: &Path) -> Option<Arc<dyn Hook>> {
     if !ACTIVE.load(Ordering::Relaxed) {
         return None;
     }
-    let p = op.path();
     HOOKS
         .read()
         .iter()
@@ -196,6 +206,14 @@ pub(crate) fn set_len(file: &File, path: &Path, len: u64) -> io::Result<()> {
 /// `[offset, offset + len)` (see [`super::fallocate`]).
 pub(crate) fn allocate(file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
     call(&Op::Allocate(path), || super::fallocate(file, offset, len))
+}
+
+/// The bytes an unprivileged writer may still take on the file system holding `file`, open at
+/// `path` (`fstatvfs(3)`), or what a hook reports for it; `None` if neither can say.
+pub(crate) fn available_bytes(file: &File, path: &Path) -> Option<u64> {
+    hook_at(path)
+        .and_then(|h| h.free_space(path))
+        .or_else(|| super::statvfs_available(file))
 }
 
 /// The seam point before a journal write to `path` (the write itself is the caller's): only a

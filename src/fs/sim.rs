@@ -142,6 +142,9 @@ struct Inner {
     faults: Vec<Fault>,
     /// Faults that fired, for the test's report.
     fired: Vec<String>,
+    /// A disk of limited size ([`Disk::limit_space`]): the bytes the files under the root
+    /// took when it was set, and the free space reported then.
+    space: Option<(u64, u64)>,
 }
 
 /// A simulated disk under one data directory; see the module docs. Install it with
@@ -221,6 +224,23 @@ impl Disk {
     /// thread makes it (doing nothing): stands for a bug in the engine's code at that point.
     pub fn panic_at(&self, kind: Kind, path: &str) {
         self.fail(kind, path, 0, 1);
+    }
+
+    /// From now on, reports `free` bytes free on the disk (to the engine's free-space looks),
+    /// less what the files under the root take beyond what they take now (their allocated
+    /// blocks: writes and `fallocate` count, holes do not). Nothing is refused for it: a full
+    /// disk's `ENOSPC` is injected with [`Disk::fail`].
+    pub fn limit_space(&self, free: u64) -> io::Result<()> {
+        let used = used_bytes(&self.root)?;
+        self.inner.lock().space = Some((used, free));
+        Ok(())
+    }
+
+    /// The free space reported now (see [`Disk::limit_space`]); `None` while unlimited.
+    pub fn free(&self) -> Option<u64> {
+        let (at, free) = self.inner.lock().space?;
+        let used = used_bytes(&self.root).ok()?;
+        Some(free.saturating_sub(used.saturating_sub(at)))
     }
 
     /// Drops the faults not yet fired.
@@ -435,6 +455,10 @@ impl Hook for Disk {
         Ok(())
     }
 
+    fn free_space(&self, _path: &Path) -> Option<u64> {
+        self.free()
+    }
+
     fn after(&self, op: &Op<'_>, ok: bool) {
         let mut g = self.inner.lock();
         let staged = g.staged.remove(match *op {
@@ -551,6 +575,30 @@ fn put_back(
     std::fs::write(path, bytes)?;
     restored.insert(path.to_path_buf(), s.ino);
     Ok(())
+}
+
+/// The bytes the regular files under `root` take on the disk (their allocated blocks).
+fn used_bytes(root: &Path) -> io::Result<u64> {
+    std::fs::metadata(root)?;
+    let mut used = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        // The store runs meanwhile: what is removed while the walk passes is skipped.
+        let Ok(dir) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in dir.flatten() {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                used = used.saturating_add(m.blocks().saturating_mul(512));
+            }
+        }
+    }
+    Ok(used)
 }
 
 /// Every regular file under `root` but the lock, with its inode and bytes.

@@ -27,7 +27,12 @@ pub(super) struct Segment {
     /// stays here), read through [`Piece::Cold`].
     pub(super) log: Option<Arc<File>>,
     pub(super) log_cap: u64,
+    /// The log's bytes, from the segment's start, whose blocks the writer set aside before a
+    /// batch (`segment/room.rs`); past the written bytes, writes below it allocate nothing.
+    pub(super) log_alloc: u64,
     pub(super) idx: File,
+    /// The index file's bytes whose blocks are set aside likewise (the map's length at most).
+    pub(super) idx_alloc: u64,
     /// The index file, read-only: entries reach it by `pwrite` (see `idx_pending`), so a
     /// checkpoint's sync, which write-protects the pages it writes back, leaves no page for the
     /// next append to fault on.
@@ -115,7 +120,9 @@ impl Segment {
             base,
             log,
             log_cap,
+            log_alloc: 0,
             idx,
+            idx_alloc: 0,
             idx_map,
             count: 0,
             idx_written: 0,
@@ -183,7 +190,9 @@ impl Segment {
             base,
             log,
             log_cap,
+            log_alloc: 0,
             idx,
+            idx_alloc: 0,
             idx_map,
             count: 0,
             idx_written: 0,
@@ -273,8 +282,12 @@ impl Segment {
 
     /// Appends `body` (its bytes buffered, held (`hold`: a placed append's, see `held`) or
     /// written through, its index entries buffered) to this segment of the stream in `dir`,
-    /// growing the files as needed.
+    /// growing the files as needed (sparse lengths: the writer set their blocks aside before
+    /// the batch, `segment/room.rs`).
     pub(super) fn write(&mut self, dir: &Path, body: &Body, hold: bool) -> Result<()> {
+        // The index grows first: once the body's bytes are written or buffered, only its
+        // entries are left to add, so a failure cannot leave bytes buffered past `end`.
+        self.grow_index(dir, body.ends.len() as u64)?;
         let rel = self.end - self.base.bytes;
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
@@ -321,13 +334,7 @@ impl Segment {
     /// `end` on: buffers its index entries and moves `end` past it.
     pub(super) fn add_entries(&mut self, dir: &Path, body: &Body) -> Result<()> {
         let n = body.ends.len() as u64;
-        let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
-        if need_idx > self.idx_map.len() as u64 {
-            let len =
-                IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
-            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
-            self.idx_map = mmap::map_index(&self.idx, len as usize)?;
-        }
+        self.grow_index(dir, n)?;
         let mut prev = 0usize;
         for &end in body.ends.iter() {
             let end = end as usize;
@@ -350,6 +357,19 @@ impl Segment {
         // Bodies of many small messages gather more entry bytes than data bytes.
         if self.unwritten.len() >= FLUSH_AT || self.idx_pending.len() >= FLUSH_AT {
             self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the index file long enough for `n` more entries (a sparse length, mapped again),
+    /// unless it is.
+    pub(super) fn grow_index(&mut self, dir: &Path, n: u64) -> Result<()> {
+        let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
+        if need_idx > self.idx_map.len() as u64 {
+            let len =
+                IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
+            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
+            self.idx_map = mmap::map_index(&self.idx, len as usize)?;
         }
         Ok(())
     }

@@ -20,9 +20,11 @@
 //! | `log` | one segment: its log and index files, the write buffer, index entries, CRC checks |
 //! | `set` | a stream's run of segments (`SegmentSet`): open, replay, append, roll, read, retain |
 //! | `mmap` | the only module that maps files: read maps and the file ranges behind them |
+//! | `room` | room made in the files for a batch before it reaches the journal (full disk) |
 
 mod log;
 mod mmap;
+mod room;
 mod set;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,10 @@ pub(crate) struct SegmentSet {
     /// writer rolled to each of them (at its `segment_bytes`, which may not be this open's), so
     /// replay rolls exactly there and nowhere else, and finds placed bytes where they were put.
     pub(super) ahead: Vec<u64>,
+    /// Bytes the writer made room for in the last segment before its batch
+    /// ([`SegmentSet::make_room`]): appends within them go there without a roll, so every file
+    /// operation that may need space happened before the batch reached the journal.
+    pub(super) room: u64,
 }
 
 /// The bases of the segment logs in `dir` past `after`, ascending.
@@ -76,6 +80,7 @@ impl SegmentSet {
             segment_bytes,
             replaying,
             ahead,
+            room: 0,
         })
     }
 
@@ -174,6 +179,7 @@ impl SegmentSet {
             segment_bytes,
             replaying,
             ahead,
+            room: 0,
         };
         set.verify_last()?;
         Ok(set)
@@ -240,7 +246,13 @@ impl SegmentSet {
         if body.data.is_empty() {
             return Ok(());
         }
-        self.roll_if_full(start)?;
+        let len = body.data.len() as u64;
+        if len <= self.room {
+            self.room -= len;
+        } else {
+            self.room = 0;
+            self.roll_if_full(start)?;
+        }
         match self.segs.last_mut() {
             Some(s) => s.write(&self.dir, body, hold),
             None => Err(Error::corrupt(&self.dir, "stream has no segment")),
@@ -309,7 +321,7 @@ impl SegmentSet {
 
     /// Starts a new segment at `start` (the end) once the last one is full; while
     /// `replaying`, where the writer did (see `ahead`), keeping the bytes of the log there.
-    fn roll_if_full(&mut self, start: Offset) -> Result<()> {
+    pub(super) fn roll_if_full(&mut self, start: Offset) -> Result<()> {
         let roll = if self.replaying {
             self.ahead.retain(|&b| b >= start.bytes);
             self.ahead.first() == Some(&start.bytes)

@@ -321,3 +321,50 @@ fn held_placed_bodies_reach_the_log_in_order() {
     let read: Vec<u8> = set.read_local(0, at.bytes).unwrap().unwrap().concat();
     assert_eq!(read, all);
 }
+
+#[test]
+fn room_made_for_a_batch_rolls_ahead_and_allocates_what_the_batch_writes() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 8192).unwrap();
+    let big = vec![7u8; 9000];
+    set.append(set.end(), &body(&[&big])).unwrap();
+    assert_eq!(set.segs.len(), 1);
+    // The first segment is full: the room for the next batch is in a new one, made now.
+    let mut room = crate::fs::Headroom::new(0);
+    assert!(set.make_room(3 * 5000, 3, &mut room).unwrap());
+    assert_eq!(set.segs.len(), 2, "rolled ahead");
+    assert_eq!(
+        set.segs[1].base,
+        set.end(),
+        "the new segment starts at the end"
+    );
+    let log = dir
+        .path()
+        .join(format!("{:020}.log", set.segs[1].base.bytes));
+    let allocated = std::fs::metadata(&log).unwrap().blocks() * 512;
+    assert!(
+        allocated >= 3 * 5000,
+        "the batch's bytes have blocks: {allocated}"
+    );
+    // The batch's appends all go there, past `segment_bytes`, without another roll.
+    for _ in 0..3 {
+        set.append(set.end(), &body(&[&[1u8; 5000]])).unwrap();
+    }
+    assert_eq!(set.segs.len(), 2);
+    set.flush().unwrap();
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().blocks() * 512,
+        allocated,
+        "writing the batch allocated nothing more"
+    );
+    // Past the room, appends roll as before.
+    set.append(set.end(), &body(&[b"next"])).unwrap();
+    assert_eq!(set.segs.len(), 3);
+    let end = set.end();
+    drop(set);
+    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 8192, &[], false).unwrap();
+    let got: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got.len() as u64, end.bytes);
+    assert!(got.ends_with(b"next"));
+}

@@ -119,13 +119,11 @@ fn fill_refuse_heal(durability: Durability, test: &str) -> R {
 }
 
 #[test]
-#[ignore = "known failure (issue 32): on a full tmpfs an append can still end OUTCOME_UNKNOWN (a write past the shard's space checks); run with --ignored"]
 fn a_full_disk_refuses_before_writing_and_heals_in_sync_mode() -> R {
     fill_refuse_heal(Durability::Sync, "a_full_disk_..._sync_mode")
 }
 
 #[test]
-#[ignore = "known failure (issue 32): on a full tmpfs an append can still end OUTCOME_UNKNOWN (a write past the shard's space checks); run with --ignored"]
 fn a_full_disk_refuses_before_writing_and_heals_in_buffered_mode() -> R {
     fill_refuse_heal(Durability::Buffered, "a_full_disk_..._buffered_mode")
 }
@@ -137,17 +135,31 @@ fn a_full_disk_refuses_before_writing_and_heals_in_buffered_mode() -> R {
 /// stream holds exactly the acknowledged appends.
 #[cfg(feature = "http")]
 #[test]
-#[ignore = "known failure (issue 32): with 64 KiB appends over HTTP the first refusal is still 503 OUTCOME_UNKNOWN; run with --ignored"]
 fn a_server_on_a_full_disk_answers_507_then_heals_without_a_restart() -> R {
+    serve_fill_refuse_heal("sync")
+}
+
+/// [`a_server_on_a_full_disk_answers_507_then_heals_without_a_restart`] with `--durability
+/// buffered`.
+#[cfg(feature = "http")]
+#[test]
+fn a_buffered_server_on_a_full_disk_answers_507_then_heals_without_a_restart() -> R {
+    serve_fill_refuse_heal("buffered")
+}
+
+/// The server test above, with `brook serve --durability <durability>`.
+#[cfg(feature = "http")]
+fn serve_fill_refuse_heal(durability: &str) -> R {
     let mnt = tempfile::tempdir()?;
     if !mount_tmpfs(mnt.path(), 16)? {
-        eprintln!("SKIPPED a_server_on_a_full_disk_...: cannot mount a tmpfs here");
+        eprintln!("SKIPPED a_server_on_a_full_disk_... ({durability}): cannot mount a tmpfs here");
         return Ok(());
     }
     let _unmount = Unmount(mnt.path());
     std::fs::write(mnt.path().join("filler"), vec![1u8; 4 << 20])?;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_brook"));
-    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"])
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(["--durability", durability, "--data-dir"])
         .arg(mnt.path().join("store"))
         .env("RUST_LOG", "info");
     let served = crate::http_support::spawn_serve(cmd).map_err(|e| e.to_string())?;
@@ -223,8 +235,9 @@ fn a_server_on_a_full_disk_answers_507_then_heals_without_a_restart() -> R {
     let _ = child.kill();
     let _ = child.wait();
     result?;
-    // Reopened in process (the server was killed: Sync mode acknowledged only what was
-    // durable): exactly the acknowledged appends.
+    // Reopened in process (the server was killed: what it acknowledged was in the journal
+    // file, which a killed process does not lose in either mode): exactly the acknowledged
+    // appends.
     let store = Store::open(mnt.path().join("store"), Options::default())?;
     let (data, _) = read_to_tail(&store, &name("full/s"), None)?;
     assert_eq!(

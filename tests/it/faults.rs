@@ -345,3 +345,179 @@ fn a_panic_in_a_checkpoint_thread_poisons_the_shard() -> R {
     assert_eq!(read_to_tail(&store, &s, None)?.0, b"one;");
     Ok(())
 }
+
+/// The errors of refused tries are each a full disk, refused before anything was written.
+fn all_insufficient_storage(refused: &[Error], what: &str) {
+    assert!(!refused.is_empty(), "{what}: never refused");
+    for e in refused {
+        assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{what}: {e}");
+        assert_eq!(errno(e), Some(ENOSPC), "{what}: {e:?}");
+    }
+}
+
+/// Both durability modes, each on a fresh directory watched by the simulated disk.
+fn in_both_modes(mut test: impl FnMut(&Path, &Disk, Options, &str) -> R) -> R {
+    for durability in [Durability::Sync, Durability::Buffered] {
+        let tmp = tempfile::tempdir()?;
+        let root = store_dir(&tmp)?;
+        let disk = Disk::install(&root)?;
+        let options = Options::default()
+            .with_journal_shards(1)
+            .with_durability(durability);
+        test(&root, &disk, options, &format!("{durability:?}"))?;
+        disk.uninstall();
+    }
+    Ok(())
+}
+
+/// A segment log's blocks are set aside before the batch is written: a full disk met growing
+/// the log (whether by a sparse length or by allocated blocks) refuses the append with
+/// `INSUFFICIENT_STORAGE`, never `OUTCOME_UNKNOWN` after its record reached the journal, and
+/// the shard heals.
+#[test]
+fn a_full_disk_growing_a_segment_log_refuses_before_the_journal_write() -> R {
+    in_both_modes(|root, disk, options, mode| {
+        let s = name("faults/log-growth");
+        // Past the first log's 64 KiB, and written through (not buffered).
+        let big = "x".repeat(100 << 10);
+        {
+            let store = Store::open(root, options.clone())?;
+            store.create(&s, typed("text/plain"))?;
+            store.append(&s, AppendRequest::new("one;"))?;
+            disk.fail(Kind::SetLen, ".log", ENOSPC, 100);
+            disk.fail(Kind::Allocate, ".log", ENOSPC, 4);
+            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new(big.clone())))?;
+            all_insufficient_storage(&refused, mode);
+            disk.clear_faults();
+            store.append(&s, AppendRequest::new("two;"))?;
+            assert_eq!(store.stats().poisoned_shards, 0, "{mode}");
+        }
+        disk.uninstall();
+        let store = Store::open(root, options)?;
+        assert_eq!(
+            read_to_tail(&store, &s, None)?.0,
+            format!("one;{big}two;").as_bytes(),
+            "{mode}"
+        );
+        Ok(())
+    })
+}
+
+/// A segment index's growth (an append of more messages than its entries have room for) is
+/// set aside before the batch is written too: a full disk there refuses the append cleanly.
+#[test]
+fn a_full_disk_growing_a_segment_index_refuses_before_the_journal_write() -> R {
+    in_both_modes(|root, disk, options, mode| {
+        let s = name("faults/index-growth");
+        // 1500 messages in one append: more than a new index's 1024 entries.
+        let many: Vec<String> = (0..1500).map(|i| i.to_string()).collect();
+        let many = format!("[{}]", many.join(","));
+        {
+            let store = Store::open(root, options.clone())?;
+            store.create(&s, typed("application/json"))?;
+            store.append(&s, AppendRequest::new("[-1]"))?;
+            disk.fail(Kind::SetLen, ".idx", ENOSPC, 100);
+            disk.fail(Kind::Allocate, ".idx", ENOSPC, 4);
+            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new(many.clone())))?;
+            all_insufficient_storage(&refused, mode);
+            disk.clear_faults();
+            store.append(&s, AppendRequest::new("[1500]"))?;
+            assert_eq!(store.stats().poisoned_shards, 0, "{mode}");
+        }
+        disk.uninstall();
+        let store = Store::open(root, options)?;
+        let info = store.head(&s, &Guard::NONE)?;
+        assert_eq!(info.tail.messages, 1502, "{mode}");
+        Ok(())
+    })
+}
+
+/// A full segment's roll (the next segment's files) is made before the batch is written: a
+/// full disk met creating them refuses the append cleanly, and the next try rolls.
+#[test]
+fn a_full_disk_rolling_to_a_new_segment_refuses_before_the_journal_write() -> R {
+    in_both_modes(|root, disk, options, mode| {
+        let s = name("faults/roll");
+        let options = options.with_segment_bytes(64 << 10);
+        let big = "y".repeat(70 << 10);
+        {
+            let store = Store::open(root, options.clone())?;
+            store.create(&s, typed("text/plain"))?;
+            // The first segment is full after this one.
+            store.append(&s, AppendRequest::new(big.clone()))?;
+            disk.fail(Kind::Create, ".log", ENOSPC, 2);
+            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new("two;")))?;
+            all_insufficient_storage(&refused, mode);
+            assert_eq!(disk.fired().len(), 2, "{mode}: {:?}", disk.fired());
+            store.append(&s, AppendRequest::new("three;"))?;
+        }
+        disk.uninstall();
+        let store = Store::open(root, options)?;
+        assert_eq!(
+            read_to_tail(&store, &s, None)?.0,
+            format!("{big}two;three;").as_bytes(),
+            "{mode}"
+        );
+        let dir = crate::util::files_under(root)?;
+        let logs = dir
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "log"));
+        assert_eq!(logs.count(), 2, "{mode}: the stream rolled once: {dir:?}");
+        Ok(())
+    })
+}
+
+/// On a small disk (the simulated one reports its free space), what a batch takes (the
+/// journal's 4 MiB reservation step, segment blocks) is looked at before it is admitted:
+/// every acknowledged append leaves the 1 MiB floor free (`engine/space.rs`), the first
+/// refusal is `INSUFFICIENT_STORAGE`, the shard goes on refusing (counted, not flapping) while
+/// the disk stays full, and takes writes again once space comes back, without a restart.
+#[test]
+fn a_small_disk_keeps_its_floor_free_and_heals_once_space_comes_back() -> R {
+    in_both_modes(|root, disk, options, mode| {
+        const FLOOR: u64 = 1 << 20;
+        let s = name("faults/small-disk");
+        let piece = "z".repeat(64 << 10);
+        let mut acked = 0usize;
+        {
+            let store = Store::open(root, options.clone())?;
+            // Room for the journal's first 4 MiB step and some data past the floor.
+            disk.limit_space(6 << 20)?;
+            store.create(&s, typed("text/plain"))?;
+            let refusal = loop {
+                match store.append(&s, AppendRequest::new(piece.clone())) {
+                    Ok(_) => acked += 1,
+                    Err(e) => break e,
+                }
+                let free = disk.free().unwrap_or(0);
+                assert!(
+                    free >= FLOOR,
+                    "{mode}: after {acked} appends only {free} bytes free: the floor was taken"
+                );
+                assert!(acked < 200, "{mode}: the disk never filled");
+            };
+            assert_eq!(refusal.code(), "INSUFFICIENT_STORAGE", "{mode}: {refusal}");
+            assert!(acked > 0, "{mode}: nothing was taken");
+            // Still full: still refused, and counted, past the heal interval.
+            std::thread::sleep(Duration::from_millis(500));
+            let e = store
+                .append(&s, AppendRequest::new(piece.clone()))
+                .expect_err("the disk is still full");
+            assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{mode}: {e}");
+            assert_eq!(store.stats().poisoned_shards, 1, "{mode}");
+            disk.limit_space(64 << 20)?;
+            until_ok(|| store.append(&s, AppendRequest::new(piece.clone())))?;
+            acked += 1;
+            assert_eq!(store.stats().poisoned_shards, 0, "{mode}");
+        }
+        disk.uninstall();
+        let store = Store::open(root, options)?;
+        let (data, _) = read_to_tail(&store, &s, None)?;
+        assert_eq!(
+            data.len(),
+            acked * piece.len(),
+            "{mode}: exactly the acknowledged"
+        );
+        Ok(())
+    })
+}
