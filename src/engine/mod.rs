@@ -70,6 +70,7 @@ mod apply;
 mod archive;
 mod check;
 mod checkpoint;
+mod commit;
 mod expiry;
 mod fork;
 mod lifecycle;

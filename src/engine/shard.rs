@@ -1,5 +1,7 @@
-//! A journal shard: the queue records wait in, the writer that commits them as one batch (group
-//! commit, write-path steps 3 to 5), the shard thread, poisoning and healing.
+//! A journal shard: its journal writer, the commit of one batch (write-path steps 3 to 5: the
+//! journal write, the records applied, the sync, the durable views published), the shard
+//! thread, and the hand-off to checkpoints. The queue and who commits it (group commit, the
+//! write barrier) are in `commit.rs`; poisoning and healing in `poison.rs`.
 //!
 //! A shard's records are committed in queue order, which is the order their checks ran in (each
 //! record is enqueued under its stream's `core` lock). One `fdatasync` covers a whole batch, on
@@ -34,19 +36,20 @@ use crate::stats::Counters;
 
 use super::apply::{apply, discard_all};
 use super::checkpoint::{Checkpoints, Writeback};
+use super::commit::{Queue, Queued};
 use super::names::Names;
 use super::poison::Refused;
 use super::stream::Stream;
-use super::ticket::{Batch, Ticket};
+use super::ticket::Batch;
 
 /// How long the shard thread leaves queued records to their writers (Buffered mode) before it
 /// commits them itself. A record whose `Pending` nobody waits on (or drops) is committed within
 /// two of these: the thread looks at the queue once per `LINGER` while writers are active.
-const LINGER: Duration = Duration::from_millis(20);
+pub(super) const LINGER: Duration = Duration::from_millis(20);
 
 /// Buffered mode: after this many looks in a row at an empty queue (a second with no writes)
 /// the shard thread sleeps until the next push wakes it, so an idle store costs no wakeups.
-const QUIET_LOOKS: u32 = 50;
+pub(super) const QUIET_LOOKS: u32 = 50;
 
 /// While a shard refuses writes after a failure it may heal from, how often the shard thread
 /// tries to heal (a refused write also wakes it).
@@ -58,35 +61,6 @@ const SLOW_SYNC: Duration = Duration::from_millis(100);
 /// Buffered mode: once this many journal bytes were written since their write-back was last
 /// asked for, the checkpoint thread is asked to start it (`fs::start_writeback`).
 const WRITEBACK_AT: u64 = 1 << 20;
-
-/// A record waiting in the queue, with the LSN just past its frame.
-pub(super) struct Queued {
-    pub(super) stream: Arc<Stream>,
-    pub(super) record: Record,
-    pub(super) lsn: u64,
-}
-
-/// What writers hand to the committer; guarded by the shard lock (`Shard::queue`).
-pub(super) struct Queue {
-    /// The encoded frames of `items`, in order: the next batch's bytes.
-    buf: Vec<u8>,
-    pub(super) items: Vec<Queued>,
-    /// The completion signal of the batch now forming.
-    batch: Arc<Batch>,
-    /// The LSN just past the last queued frame.
-    pub(super) next_lsn: u64,
-    pub(super) shutdown: bool,
-    /// Checkpoints asked for by `Engine::checkpoint` (a count; see `Shard::checkpointed`).
-    pub(super) checkpoint_requests: u64,
-    /// A writer committing its own batch found a checkpoint due (Buffered mode).
-    checkpoint_due: bool,
-    /// The shard thread sleeps until a push wakes it (Buffered mode: writers commit their own
-    /// batches, so only the first push after an idle spell wakes the thread).
-    idle: bool,
-    /// Buffered mode: looks in a row at an empty queue (one per [`LINGER`]); at
-    /// [`QUIET_LOOKS`] the thread goes `idle`.
-    quiet: u32,
-}
 
 /// The journal file and what is written to it; held while a batch is written and applied.
 pub(super) struct Writer {
@@ -121,9 +95,9 @@ pub(super) struct Writer {
     pub(super) unlooked: u64,
     /// Buffers swapped with the queue's, and the last batch's signal (see `Batch::renew`), so
     /// a batch allocates nothing.
-    spare_buf: Vec<u8>,
-    spare_batch: Option<Arc<Batch>>,
-    spare_items: Vec<Queued>,
+    pub(super) spare_buf: Vec<u8>,
+    pub(super) spare_batch: Option<Arc<Batch>>,
+    pub(super) spare_items: Vec<Queued>,
     /// The streams of the batch being committed, each once.
     touched: Vec<Arc<Stream>>,
 }
@@ -252,141 +226,6 @@ impl Shard {
         }
     }
 
-    /// Encodes and enqueues a record (step 2's end); returns its ticket. Called with the
-    /// stream's `core` held, so the record's place in the journal is its place in check order.
-    ///
-    /// A refused record's staged change stays in its stream's staged state: the stream is noted
-    /// for [`Shard::heal`] to roll back.
-    pub(super) fn push(self: &Arc<Self>, stream: &Arc<Stream>, record: Record) -> Result<Ticket> {
-        let mut q = self.queue.lock();
-        if self.failed() {
-            drop(q);
-            // Refused before the queue: its only effect is on the stream's staged state.
-            self.note_failed(stream, None);
-            return Err(self.poisoned_error());
-        }
-        if q.shutdown {
-            return Err(Error::ShutDown);
-        }
-        let len = record.encode_frame(&mut q.buf) as u64;
-        q.next_lsn += len;
-        let lsn = q.next_lsn;
-        q.items.push(Queued {
-            stream: stream.clone(),
-            record,
-            lsn,
-        });
-        let batch = q.batch.clone();
-        let wake = !self.inline || std::mem::take(&mut q.idle);
-        drop(q);
-        if wake {
-            self.wake.notify_one();
-        }
-        Ok(Ticket::for_batch(self.clone(), lsn, batch))
-    }
-
-    /// A ticket for state already staged up to `lsn` (a refusal, a duplicate, an idempotent
-    /// create): durable once the shard's durable LSN reaches it.
-    pub(super) fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
-        Ticket::for_lsn(self.clone(), lsn)
-    }
-
-    /// Buffered mode: commits the queue on the caller's thread unless another thread is
-    /// committing (which then commits what was queued meanwhile, too). A checkpoint found due is
-    /// handed to the shard thread, which rotates the journal.
-    pub(super) fn commit_inline(&self) {
-        loop {
-            let Some(mut w) = self.writer.try_lock() else {
-                return;
-            };
-            self.drain(&mut w);
-            let due = self.checkpoint_due(&w);
-            drop(w);
-            let mut q = self.queue.lock();
-            if due && !q.checkpoint_due && !self.checkpoints.lock().busy {
-                q.checkpoint_due = true;
-                drop(q);
-                self.wake.notify_one();
-                return;
-            }
-            if q.items.is_empty() {
-                return;
-            }
-        }
-    }
-
-    /// Sync mode, a writer blocking on its ticket: commits what is queued once, sync included,
-    /// on the caller's thread, unless another thread is committing. The shard thread (woken by
-    /// the enqueue) finds the queue empty, or commits what came after, and still starts the
-    /// checkpoints.
-    pub(super) fn commit_here(&self) {
-        if let Some(mut w) = self.writer.try_lock() {
-            self.drain(&mut w);
-        }
-    }
-
-    /// Commits everything queued as one batch (steps 3 to 5) and finishes the batch's signal:
-    /// durable, or failed if the shard is (or becomes) poisoned. False when the queue was empty.
-    pub(super) fn drain(&self, w: &mut Writer) -> bool {
-        let (buf, items, batch) = {
-            let mut q = self.queue.lock();
-            if q.items.is_empty() {
-                return false;
-            }
-            w.spare_buf.clear();
-            let buf = std::mem::replace(&mut q.buf, std::mem::take(&mut w.spare_buf));
-            let items = std::mem::replace(&mut q.items, std::mem::take(&mut w.spare_items));
-            let batch = std::mem::replace(&mut q.batch, Batch::renew(&mut w.spare_batch));
-            (buf, items, batch)
-        };
-        if self.failed() {
-            for it in &items {
-                self.note_failed(&it.stream, Some(&it.record));
-            }
-            batch.finish(false);
-        } else if let Err((e, written)) = self.commit_guarded(w, &buf, &items) {
-            // The cause is recorded before the batch fails, so its writers see it.
-            if written {
-                self.poison(e);
-                batch.finish_unknown();
-            } else {
-                // Cut back off the journal: nothing of the batch stays, so the shard may heal.
-                self.refuse(e);
-                for it in &items {
-                    self.note_failed(&it.stream, Some(&it.record));
-                }
-                batch.finish(false);
-            }
-        } else {
-            batch.finish(true);
-            w.written += buf.len() as u64;
-            w.end_lsn += buf.len() as u64;
-        }
-        w.spare_buf = buf;
-        w.spare_items = items;
-        w.spare_items.clear();
-        w.spare_batch = Some(batch);
-        true
-    }
-
-    /// [`Shard::commit`], with a panic in it (a bug: the batch's and the streams' state is
-    /// unknown) taken as a failure after the journal write: it poisons the shard, so the
-    /// batch's writers and every later one get an error instead of waiting forever.
-    fn commit_guarded(
-        &self,
-        w: &mut Writer,
-        buf: &[u8],
-        items: &[Queued],
-    ) -> std::result::Result<(), (Error, bool)> {
-        // Unwind safety: whatever the panic left half-done is behind the poisoning, which
-        // stops every later commit; readers see only what was published before it.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit(w, buf, items)))
-            .unwrap_or_else(|payload| {
-                self.panicked("commit", &*payload);
-                Err((self.poisoned_error(), true))
-            })
-    }
-
     /// Whether the journal or the dirty set has grown enough for a checkpoint.
     pub(super) fn checkpoint_due(&self, w: &Writer) -> bool {
         // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
@@ -512,7 +351,7 @@ impl Shard {
     ///
     /// On failure, says whether the batch may be in the journal (`true`): a journal write that
     /// fails is cut back off the file (`false`, nothing of the batch stays) unless that fails too.
-    fn commit(
+    pub(super) fn commit(
         &self,
         w: &mut Writer,
         buf: &[u8],

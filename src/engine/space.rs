@@ -38,7 +38,8 @@ use crate::error::Result;
 use crate::fs;
 use crate::journal::{self, Record};
 
-use super::shard::{Queued, Shard, Writer};
+use super::commit::Queued;
+use super::shard::{Shard, Writer};
 use super::stream::Stream;
 
 /// Free space the writer keeps on the journal's file system beyond what a batch may take: room

@@ -1,7 +1,7 @@
 //! brook's operations routes under the reserved prefix `/__brook/` (no stream name starts with
 //! it): `metrics` (Prometheus text), `live` and `ready` (health), `streams` (listing by prefix);
-//! the server's own request counters ([`Metrics`]); and [`serve_starting`], which answers on the
-//! listener while the store is still opening.
+//! and the server's own request counters ([`Metrics`]). (While the store is still opening, the
+//! transport's `serve_starting` answers instead.)
 //!
 //! | route | method | answers |
 //! |---|---|---|

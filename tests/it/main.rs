@@ -56,6 +56,7 @@ mod http_tenants;
 mod http_tls;
 #[cfg(feature = "http")]
 mod http_ursula_reads;
+#[cfg(feature = "http")]
 mod http_ursula_writes;
 #[cfg(feature = "http")]
 mod mirror;
