@@ -293,6 +293,14 @@ pub(crate) async fn serve_with<S: Io, H: Handler>(
             spare = headers;
         }
         close |= *app.shutdown.borrow();
+        // A body that streams (SSE, bootstrap) can keep the connection for minutes: with no
+        // pipelined bytes waiting, its read buffer goes back now, not after the response
+        // (`read_head` takes a new one for the next request).
+        if buf.is_empty() && http_body::Body::size_hint(res.body()).exact().is_none() {
+            buf = BytesMut::new();
+            room.resize(0)
+                .expect("a lease shrinks without asking the budget");
+        }
         match respond(
             &mut socket,
             &mut out,
