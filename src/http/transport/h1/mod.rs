@@ -76,6 +76,7 @@ use crate::http::reply::{Answer, cors_wanted};
 use crate::http::service::Handler;
 
 use handoff::handoff;
+#[cfg(feature = "fuzzing")]
 pub(crate) use head::unread;
 use head::{Lines, parse, request, unparsable, uri_too_long};
 pub(crate) use send::extend_hex;
