@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The numbers of scripts/bench-ds: one run's window, and the brook/rival table.
 
-    ds_table.py window SAMPLES MEASURE_SECS BASELINE_KIB CONNS
+    ds_table.py window SAMPLES MEASURE_SECS BASELINE_KIB CONNS [START_UNIX END_UNIX]
         From ds_sample.py's lines: the server's peak VmRSS and RssAnon (MB), the server's and
-        the client's CPU used (cores) over the last MEASURE_SECS seconds of the client's run
-        (its measured window: every ds-bench workload ends at the window's end), and the
-        server's RSS growth per connection over BASELINE_KIB (KiB). One line, space separated:
+        the client's CPU used (cores) over the measured window (START..END when given, as
+        ds-pool reports it; else the last MEASURE_SECS seconds of the client's run, where
+        ds-bench's read workloads end), and the server's RSS growth per connection over
+        BASELINE_KIB (KiB). One line, space separated:
         peak_mb anon_peak_mb server_cores client_cores kib_per_conn
 
     ds_table.py table SAMPLES_TSV RIVAL_NAME
@@ -21,7 +22,7 @@ import statistics
 import sys
 
 
-def window(path, secs, baseline_kib, conns):
+def window(path, secs, baseline_kib, conns, start=None, end=None):
     rows = []
     with open(path) as f:
         for line in f:
@@ -34,12 +35,14 @@ def window(path, secs, baseline_kib, conns):
     tck = os.sysconf("SC_CLK_TCK")
     peak = max(r[1] for r in rows)
     anon = max(r[2] for r in rows)
-    end = rows[-1][0]
-    start = end - secs
+    if end is None:
+        end = rows[-1][0]
+        start = end - secs
     first = next((r for r in rows if r[0] >= start), rows[0])
-    span = max(end - first[0], 1e-9)
-    srv = (rows[-1][3] - first[3]) / tck / span
-    cli = (rows[-1][4] - first[4]) / tck / span
+    last = [r for r in rows if r[0] <= end][-1] if rows[0][0] <= end else rows[-1]
+    span = max(last[0] - first[0], 1e-9)
+    srv = (last[3] - first[3]) / tck / span
+    cli = (last[4] - first[4]) / tck / span
     per = (peak - baseline_kib) / conns if conns > 0 else float("nan")
     print(f"{peak / 1024:.1f} {anon / 1024:.1f} {srv:.3f} {cli:.3f} {per:.2f}")
 
@@ -101,7 +104,8 @@ def table(path, rival):
 
 def main():
     if sys.argv[1] == "window":
-        window(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))
+        start, end = (float(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 7 else (None, None)
+        window(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), start, end)
     elif sys.argv[1] == "table":
         table(sys.argv[2], sys.argv[3])
     else:

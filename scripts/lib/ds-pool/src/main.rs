@@ -113,6 +113,7 @@ fn stream_url(a: &Args, index: usize) -> String {
 async fn create_streams(client: &reqwest::Client, a: &Args) -> Res<()> {
     let mut pending = FuturesUnordered::new();
     let mut next = 0usize;
+    let mut created = 0usize;
     loop {
         while next < a.streams && pending.len() < a.setup_concurrency.max(1) {
             let req = client
@@ -125,10 +126,14 @@ async fn create_streams(client: &reqwest::Client, a: &Args) -> Res<()> {
         let Some(done) = pending.next().await else {
             return Ok(());
         };
-        let status = done?.status();
+        let status = match done {
+            Ok(resp) => resp.status(),
+            Err(e) => return Err(format!("after {created} streams created: {e}").into()),
+        };
         if !(status.is_success() || status == reqwest::StatusCode::CONFLICT) {
-            return Err(format!("creating a stream answered {status}").into());
+            return Err(format!("after {created} streams created, a create answered {status}").into());
         }
+        created += 1;
     }
 }
 
@@ -241,6 +246,9 @@ async fn run() -> Res<()> {
     let setup_secs = setup.elapsed().as_secs_f64();
 
     let base = Instant::now();
+    let base_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let warmup_end = base + Duration::from_secs(a.warmup_secs);
     let measure_start = warmup_end + Duration::from_secs(a.settle_secs);
     let phases = Arc::new(Phases {
@@ -283,6 +291,9 @@ async fn run() -> Res<()> {
         "payload_bytes": a.payload_bytes,
         "duration_secs": a.duration_secs,
         "setup_secs": setup_secs,
+        // The measured window in wall-clock seconds, for a sampler of the server's CPU.
+        "measure_start_unix": base_unix + (a.warmup_secs + a.settle_secs) as f64,
+        "measure_end_unix": base_unix + (a.warmup_secs + a.settle_secs + a.duration_secs) as f64,
         "counts": {
             "ok": ok,
             "backpressure": totals.backpressure.load(Ordering::Relaxed),
