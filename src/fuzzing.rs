@@ -13,7 +13,7 @@ pub use crate::http::differential::{Http1Check, Outcome, Seen};
 /// Decodes one journal record payload (the bytes after a frame's length and CRC). On success,
 /// returns the payload the decoded record encodes to.
 pub fn journal_record(payload: &[u8]) -> Option<Vec<u8>> {
-    let record = crate::journal::Record::decode(payload)?;
+    let record = crate::engine::journal::Record::decode(payload)?;
     let mut frame = Vec::new();
     record.encode_frame(&mut frame);
     Some(frame.split_off(8))
@@ -30,12 +30,12 @@ pub fn journal_frame(payload: &[u8]) -> Vec<u8> {
 
 /// The header of a journal file of shard `shard` starting at `base_lsn`.
 pub fn journal_header(shard: u32, base_lsn: u64) -> Vec<u8> {
-    crate::journal::file_header(shard, base_lsn, 0)
+    crate::engine::journal::file_header(shard, base_lsn, 0)
 }
 
 /// Scans a journal file as recovery does: (records, LSN after the last valid one, torn tail).
 pub fn journal_scan(path: &Path, shard: u32) -> Result<(usize, u64, bool)> {
-    let s = crate::journal::scan(path, shard)?;
+    let s = crate::engine::journal::scan(path, shard)?;
     Ok((s.records.len(), s.end_lsn, s.torn))
 }
 

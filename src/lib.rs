@@ -51,7 +51,6 @@ pub mod fuzzing; // the on-disk decoders, exposed to the fuzz crate (feature "fu
 pub mod headers; // wire header names and typed parsers (StreamSeqConflict, ...)
 #[cfg(feature = "http")]
 pub mod http; // the Durable Streams server: router, handlers, SSE/long-poll, error mapping, TLS, access control, limits
-mod journal; // journal records and files: frames, encoding, scanning
 mod listing; // ListPage, StreamListing, CheckReport: listing streams, checking the store
 #[cfg(feature = "mirror")]
 pub mod mirror; // `brook mirror`: copies streams to any Durable Streams server, exactly once

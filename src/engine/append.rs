@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::digest::BodyDigest;
 use crate::error::{Error, Result};
 
-use crate::journal::{PLACE_MIN, Placed};
+use crate::engine::journal::{PLACE_MIN, Placed};
 use crate::name::{StreamName, is_normal_essence, normalize_content_type};
 use crate::options::{Durability, Options};
 use crate::state::{
@@ -19,7 +19,7 @@ use crate::store::{Commit, Pending, TryAppend};
 use crate::types::{AppendOutcome, AppendRequest, AppendStatus};
 
 use super::Engine;
-use super::shard::Shard;
+use super::journal::shard::Shard;
 use super::stream::Stream;
 use super::ticket::Ticket;
 

@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::engine::journal::Record;
 use crate::error::{Error, Result};
 use crate::fs;
-use crate::journal::Record;
 use crate::name::Offset;
 use crate::options::Options;
 use crate::segment::SegmentSet;

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::engine::journal::Record;
 use crate::error::{Error, Result};
 use crate::fs;
-use crate::journal::Record;
 use crate::name::{
     Incarnation, MAX_FORK_DEPTH, Offset, StreamName, is_json, normalize_content_type,
 };

@@ -9,9 +9,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::engine::journal::{self, Record};
 use crate::error::{Error, Result};
 use crate::fs;
-use crate::journal::{self, Record};
 use crate::options::Options;
 use crate::sidecar;
 

@@ -12,8 +12,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use event_listener::Event;
 use parking_lot::Mutex;
 
+use crate::engine::journal::{Placed, Record};
 use crate::error::Result;
-use crate::journal::{Placed, Record};
 use crate::name::{Incarnation, Offset, StreamName, is_json};
 use crate::segment::SegmentSet;
 use crate::sidecar::{self, Sidecar};

@@ -13,7 +13,7 @@ use event_listener::{Event, EventListener, Listener};
 
 use crate::error::Result;
 
-use super::shard::Shard;
+use super::journal::shard::Shard;
 
 /// [`Batch::state`] before the batch is committed.
 const PENDING: u8 = 0;

@@ -1,5 +1,5 @@
 //! Room in a stream's segment files for the appends of a batch, made before the batch reaches
-//! the journal (write-path step 3's first part, `engine/space.rs`), so that applying it meets no
+//! the journal (write-path step 3's first part, `engine/journal/space.rs`), so that applying it meets no
 //! full disk.
 //!
 //! An append's bytes reach the log (by `pwrite`) and its entries the index (by `pwrite`) only

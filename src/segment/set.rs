@@ -278,7 +278,7 @@ impl SegmentSet {
         &mut self,
         start: Offset,
         ends: &[u32],
-        placed: crate::journal::Placed,
+        placed: crate::engine::journal::Placed,
     ) -> Result<Option<Body>> {
         self.check_start(start)?;
         self.roll_if_full(start)?;

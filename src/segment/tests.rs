@@ -228,7 +228,7 @@ fn a_damaged_last_message_is_reported() {
 /// differ; once replay is over, the logs past the last segment go.
 #[test]
 fn replay_adopts_placed_bytes_where_the_writer_put_them() {
-    use crate::journal::Placed;
+    use crate::engine::journal::Placed;
     let dir = tempfile::tempdir().unwrap();
     let a = body(&[&[1u8; 3000]]);
     let b = body(&[&[2u8; 1000], &[3u8; 2500]]);

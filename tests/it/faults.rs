@@ -469,7 +469,7 @@ fn a_full_disk_rolling_to_a_new_segment_refuses_before_the_journal_write() -> R 
 
 /// On a small disk (the simulated one reports its free space), what a batch takes (the
 /// journal's 4 MiB reservation step, segment blocks) is looked at before it is admitted:
-/// every acknowledged append leaves the 1 MiB floor free (`engine/space.rs`), the first
+/// every acknowledged append leaves the 1 MiB floor free (`engine/journal/space.rs`), the first
 /// refusal is `INSUFFICIENT_STORAGE`, the shard goes on refusing (counted, not flapping) while
 /// the disk stays full, and takes writes again once space comes back, without a restart.
 #[test]

@@ -10,40 +10,40 @@
 
 use std::sync::Arc;
 
+use crate::engine::journal::Record;
 use crate::error::{Error, Result};
-use crate::journal::Record;
 
+use super::super::stream::Stream;
+use super::super::ticket::{Batch, Ticket};
 use super::shard::{Shard, Writer};
-use super::stream::Stream;
-use super::ticket::{Batch, Ticket};
 
 /// A record waiting in the queue, with the LSN just past its frame.
-pub(super) struct Queued {
-    pub(super) stream: Arc<Stream>,
-    pub(super) record: Record,
-    pub(super) lsn: u64,
+pub(in crate::engine) struct Queued {
+    pub(in crate::engine) stream: Arc<Stream>,
+    pub(in crate::engine) record: Record,
+    pub(in crate::engine) lsn: u64,
 }
 
 /// What writers hand to the committer; guarded by the shard lock (`Shard::queue`).
-pub(super) struct Queue {
+pub(in crate::engine) struct Queue {
     /// The encoded frames of `items`, in order: the next batch's bytes.
-    pub(super) buf: Vec<u8>,
-    pub(super) items: Vec<Queued>,
+    pub(in crate::engine) buf: Vec<u8>,
+    pub(in crate::engine) items: Vec<Queued>,
     /// The completion signal of the batch now forming.
-    pub(super) batch: Arc<Batch>,
+    pub(in crate::engine) batch: Arc<Batch>,
     /// The LSN just past the last queued frame.
-    pub(super) next_lsn: u64,
-    pub(super) shutdown: bool,
+    pub(in crate::engine) next_lsn: u64,
+    pub(in crate::engine) shutdown: bool,
     /// Checkpoints asked for by `Engine::checkpoint` (a count; see `Shard::checkpointed`).
-    pub(super) checkpoint_requests: u64,
+    pub(in crate::engine) checkpoint_requests: u64,
     /// A writer committing its own batch found a checkpoint due (Buffered mode).
-    pub(super) checkpoint_due: bool,
+    pub(in crate::engine) checkpoint_due: bool,
     /// The shard thread sleeps until a push wakes it (Buffered mode: writers commit their own
     /// batches, so only the first push after an idle spell wakes the thread).
-    pub(super) idle: bool,
+    pub(in crate::engine) idle: bool,
     /// Buffered mode: looks in a row at an empty queue (one per [`LINGER`](super::shard::LINGER)); at
     /// [`QUIET_LOOKS`](super::shard::QUIET_LOOKS) the thread goes `idle`.
-    pub(super) quiet: u32,
+    pub(in crate::engine) quiet: u32,
 }
 
 impl Shard {
@@ -52,7 +52,11 @@ impl Shard {
     ///
     /// A refused record's staged change stays in its stream's staged state: the stream is noted
     /// for [`Shard::heal`] to roll back.
-    pub(super) fn push(self: &Arc<Self>, stream: &Arc<Stream>, record: Record) -> Result<Ticket> {
+    pub(in crate::engine) fn push(
+        self: &Arc<Self>,
+        stream: &Arc<Stream>,
+        record: Record,
+    ) -> Result<Ticket> {
         let mut q = self.queue.lock();
         if self.failed() {
             drop(q);
@@ -82,14 +86,14 @@ impl Shard {
 
     /// A ticket for state already staged up to `lsn` (a refusal, a duplicate, an idempotent
     /// create): durable once the shard's durable LSN reaches it.
-    pub(super) fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
+    pub(in crate::engine) fn ticket(self: &Arc<Self>, lsn: u64) -> Ticket {
         Ticket::for_lsn(self.clone(), lsn)
     }
 
     /// Buffered mode: commits the queue on the caller's thread unless another thread is
     /// committing (which then commits what was queued meanwhile, too). A checkpoint found due is
     /// handed to the shard thread, which rotates the journal.
-    pub(super) fn commit_inline(&self) {
+    pub(in crate::engine) fn commit_inline(&self) {
         loop {
             let Some(mut w) = self.writer.try_lock() else {
                 return;
@@ -114,7 +118,7 @@ impl Shard {
     /// on the caller's thread, unless another thread is committing. The shard thread (woken by
     /// the enqueue) finds the queue empty, or commits what came after, and still starts the
     /// checkpoints.
-    pub(super) fn commit_here(&self) {
+    pub(in crate::engine) fn commit_here(&self) {
         if let Some(mut w) = self.writer.try_lock() {
             self.drain(&mut w);
         }
@@ -122,7 +126,7 @@ impl Shard {
 
     /// Commits everything queued as one batch (steps 3 to 5) and finishes the batch's signal:
     /// durable, or failed if the shard is (or becomes) poisoned. False when the queue was empty.
-    pub(super) fn drain(&self, w: &mut Writer) -> bool {
+    pub(in crate::engine) fn drain(&self, w: &mut Writer) -> bool {
         let (buf, items, batch) = {
             let mut q = self.queue.lock();
             if q.items.is_empty() {

@@ -27,29 +27,29 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use parking_lot::{Condvar, Mutex};
 
+use crate::engine::journal::{self, Record};
 use crate::error::{Error, Result};
 use crate::fs;
-use crate::journal::{self, Record};
 use crate::options::{Durability, Options};
 use crate::segment::SegmentSet;
 use crate::stats::Counters;
 
-use super::apply::{apply, discard_all};
+use super::super::apply::{apply, discard_all};
+use super::super::names::Names;
+use super::super::stream::Stream;
+use super::super::ticket::Batch;
 use super::checkpoint::{Checkpoints, Writeback};
 use super::commit::{Queue, Queued};
-use super::names::Names;
 use super::poison::Refused;
-use super::stream::Stream;
-use super::ticket::Batch;
 
 /// How long the shard thread leaves queued records to their writers (Buffered mode) before it
 /// commits them itself. A record whose `Pending` nobody waits on (or drops) is committed within
 /// two of these: the thread looks at the queue once per `LINGER` while writers are active.
-pub(super) const LINGER: Duration = Duration::from_millis(20);
+pub(in crate::engine) const LINGER: Duration = Duration::from_millis(20);
 
 /// Buffered mode: after this many looks in a row at an empty queue (a second with no writes)
 /// the shard thread sleeps until the next push wakes it, so an idle store costs no wakeups.
-pub(super) const QUIET_LOOKS: u32 = 50;
+pub(in crate::engine) const QUIET_LOOKS: u32 = 50;
 
 /// While a shard refuses writes after a failure it may heal from, how often the shard thread
 /// tries to heal (a refused write also wakes it).
@@ -63,41 +63,41 @@ const SLOW_SYNC: Duration = Duration::from_millis(100);
 const WRITEBACK_AT: u64 = 1 << 20;
 
 /// The journal file and what is written to it; held while a batch is written and applied.
-pub(super) struct Writer {
-    pub(super) file: File,
+pub(in crate::engine) struct Writer {
+    pub(in crate::engine) file: File,
     /// The current file's path (what the file-system seam is told).
-    pub(super) path: PathBuf,
+    pub(in crate::engine) path: PathBuf,
     /// The LSN of the current file's first record byte (its name).
-    pub(super) file_base: u64,
+    pub(in crate::engine) file_base: u64,
     /// LSN just past the last byte written. Records still queued have higher LSNs, so a rotation
     /// starts the new file here, not at the queue's next LSN.
-    pub(super) end_lsn: u64,
+    pub(in crate::engine) end_lsn: u64,
     /// Bytes written since the last rotation.
-    pub(super) written: u64,
+    pub(in crate::engine) written: u64,
     /// The current file's length: its header and records, then zeros set aside for the
     /// next batches (grown in [`journal::JOURNAL_STEP`]s).
-    pub(super) alloc: u64,
+    pub(in crate::engine) alloc: u64,
     /// The file was created by a rotation and its directory entry is not durable yet.
-    pub(super) fresh: bool,
-    /// Sync mode: the current file was prepared (`engine/prepared.rs`): zeros written and
+    pub(in crate::engine) fresh: bool,
+    /// Sync mode: the current file was prepared (`engine/journal/prepared.rs`): zeros written and
     /// synced up to `alloc` before the first batch.
-    pub(super) prewritten: bool,
+    pub(in crate::engine) prewritten: bool,
     /// Sync mode: a prepared file was asked for since the current file was started.
-    pub(super) asked: bool,
+    pub(in crate::engine) asked: bool,
     /// Sync mode: the syncs of the current file.
-    pub(super) syncs: u64,
+    pub(in crate::engine) syncs: u64,
     /// Buffered mode: bytes written at the current file's end whose write-back has not been
     /// asked for (see [`WRITEBACK_AT`]), and the current file's descriptor shared with the
     /// checkpoint thread that starts it (made at the first such request for the file).
-    pub(super) unstarted: u64,
-    pub(super) shared_file: Option<Arc<File>>,
-    /// Bytes the writer may commit before it looks at the free space again (`engine/space.rs`).
-    pub(super) unlooked: u64,
+    pub(in crate::engine) unstarted: u64,
+    pub(in crate::engine) shared_file: Option<Arc<File>>,
+    /// Bytes the writer may commit before it looks at the free space again (`engine/journal/space.rs`).
+    pub(in crate::engine) unlooked: u64,
     /// Buffers swapped with the queue's, and the last batch's signal (see `Batch::renew`), so
     /// a batch allocates nothing.
-    pub(super) spare_buf: Vec<u8>,
-    pub(super) spare_batch: Option<Arc<Batch>>,
-    pub(super) spare_items: Vec<Queued>,
+    pub(in crate::engine) spare_buf: Vec<u8>,
+    pub(in crate::engine) spare_batch: Option<Arc<Batch>>,
+    pub(in crate::engine) spare_items: Vec<Queued>,
     /// The streams of the batch being committed, each once.
     touched: Vec<Arc<Stream>>,
 }
@@ -107,65 +107,65 @@ pub(super) struct Writer {
 /// Lock order inside a shard: `queue` is a leaf (held only to push or take the queue); `writer`
 /// is taken before any stream's `data` and `visible`, never while holding `queue`.
 pub(crate) struct Shard {
-    pub(super) id: usize,
+    pub(in crate::engine) id: usize,
     /// The shard's journal directory (`journal/NN`).
-    pub(super) dir: PathBuf,
+    pub(in crate::engine) dir: PathBuf,
     /// The store's root directory (for the trash a delete moves a stream to).
     root: PathBuf,
     /// Told of every stream a batch publishes (one atomic load while no subscription exists).
-    hook: Arc<super::subscription::Hook>,
-    pub(super) options: Options,
+    hook: Arc<super::super::subscription::Hook>,
+    pub(in crate::engine) options: Options,
     /// Buffered mode: a writer commits the queue itself when it waits (no thread hand-off).
-    pub(super) inline: bool,
-    pub(super) queue: Mutex<Queue>,
+    pub(in crate::engine) inline: bool,
+    pub(in crate::engine) queue: Mutex<Queue>,
     /// Wakes the shard thread: records were queued, a checkpoint was asked for, or shutdown.
-    pub(super) wake: Condvar,
-    pub(super) writer: Mutex<Writer>,
+    pub(in crate::engine) wake: Condvar,
+    pub(in crate::engine) writer: Mutex<Writer>,
     /// The LSN up to which this shard's journal is durable (as the durability mode promises).
-    pub(super) durable_lsn: AtomicU64,
+    pub(in crate::engine) durable_lsn: AtomicU64,
     /// Notified when `durable_lsn` advances or the shard is poisoned.
-    pub(super) durable: Event,
+    pub(in crate::engine) durable: Event,
     /// The first failure whose outcome is unknown; once set, nothing more is committed until
     /// the store is reopened.
-    pub(super) poison: OnceLock<Arc<std::io::Error>>,
+    pub(in crate::engine) poison: OnceLock<Arc<std::io::Error>>,
     /// A failure whose outcome is known: writes are refused until [`Shard::heal`] clears it.
-    pub(super) refused: Mutex<Refused>,
+    pub(in crate::engine) refused: Mutex<Refused>,
     /// `refused.cause` is set (the fast path's one load).
-    pub(super) refusing: AtomicBool,
-    pub(super) checkpoints: Mutex<Checkpoints>,
-    pub(super) checkpoints_cv: Condvar,
+    pub(in crate::engine) refusing: AtomicBool,
+    pub(in crate::engine) checkpoints: Mutex<Checkpoints>,
+    pub(in crate::engine) checkpoints_cv: Condvar,
     /// `checkpoints.prepared` holds a file (the writer's one load per batch).
-    pub(super) prepared_ready: AtomicBool,
+    pub(in crate::engine) prepared_ready: AtomicBool,
     /// The checkpoint requests answered so far.
-    pub(super) checkpointed: AtomicU64,
+    pub(in crate::engine) checkpointed: AtomicU64,
     /// Notified when a checkpoint finishes or the shard is poisoned.
-    pub(super) checkpoint_done: Event,
+    pub(in crate::engine) checkpoint_done: Event,
     /// Files durable records made obsolete (segments and snapshots behind retention), each with
     /// the LSN of its record and its stream: a sidecar may still refer to them until a
     /// checkpoint past that LSN is durable, which then removes them (unless the stream was
     /// deleted meanwhile: see `recovery::reclaim`).
-    pub(super) reclaim: Mutex<Vec<(u64, Arc<Stream>, PathBuf)>>,
+    pub(in crate::engine) reclaim: Mutex<Vec<(u64, Arc<Stream>, PathBuf)>>,
     /// Streams whose applied state is newer than their sidecar (changed under `writer`).
-    pub(super) dirty: Mutex<HashMap<String, Arc<Stream>>>,
+    pub(in crate::engine) dirty: Mutex<HashMap<String, Arc<Stream>>>,
     /// The store's counters (batch sizes, sync and checkpoint durations).
-    pub(super) counters: Arc<Counters>,
+    pub(in crate::engine) counters: Arc<Counters>,
     /// The store's name index: a Create adds its name, a completed delete removes it.
-    pub(super) names: Arc<Names>,
+    pub(in crate::engine) names: Arc<Names>,
     /// The cold tier, told about each checkpoint's streams (set once, at open).
     #[cfg(feature = "tier")]
-    pub(super) tier: OnceLock<Arc<crate::tier::Tier>>,
+    pub(in crate::engine) tier: OnceLock<Arc<crate::tier::Tier>>,
 }
 
 impl Shard {
     /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`),
     /// sharing the store's subscription hook, counters and name index.
-    pub(super) fn new(
+    pub(in crate::engine) fn new(
         id: usize,
         dir: PathBuf,
         root: PathBuf,
         options: &Options,
         (file, end): (File, u64),
-        hook: Arc<super::subscription::Hook>,
+        hook: Arc<super::super::subscription::Hook>,
         (counters, names): (Arc<Counters>, Arc<Names>),
     ) -> Shard {
         let path = journal::file_path(&dir, end);
@@ -227,7 +227,7 @@ impl Shard {
     }
 
     /// Whether the journal or the dirty set has grown enough for a checkpoint.
-    pub(super) fn checkpoint_due(&self, w: &Writer) -> bool {
+    pub(in crate::engine) fn checkpoint_due(&self, w: &Writer) -> bool {
         // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
         // them too: otherwise touching many streams between checkpoints keeps every one of them
         // open (two descriptors each) and exhausts `ulimit -n`.
@@ -241,7 +241,7 @@ impl Shard {
     ///
     /// A panic in it poisons the shard (see [`Shard::panicked`]); the thread then fails what
     /// is queued and stops its checkpoint thread as at shutdown.
-    pub(super) fn run(self: Arc<Self>) {
+    pub(in crate::engine) fn run(self: Arc<Self>) {
         // Unwind safety: after a panic the shard is poisoned and commits nothing more.
         if let Err(payload) =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()))
@@ -351,7 +351,7 @@ impl Shard {
     ///
     /// On failure, says whether the batch may be in the journal (`true`): a journal write that
     /// fails is cut back off the file (`false`, nothing of the batch stays) unless that fails too.
-    pub(super) fn commit(
+    pub(in crate::engine) fn commit(
         &self,
         w: &mut Writer,
         buf: &[u8],
@@ -362,7 +362,7 @@ impl Shard {
         self.maybe_switch(w);
         let start = journal::HEADER_LEN + (w.end_lsn - w.file_base);
         let need = start + buf.len() as u64;
-        // A full disk shows here, before any byte of the batch is written (`engine/space.rs`).
+        // A full disk shows here, before any byte of the batch is written (`engine/journal/space.rs`).
         self.set_aside(w, need, buf, items)
             .map_err(|e| (e, false))?;
         if let Err(e) = fs::check_write(&w.path).and_then(|()| w.file.write_all(buf)) {
@@ -517,7 +517,7 @@ impl Shard {
 
 /// Creates a journal file named `base_lsn` with its header and `flags` (not yet synced: see
 /// `Writer::fresh`). An existing file of that name is truncated.
-pub(super) fn open_journal_file(
+pub(in crate::engine) fn open_journal_file(
     dir: &Path,
     shard: usize,
     base_lsn: u64,
@@ -534,7 +534,7 @@ pub(super) fn open_journal_file(
 
 /// Creates a journal file like [`open_journal_file`] and makes it and its name durable (at
 /// open, before anything is written to it).
-pub(super) fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
+pub(in crate::engine) fn new_journal_file(dir: &Path, shard: usize, base_lsn: u64) -> Result<File> {
     let f = open_journal_file(dir, shard, base_lsn, 0)?;
     fs::sync_all(&f, &journal::file_path(dir, base_lsn))?;
     fs::sync_dir(dir)?;

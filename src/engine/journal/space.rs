@@ -23,7 +23,7 @@
 //!    moved to another file. So a disk with room costs one call per [`LOOK_EVERY`] and a
 //!    nearly full one a call per batch.
 //!
-//! Any of these refusing makes the shard refuse writes (`engine/poison.rs`): `507
+//! Any of these refusing makes the shard refuse writes (`engine/journal/poison.rs`): `507
 //! INSUFFICIENT_STORAGE`, nothing of the batch written, and the shard heals by itself once
 //! space exists again. What remains unguarded is a file system that cannot allocate ahead
 //! (`EOPNOTSUPP`: the lengths alone are set) when space another process takes between the
@@ -34,18 +34,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::engine::journal::{self, Record};
 use crate::error::Result;
 use crate::fs;
-use crate::journal::{self, Record};
 
+use super::super::stream::Stream;
 use super::commit::Queued;
 use super::shard::{Shard, Writer};
-use super::stream::Stream;
 
 /// Free space the writer keeps on the journal's file system beyond what a batch may take: room
 /// for a checkpoint (the segment buffers it flushes, sidecars, directory changes) to drop the
 /// journal files it replaces.
-pub(super) const FREE_FLOOR: u64 = 1 << 20;
+pub(in crate::engine) const FREE_FLOOR: u64 = 1 << 20;
 
 /// Free space a shard refusing writes after a full disk waits for before it takes writes
 /// again: well past where it refused (below [`FREE_FLOOR`] and a batch), so that it heals once
@@ -64,7 +64,7 @@ impl Shard {
     /// Steps 1 to 3 above for a batch of `buf` with `items`, whose journal frames end at `need`
     /// in the current file: `ENOSPC` (or the allocation's own error) when the disk cannot take
     /// it, before any of it is written.
-    pub(super) fn set_aside(
+    pub(in crate::engine) fn set_aside(
         &self,
         w: &mut Writer,
         need: u64,
@@ -134,7 +134,7 @@ impl Shard {
 
     /// Whether a shard refusing writes after a full disk may take them again: the journal's
     /// file system has [`HEAL_FREE`] free (or cannot say).
-    pub(super) fn room_to_heal(&self, w: &Writer) -> bool {
+    pub(in crate::engine) fn room_to_heal(&self, w: &Writer) -> bool {
         let free = fs::available_bytes(&w.file, &w.path);
         if free.is_some_and(|f| f < HEAL_FREE) {
             tracing::debug!(shard = self.id, free, "still too little free space to heal");

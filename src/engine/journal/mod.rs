@@ -1,7 +1,9 @@
-//! The journal: its records (`record.rs`), its files (their header, names and listing, here),
-//! and the scan that reads a file back (`scan.rs`). The shard that writes it (group commit,
-//! rotation, prepared files, the free-space reservation) is the engine's (`engine/shard.rs`,
-//! `prepared.rs`, `space.rs`, `checkpoint.rs`).
+//! The journal, in one place: its records (`record.rs`), its files (their header, names and
+//! listing, here) and the scan that reads a file back (`scan.rs`); and the side that writes it:
+//! group commit, the write barrier (`commit.rs`), the shard's writer and its thread
+//! (`shard.rs`), the free-space reservation before a batch (`space.rs`), poisoning and healing
+//! (`poison.rs`), rotation and checkpoints (`checkpoint.rs`) and Sync mode's prepared files
+//! (`prepared.rs`). Recovery, which replays it, is the engine's (`recovery.rs`).
 //!
 //! Every change to a stream is first a record in its shard's journal. A record carries the data
 //! *and* the state change it guards (Stream-Seq, producer position, closure) under one CRC, so
@@ -19,8 +21,14 @@
 //! An LSN is a position in the shard's endless journal; a record's LSN is the position just past
 //! its frame. Payload layouts are in DESIGN.md ("Journal records").
 
+pub(in crate::engine) mod checkpoint;
+pub(in crate::engine) mod commit;
+pub(in crate::engine) mod poison;
+pub(in crate::engine) mod prepared;
 mod record;
 mod scan;
+pub(in crate::engine) mod shard;
+pub(in crate::engine) mod space;
 #[cfg(test)]
 mod tests;
 

@@ -3,7 +3,7 @@
 //!
 //! * *Refused, heals* ([`Shard::refuse`]): nothing of the failed work is acknowledged or left
 //!   in the journal. A full disk found before a batch is written (the journal's reservation,
-//!   the free-space look: `engine/space.rs`), a journal write that was cut back off the file, a
+//!   the free-space look: `engine/journal/space.rs`), a journal write that was cut back off the file, a
 //!   rotation, a checkpoint step other than a sync. Writes get `Poisoned` with the cause
 //!   (`507 INSUFFICIENT_STORAGE` for a full disk) until [`Shard::heal`] succeeds.
 //! * *Poisoned until reopen* ([`Shard::poison`]): the on-disk state is unknown. Any failed
@@ -15,29 +15,29 @@ use std::io::Seek;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::engine::journal::{self, Record};
 use crate::error::Error;
 use crate::fs;
-use crate::journal::{self, Record};
 
+use super::super::stream::Stream;
 use super::shard::Shard;
-use super::stream::Stream;
 
 /// A failure the shard may heal from, and what healing must roll back.
 #[derive(Default)]
-pub(super) struct Refused {
+pub(in crate::engine) struct Refused {
     /// The first such failure since the last heal; `None` while the shard takes writes.
-    pub(super) cause: Option<Arc<std::io::Error>>,
+    pub(in crate::engine) cause: Option<Arc<std::io::Error>>,
     /// Streams whose staged state ran ahead of what was committed: their records failed.
-    pub(super) streams: Vec<Arc<Stream>>,
+    pub(in crate::engine) streams: Vec<Arc<Stream>>,
     /// A failed record was not an append: its staged effects (registry, forks, names) cannot
     /// be rolled back in place, so healing poisons the shard instead.
-    pub(super) blocked: bool,
+    pub(in crate::engine) blocked: bool,
 }
 
 impl Shard {
     /// The error every write on a poisoned or refusing shard gets (carrying the failure), or
     /// `None` while the shard takes writes.
-    pub(super) fn poisoned(&self) -> Option<Error> {
+    pub(in crate::engine) fn poisoned(&self) -> Option<Error> {
         let source = match self.poison.get() {
             Some(cause) => cause.clone(),
             None if self.refusing.load(Ordering::Acquire) => self.refused.lock().cause.clone()?,
@@ -47,13 +47,13 @@ impl Shard {
     }
 
     /// Whether the shard is poisoned or refusing writes.
-    pub(super) fn failed(&self) -> bool {
+    pub(in crate::engine) fn failed(&self) -> bool {
         self.poison.get().is_some() || self.refusing.load(Ordering::Acquire)
     }
 
     /// The error of a write that failed because the shard is poisoned. The cause is recorded
     /// before any batch fails, so the fallback (a cause of unknown origin) is never expected.
-    pub(super) fn poisoned_error(&self) -> Error {
+    pub(in crate::engine) fn poisoned_error(&self) -> Error {
         self.poisoned().unwrap_or_else(|| Error::Poisoned {
             source: Arc::new(std::io::Error::other("journal batch failed")),
         })
@@ -61,7 +61,7 @@ impl Shard {
 
     /// Poisons the shard with `cause` and wakes everyone waiting on it. Only the first cause is
     /// kept (and logged); later failures are consequences of it.
-    pub(super) fn poison(&self, cause: Error) {
+    pub(in crate::engine) fn poison(&self, cause: Error) {
         let mut first = false;
         let kept = self.poison.get_or_init(|| {
             first = true;
@@ -90,7 +90,7 @@ impl Shard {
     /// Makes the shard refuse writes after a failure whose outcome is known (nothing of the
     /// failed work is acknowledged or left in the journal), until [`Shard::heal`] succeeds.
     /// Only the first cause is kept (and logged) until then.
-    pub(super) fn refuse(&self, cause: Error) {
+    pub(in crate::engine) fn refuse(&self, cause: Error) {
         let mut r = self.refused.lock();
         let first = r.cause.is_none();
         if first {
@@ -115,7 +115,7 @@ impl Shard {
     /// staged state back. A record that failed in the queue (`queued`) and is not an append
     /// had effects beyond the staged state (a registered create, a delete), which healing
     /// cannot roll back: see `Refused::blocked`.
-    pub(super) fn note_failed(&self, stream: &Arc<Stream>, queued: Option<&Record>) {
+    pub(in crate::engine) fn note_failed(&self, stream: &Arc<Stream>, queued: Option<&Record>) {
         let mut r = self.refused.lock();
         if r.cause.is_some() {
             r.streams.push(stream.clone());
@@ -134,7 +134,7 @@ impl Shard {
     /// take writes again only to refuse the next one); then
     /// rolls each noted stream's staged state back to its applied state (under its `core`,
     /// `writer` released) and clears the failure. The shard thread calls it while refusing.
-    pub(super) fn heal(&self) {
+    pub(in crate::engine) fn heal(&self) {
         if !self.refusing.load(Ordering::Acquire) || self.poison.get().is_some() {
             return;
         }
@@ -210,7 +210,7 @@ impl Shard {
     /// Poisons the shard after a panic on one of its paths (`what`: the commit, the shard
     /// thread, the checkpoint thread), with the panic's message as the cause, and wakes
     /// everyone waiting on it. The panic itself was reported by the panic hook.
-    pub(super) fn panicked(&self, what: &str, payload: &(dyn std::any::Any + Send)) {
+    pub(in crate::engine) fn panicked(&self, what: &str, payload: &(dyn std::any::Any + Send)) {
         let message = payload
             .downcast_ref::<&str>()
             .copied()

@@ -13,16 +13,16 @@ use std::time::Instant;
 
 use event_listener::Listener;
 
+use crate::engine::journal;
 use crate::error::{Error, Result};
 use crate::fs;
-use crate::journal;
 use crate::options::Durability;
 use crate::sidecar;
 use crate::state::StreamState;
 
-use super::Engine;
+use super::super::Engine;
+use super::super::stream::Stream;
 use super::shard::{Shard, Writer};
-use super::stream::Stream;
 
 /// How much the checkpoint thread lowers its CPU priority (a nice increment, Linux): it takes
 /// the CPU that the threads serving requests leave, instead of an equal share beside them
@@ -47,7 +47,7 @@ fn lower_priority() {
 }
 
 /// One checkpoint, handed from the writer (which rotated the journal) to the checkpoint thread.
-pub(super) struct CheckpointJob {
+pub(in crate::engine) struct CheckpointJob {
     /// The rotation point: every record below it is in the streams' files and in `streams`.
     lsn: u64,
     /// The checkpoint requests this one answers.
@@ -58,21 +58,21 @@ pub(super) struct CheckpointJob {
 
 /// The hand-off between a shard's writer and its checkpoint thread (under `Shard::checkpoints`).
 #[derive(Default)]
-pub(super) struct Checkpoints {
+pub(in crate::engine) struct Checkpoints {
     /// The posted job, until the checkpoint thread takes it.
     job: Option<CheckpointJob>,
     /// A job is posted or running.
-    pub(super) busy: bool,
+    pub(in crate::engine) busy: bool,
     /// Shutdown: the checkpoint thread exits once no job is left.
-    pub(super) stop: bool,
+    pub(in crate::engine) stop: bool,
     /// Ranges of files whose write-back the committers want started (see
     /// `Shard::start_writeback_later`), for the checkpoint thread between jobs.
     writeback: Vec<Writeback>,
-    /// The writer asked for a prepared journal file (`engine/prepared.rs`), for the checkpoint
+    /// The writer asked for a prepared journal file (`engine/journal/prepared.rs`), for the checkpoint
     /// thread between jobs.
-    pub(super) prepare: bool,
+    pub(in crate::engine) prepare: bool,
     /// A prepared journal file, ready for the writer.
-    pub(super) prepared: Option<File>,
+    pub(in crate::engine) prepared: Option<File>,
 }
 
 /// What the checkpoint thread does next.
@@ -83,17 +83,17 @@ enum Work {
 }
 
 /// A range of a journal or segment log written since its write-back was last started.
-pub(super) struct Writeback {
-    pub(super) file: Arc<File>,
-    pub(super) offset: u64,
-    pub(super) len: u64,
+pub(in crate::engine) struct Writeback {
+    pub(in crate::engine) file: Arc<File>,
+    pub(in crate::engine) offset: u64,
+    pub(in crate::engine) len: u64,
 }
 
 impl Shard {
     /// Step 6a, under `writer` between two batches: later batches go to a new journal file
     /// starting at the current LSN; the dirty streams' applied state at this point is what the
     /// checkpoint records. Streams deleted meanwhile are left out.
-    pub(super) fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
+    pub(in crate::engine) fn rotate(&self, w: &mut Writer, requests: u64) -> Result<CheckpointJob> {
         let lsn = w.end_lsn;
         if lsn > w.file_base {
             // In Buffered mode the old file's batches were never synced, and are not synced
@@ -149,13 +149,13 @@ impl Shard {
 
     /// Asks the checkpoint thread to start the write-back of `range` when it is not running a
     /// job (`fs::start_writeback`, which may block on a busy disk, never on a committer's path).
-    pub(super) fn start_writeback_later(&self, range: Writeback) {
+    pub(in crate::engine) fn start_writeback_later(&self, range: Writeback) {
         self.checkpoints.lock().writeback.push(range);
         self.checkpoints_cv.notify_all();
     }
 
     /// Hands a rotated job to the checkpoint thread (which must be idle: see `busy`).
-    pub(super) fn post_checkpoint(&self, job: CheckpointJob) {
+    pub(in crate::engine) fn post_checkpoint(&self, job: CheckpointJob) {
         let mut c = self.checkpoints.lock();
         c.job = Some(job);
         c.busy = true;
@@ -163,7 +163,7 @@ impl Shard {
     }
 
     /// Waits until no checkpoint is posted or running.
-    pub(super) fn wait_checkpoints(&self) {
+    pub(in crate::engine) fn wait_checkpoints(&self) {
         let mut c = self.checkpoints.lock();
         while c.busy {
             self.checkpoints_cv.wait(&mut c);
@@ -175,7 +175,7 @@ impl Shard {
     /// heals; a job on a poisoned or refusing shard only answers its requests. A panic poisons
     /// the shard (see [`Shard::panicked`]) and ends the thread, answering its job, so no one
     /// waits on a checkpoint that will not come.
-    pub(super) fn checkpointer(self: Arc<Self>) {
+    pub(in crate::engine) fn checkpointer(self: Arc<Self>) {
         lower_priority();
         let syncer = match File::open(&self.dir) {
             Ok(f) => f,
@@ -265,7 +265,7 @@ impl Shard {
 
     /// Removes the journal files that start before `lsn` and syncs the journal directory;
     /// returns the bytes they held.
-    pub(super) fn drop_journal_before(&self, lsn: u64) -> Result<u64> {
+    pub(in crate::engine) fn drop_journal_before(&self, lsn: u64) -> Result<u64> {
         let mut dropped = 0u64;
         for (base, path) in journal::list_files(&self.dir)? {
             if base < lsn {
@@ -280,7 +280,7 @@ impl Shard {
     /// Steps 6b to 6e: makes the job's streams' files and sidecars durable and drops the journal
     /// files before its rotation point. Runs beside the writer, which goes on committing; takes
     /// one stream's `data` at a time.
-    pub(super) fn checkpoint(&self, syncer: &File, job: &CheckpointJob) -> Result<()> {
+    pub(in crate::engine) fn checkpoint(&self, syncer: &File, job: &CheckpointJob) -> Result<()> {
         let started = Instant::now();
         // The segments' buffered appends reach their logs before 6b syncs them: the sidecar
         // will say they are in the stream's files, and the journal holding them will go. Done
@@ -322,7 +322,7 @@ impl Shard {
             *r = keep;
             ready.into_iter().map(|(_, s, p)| (s, p)).collect()
         };
-        super::recovery::reclaim(ready);
+        super::super::recovery::reclaim(ready);
         // The checkpointed state is durable: the cold tier may upload what it made sealed.
         #[cfg(feature = "tier")]
         if let Some(t) = self.tier.get() {
