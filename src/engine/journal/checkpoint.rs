@@ -70,7 +70,7 @@ pub(in crate::engine) struct Checkpoints {
     writeback: Vec<Writeback>,
     /// The writer asked for a prepared journal file (`engine/journal/prepared.rs`), for the checkpoint
     /// thread between jobs.
-    pub(in crate::engine) prepare: bool,
+    pub(super) prepare: bool,
     /// A prepared journal file, ready for the writer.
     pub(in crate::engine) prepared: Option<File>,
 }
@@ -83,7 +83,7 @@ enum Work {
 }
 
 /// A range of a journal or segment log written since its write-back was last started.
-pub(in crate::engine) struct Writeback {
+pub(super) struct Writeback {
     pub(in crate::engine) file: Arc<File>,
     pub(in crate::engine) offset: u64,
     pub(in crate::engine) len: u64,
@@ -149,13 +149,13 @@ impl Shard {
 
     /// Asks the checkpoint thread to start the write-back of `range` when it is not running a
     /// job (`fs::start_writeback`, which may block on a busy disk, never on a committer's path).
-    pub(in crate::engine) fn start_writeback_later(&self, range: Writeback) {
+    pub(super) fn start_writeback_later(&self, range: Writeback) {
         self.checkpoints.lock().writeback.push(range);
         self.checkpoints_cv.notify_all();
     }
 
     /// Hands a rotated job to the checkpoint thread (which must be idle: see `busy`).
-    pub(in crate::engine) fn post_checkpoint(&self, job: CheckpointJob) {
+    pub(super) fn post_checkpoint(&self, job: CheckpointJob) {
         let mut c = self.checkpoints.lock();
         c.job = Some(job);
         c.busy = true;
@@ -163,7 +163,7 @@ impl Shard {
     }
 
     /// Waits until no checkpoint is posted or running.
-    pub(in crate::engine) fn wait_checkpoints(&self) {
+    pub(super) fn wait_checkpoints(&self) {
         let mut c = self.checkpoints.lock();
         while c.busy {
             self.checkpoints_cv.wait(&mut c);

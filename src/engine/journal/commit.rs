@@ -32,12 +32,12 @@ pub(in crate::engine) struct Queue {
     /// The completion signal of the batch now forming.
     pub(in crate::engine) batch: Arc<Batch>,
     /// The LSN just past the last queued frame.
-    pub(in crate::engine) next_lsn: u64,
+    pub(super) next_lsn: u64,
     pub(in crate::engine) shutdown: bool,
     /// Checkpoints asked for by `Engine::checkpoint` (a count; see `Shard::checkpointed`).
-    pub(in crate::engine) checkpoint_requests: u64,
+    pub(super) checkpoint_requests: u64,
     /// A writer committing its own batch found a checkpoint due (Buffered mode).
-    pub(in crate::engine) checkpoint_due: bool,
+    pub(super) checkpoint_due: bool,
     /// The shard thread sleeps until a push wakes it (Buffered mode: writers commit their own
     /// batches, so only the first push after an idle spell wakes the thread).
     pub(in crate::engine) idle: bool,

@@ -115,7 +115,7 @@ impl Shard {
     /// staged state back. A record that failed in the queue (`queued`) and is not an append
     /// had effects beyond the staged state (a registered create, a delete), which healing
     /// cannot roll back: see `Refused::blocked`.
-    pub(in crate::engine) fn note_failed(&self, stream: &Arc<Stream>, queued: Option<&Record>) {
+    pub(super) fn note_failed(&self, stream: &Arc<Stream>, queued: Option<&Record>) {
         let mut r = self.refused.lock();
         if r.cause.is_some() {
             r.streams.push(stream.clone());
@@ -134,7 +134,7 @@ impl Shard {
     /// take writes again only to refuse the next one); then
     /// rolls each noted stream's staged state back to its applied state (under its `core`,
     /// `writer` released) and clears the failure. The shard thread calls it while refusing.
-    pub(in crate::engine) fn heal(&self) {
+    pub(super) fn heal(&self) {
         if !self.refusing.load(Ordering::Acquire) || self.poison.get().is_some() {
             return;
         }

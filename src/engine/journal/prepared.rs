@@ -45,7 +45,7 @@ const ZERO_CHUNK: usize = 256 << 10;
 /// The length of a prepared file: room for a checkpoint's worth of journal and a quarter more
 /// (a checkpoint that finds another running is put off), within [`PREPARED_MIN`] and
 /// [`PREPARED_MAX`]. Past it, the file grows in sparse steps, as an unprepared one does.
-pub(in crate::engine) fn prepared_len(options: &Options) -> u64 {
+pub(super) fn prepared_len(options: &Options) -> u64 {
     let c = options.checkpoint_bytes;
     c.saturating_add(c / 4)
         .clamp(PREPARED_MIN, PREPARED_MAX)
@@ -60,7 +60,7 @@ pub(in crate::engine) fn prepared_len(options: &Options) -> u64 {
 const SMALL_SYNCS: u64 = 64 << 10;
 
 /// Bytes a journal file takes before its shard asks for a prepared one to follow it.
-pub(in crate::engine) fn prepare_after(options: &Options) -> u64 {
+pub(super) fn prepare_after(options: &Options) -> u64 {
     (options.checkpoint_bytes / 2).min(1 << 20)
 }
 
@@ -83,7 +83,7 @@ impl Shard {
     /// Under `writer`, at the start of a batch: asks for a prepared file to follow the current
     /// one once that has taken [`prepare_after`] bytes in small syncs, and switches to a ready
     /// one if the current file was not prepared.
-    pub(in crate::engine) fn maybe_switch(&self, w: &mut Writer) {
+    pub(super) fn maybe_switch(&self, w: &mut Writer) {
         if !self.prepares() {
             return;
         }
@@ -112,7 +112,7 @@ impl Shard {
 
     /// Starts the journal file of a rotation at `w.end_lsn` (step 6a): the prepared file if
     /// one is ready, else a new empty one.
-    pub(in crate::engine) fn start_journal_file(&self, w: &mut Writer, flags: u32) -> Result<()> {
+    pub(super) fn start_journal_file(&self, w: &mut Writer, flags: u32) -> Result<()> {
         let lsn = w.end_lsn;
         if let Some(f) = self.take_prepared() {
             match self.install_prepared(f, lsn, flags) {
@@ -191,7 +191,7 @@ impl Shard {
     /// writer; not on a file system with less than [`ROOM`] times its length free. A failure
     /// is logged and costs nothing but the speed-up: the writer goes on growing its file, and
     /// asks again after its next switch or rotation.
-    pub(in crate::engine) fn prepare(&self) {
+    pub(super) fn prepare(&self) {
         let path = self.dir.join(journal::PREPARED);
         let made = (|| -> Result<Option<File>> {
             let file = fs::open_create(

@@ -49,7 +49,7 @@ pub(in crate::engine) const LINGER: Duration = Duration::from_millis(20);
 
 /// Buffered mode: after this many looks in a row at an empty queue (a second with no writes)
 /// the shard thread sleeps until the next push wakes it, so an idle store costs no wakeups.
-pub(in crate::engine) const QUIET_LOOKS: u32 = 50;
+pub(super) const QUIET_LOOKS: u32 = 50;
 
 /// While a shard refuses writes after a failure it may heal from, how often the shard thread
 /// tries to heal (a refused write also wakes it).
@@ -68,7 +68,7 @@ pub(in crate::engine) struct Writer {
     /// The current file's path (what the file-system seam is told).
     pub(in crate::engine) path: PathBuf,
     /// The LSN of the current file's first record byte (its name).
-    pub(in crate::engine) file_base: u64,
+    pub(super) file_base: u64,
     /// LSN just past the last byte written. Records still queued have higher LSNs, so a rotation
     /// starts the new file here, not at the queue's next LSN.
     pub(in crate::engine) end_lsn: u64,
@@ -76,12 +76,12 @@ pub(in crate::engine) struct Writer {
     pub(in crate::engine) written: u64,
     /// The current file's length: its header and records, then zeros set aside for the
     /// next batches (grown in [`journal::JOURNAL_STEP`]s).
-    pub(in crate::engine) alloc: u64,
+    pub(super) alloc: u64,
     /// The file was created by a rotation and its directory entry is not durable yet.
     pub(in crate::engine) fresh: bool,
     /// Sync mode: the current file was prepared (`engine/journal/prepared.rs`): zeros written and
     /// synced up to `alloc` before the first batch.
-    pub(in crate::engine) prewritten: bool,
+    pub(super) prewritten: bool,
     /// Sync mode: a prepared file was asked for since the current file was started.
     pub(in crate::engine) asked: bool,
     /// Sync mode: the syncs of the current file.
@@ -89,15 +89,15 @@ pub(in crate::engine) struct Writer {
     /// Buffered mode: bytes written at the current file's end whose write-back has not been
     /// asked for (see [`WRITEBACK_AT`]), and the current file's descriptor shared with the
     /// checkpoint thread that starts it (made at the first such request for the file).
-    pub(in crate::engine) unstarted: u64,
-    pub(in crate::engine) shared_file: Option<Arc<File>>,
+    pub(super) unstarted: u64,
+    pub(super) shared_file: Option<Arc<File>>,
     /// Bytes the writer may commit before it looks at the free space again (`engine/journal/space.rs`).
-    pub(in crate::engine) unlooked: u64,
+    pub(super) unlooked: u64,
     /// Buffers swapped with the queue's, and the last batch's signal (see `Batch::renew`), so
     /// a batch allocates nothing.
-    pub(in crate::engine) spare_buf: Vec<u8>,
-    pub(in crate::engine) spare_batch: Option<Arc<Batch>>,
-    pub(in crate::engine) spare_items: Vec<Queued>,
+    pub(super) spare_buf: Vec<u8>,
+    pub(super) spare_batch: Option<Arc<Batch>>,
+    pub(super) spare_items: Vec<Queued>,
     /// The streams of the batch being committed, each once.
     touched: Vec<Arc<Stream>>,
 }
@@ -133,13 +133,13 @@ pub(crate) struct Shard {
     /// `refused.cause` is set (the fast path's one load).
     pub(in crate::engine) refusing: AtomicBool,
     pub(in crate::engine) checkpoints: Mutex<Checkpoints>,
-    pub(in crate::engine) checkpoints_cv: Condvar,
+    pub(super) checkpoints_cv: Condvar,
     /// `checkpoints.prepared` holds a file (the writer's one load per batch).
-    pub(in crate::engine) prepared_ready: AtomicBool,
+    pub(super) prepared_ready: AtomicBool,
     /// The checkpoint requests answered so far.
     pub(in crate::engine) checkpointed: AtomicU64,
     /// Notified when a checkpoint finishes or the shard is poisoned.
-    pub(in crate::engine) checkpoint_done: Event,
+    pub(super) checkpoint_done: Event,
     /// Files durable records made obsolete (segments and snapshots behind retention), each with
     /// the LSN of its record and its stream: a sidecar may still refer to them until a
     /// checkpoint past that LSN is durable, which then removes them (unless the stream was
@@ -227,7 +227,7 @@ impl Shard {
     }
 
     /// Whether the journal or the dirty set has grown enough for a checkpoint.
-    pub(in crate::engine) fn checkpoint_due(&self, w: &Writer) -> bool {
+    pub(super) fn checkpoint_due(&self, w: &Writer) -> bool {
         // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
         // them too: otherwise touching many streams between checkpoints keeps every one of them
         // open (two descriptors each) and exhausts `ulimit -n`.
@@ -517,7 +517,7 @@ impl Shard {
 
 /// Creates a journal file named `base_lsn` with its header and `flags` (not yet synced: see
 /// `Writer::fresh`). An existing file of that name is truncated.
-pub(in crate::engine) fn open_journal_file(
+pub(super) fn open_journal_file(
     dir: &Path,
     shard: usize,
     base_lsn: u64,

@@ -45,7 +45,7 @@ use super::shard::{Shard, Writer};
 /// Free space the writer keeps on the journal's file system beyond what a batch may take: room
 /// for a checkpoint (the segment buffers it flushes, sidecars, directory changes) to drop the
 /// journal files it replaces.
-pub(in crate::engine) const FREE_FLOOR: u64 = 1 << 20;
+pub(super) const FREE_FLOOR: u64 = 1 << 20;
 
 /// Free space a shard refusing writes after a full disk waits for before it takes writes
 /// again: well past where it refused (below [`FREE_FLOOR`] and a batch), so that it heals once
@@ -134,7 +134,7 @@ impl Shard {
 
     /// Whether a shard refusing writes after a full disk may take them again: the journal's
     /// file system has [`HEAL_FREE`] free (or cannot say).
-    pub(in crate::engine) fn room_to_heal(&self, w: &Writer) -> bool {
+    pub(super) fn room_to_heal(&self, w: &Writer) -> bool {
         let free = fs::available_bytes(&w.file, &w.path);
         if free.is_some_and(|f| f < HEAL_FREE) {
             tracing::debug!(shard = self.id, free, "still too little free space to heal");
