@@ -37,13 +37,37 @@ pub(crate) struct Sidecar {
     pub(crate) state: StreamState,
 }
 
+/// The slots' file names, by slot.
+const SLOTS: [&str; 2] = ["meta.0", "meta.1"];
+
+/// Room reserved for a slot image before encoding: most states fit, so encoding grows the
+/// buffer at most once.
+const TYPICAL_IMAGE: usize = 512;
+
 fn slot_path(dir: &Path, slot: u64) -> std::path::PathBuf {
-    dir.join(format!("meta.{slot}"))
+    dir.join(SLOTS[(slot % 2) as usize])
 }
 
 /// Encodes a sidecar slot image.
+#[cfg(feature = "fuzzing")]
 pub(crate) fn encode(generation: u64, applied_lsn: u64, state: &StreamState) -> Vec<u8> {
-    let mut e = Enc::default();
+    encode_into(
+        Vec::with_capacity(TYPICAL_IMAGE),
+        generation,
+        applied_lsn,
+        state,
+    )
+}
+
+/// Encodes a slot image into `buf` (cleared first; its allocation is reused).
+fn encode_into(
+    mut buf: Vec<u8>,
+    generation: u64,
+    applied_lsn: u64,
+    state: &StreamState,
+) -> Vec<u8> {
+    buf.clear();
+    let mut e = Enc::with(buf);
     e.buf.extend_from_slice(MAGIC);
     e.u32(VERSION);
     e.u64(generation);
@@ -116,7 +140,22 @@ pub(crate) fn write(
     applied_lsn: u64,
     state: &StreamState,
 ) -> Result<()> {
-    let buf = encode(generation, applied_lsn, state);
+    write_with(&mut Vec::new(), dir, generation, applied_lsn, state)
+}
+
+/// [`write`], encoding into `scratch`, whose allocation a checkpoint reuses for every sidecar
+/// it writes.
+pub(crate) fn write_with(
+    scratch: &mut Vec<u8>,
+    dir: &Path,
+    generation: u64,
+    applied_lsn: u64,
+    state: &StreamState,
+) -> Result<()> {
+    if scratch.capacity() == 0 {
+        scratch.reserve(TYPICAL_IMAGE);
+    }
+    let buf = encode_into(std::mem::take(scratch), generation, applied_lsn, state);
     let f: File = crate::fs::open_create(
         OpenOptions::new().create(true).write(true).truncate(false),
         &slot_path(dir, generation % 2),
@@ -124,8 +163,9 @@ pub(crate) fn write(
     // The slot is not cut to the new image's length: its header gives the length, so bytes of a
     // longer earlier image past it are never read, and a `set_len` per checkpoint per stream
     // costs a metadata change each time.
-    f.write_all_at(&buf, 0)?;
-    Ok(())
+    let written = f.write_all_at(&buf, 0);
+    *scratch = buf;
+    Ok(written?)
 }
 
 #[cfg(test)]

@@ -298,7 +298,8 @@ impl Shard {
         // 6b [sync]. Everything applied before the rotation (segments, indexes, directories)
         // becomes durable (and whatever was applied since: sidecars never claim more than that).
         fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;
-        // 6c. Sidecars record each stream's state at the rotation.
+        // 6c. Sidecars record each stream's state at the rotation (one encoding buffer for all).
+        let mut scratch = Vec::new();
         for (s, lsn, state) in &job.streams {
             let mut d = s.data.lock();
             if d.deleted {
@@ -307,7 +308,7 @@ impl Shard {
             // A failed write leaves the generation, so the next one goes to the same slot and the
             // other slot keeps the newest good sidecar.
             let generation = d.generation + 1;
-            sidecar::write(&s.dir, generation, *lsn, state)?;
+            sidecar::write_with(&mut scratch, &s.dir, generation, *lsn, state)?;
             d.generation = generation;
             d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
         }
