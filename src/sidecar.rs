@@ -217,4 +217,33 @@ mod tests {
             assert_eq!(load(dir.path()).unwrap().unwrap().generation, 1);
         }
     }
+
+    #[test]
+    fn a_reused_buffer_holds_only_the_newest_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut scratch = Vec::new();
+        let mut long = state(1);
+        long.config.content_type = "x".repeat(2000);
+        write_with(&mut scratch, dir.path(), 1, 10, &long).unwrap();
+        // A shorter state next, to another stream's slot: nothing of the longer image leaks in.
+        let other = tempfile::tempdir().unwrap();
+        write_with(&mut scratch, other.path(), 1, 20, &state(2)).unwrap();
+        let s = load(other.path()).unwrap().unwrap();
+        assert_eq!((s.applied_lsn, s.state.tail.bytes), (20, 2));
+        assert_eq!(s.state.config.content_type, "t/p");
+        assert_eq!(
+            std::fs::read(other.path().join("meta.1")).unwrap().len(),
+            encode_into(Vec::new(), 1, 20, &state(2)).len()
+        );
+        assert_eq!(
+            load(dir.path())
+                .unwrap()
+                .unwrap()
+                .state
+                .config
+                .content_type
+                .len(),
+            2000
+        );
+    }
 }
