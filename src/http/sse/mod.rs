@@ -22,6 +22,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 
 use crate::Watch;
@@ -140,8 +141,10 @@ struct Sse {
     timer: Pin<Box<Sleep>>,
     /// When the last frame went out (keep-alive comments are due `sse_keepalive` after it).
     last_sent: Instant,
-    /// Resolves when the server shuts down; created once per connection.
-    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Resolves when the server shuts down (made before the flag is first looked at, which
+    /// covers a signal sent before it); created once per connection, holding only the
+    /// signal's handle.
+    shutdown: Pin<Box<OwnedNotified>>,
     /// `shutdown` was polled once: it holds the task's waker until the server shuts down.
     shutdown_armed: bool,
     /// The stream's end was sent: the connection ends.
@@ -273,29 +276,52 @@ impl Sse {
 
     /// Waits at the tail until the stream changes (`Ok`), or answers what ends the wait
     /// instead: the keep-alive comment, or `None` to end the connection.
+    ///
+    /// Parked at the stream's writer (`service/seat.rs`: the connection's loop lent its socket)
+    /// the connection's loop parks the seat once this returns pending, and the writer sends
+    /// the frames of new data for it while the socket takes them; the stream's change is then
+    /// the writer handing the seat back (its loop having taken the seat back first). Otherwise
+    /// the connection waits on the stream itself.
     async fn sleep(&mut self) -> Result<(), Option<Bytes>> {
-        if self.seat.enabled() {
-            return self.sleep_parked().await;
-        }
-        let wait = self.watch.wait(self.next);
+        let parked = self.seat.enabled();
+        let wait = (!parked).then(|| self.watch.wait(self.next));
         tokio::pin!(wait);
         loop {
-            // The stream first: polled alone when it is what woke the connection.
             let woke = std::future::poll_fn(|cx| {
-                if wait.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Woke::Stream);
+                // The stream first: polled alone when it is what woke the connection.
+                if let Some(wait) = wait.as_mut().as_pin_mut() {
+                    if wait.poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Stream);
+                    }
+                } else {
+                    let settled = self.seat.settle();
+                    if let Some(next) = settled.next {
+                        self.next = next;
+                    }
+                    if let Some(at) = settled.sent {
+                        self.last_sent = at;
+                    }
+                    if settled.done || settled.back {
+                        self.done |= settled.done;
+                        return Poll::Ready(Woke::Stream);
+                    }
                 }
                 if self.timer.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Woke::Timer);
                 }
                 // The shutdown signal keeps the waker of the first poll until it fires (the
                 // connection's task, the same for every poll), so after that it is only looked
-                // at: polled again once it is set.
-                if !self.shutdown_armed || *self.app.shutdown.borrow() {
+                // at: polled again once it is set. The flag turns true before the signal is
+                // sent, so a connection that began after the signal sees the flag.
+                let down = *self.app.shutdown.borrow();
+                if !self.shutdown_armed || down {
                     self.shutdown_armed = true;
-                    if self.shutdown.as_mut().poll(cx).is_ready() {
+                    if down || self.shutdown.as_mut().poll(cx).is_ready() {
                         return Poll::Ready(Woke::Shutdown);
                     }
+                }
+                if parked {
+                    self.seat.ask(self.next, cx.waker());
                 }
                 Poll::Pending
             })
@@ -313,53 +339,7 @@ impl Sse {
         }
     }
 
-    /// [`Sse::sleep`] parked at the stream's writer (`service/seat.rs`): the connection's loop parks the
-    /// seat once this returns pending, and the writer sends the frames of new data for it
-    /// while the socket takes them. This wakes (its loop having taken the seat back) when the
-    /// writer hands it back (`Ok`: read at `next`), or for its timer or the shutdown as
-    /// [`Sse::sleep`] does.
-    async fn sleep_parked(&mut self) -> Result<(), Option<Bytes>> {
-        let seat = self.seat.clone();
-        loop {
-            let woke = std::future::poll_fn(|cx| {
-                let settled = seat.settle();
-                if let Some(next) = settled.next {
-                    self.next = next;
-                }
-                if let Some(at) = settled.sent {
-                    self.last_sent = at;
-                }
-                if settled.done || settled.back {
-                    self.done |= settled.done;
-                    return Poll::Ready(Woke::Stream);
-                }
-                if self.timer.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Woke::Timer);
-                }
-                if !self.shutdown_armed || *self.app.shutdown.borrow() {
-                    self.shutdown_armed = true;
-                    if self.shutdown.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Woke::Shutdown);
-                    }
-                }
-                seat.ask(self.next, cx.waker());
-                Poll::Pending
-            })
-            .await;
-            let keepalive = self.app.config.sse_keepalive;
-            let (deadline, last_sent) = (self.deadline, self.last_sent);
-            if let ControlFlow::Break(end) =
-                Self::after_wake(woke, &mut self.timer, deadline, last_sent, keepalive)
-            {
-                if end.is_ok() {
-                    self.woken = true;
-                }
-                return end;
-            }
-        }
-    }
-
-    /// What a wait does on `woke` (both [`Sse::sleep`] and [`Sse::sleep_parked`]): `Break` ends
+    /// What a wait of [`Sse::sleep`] does on `woke`: `Break` ends
     /// it (`Ok`: the stream woke it, read again; `Err`: the keep-alive comment to send, or
     /// `None` to end), `Continue` waits on (the timer was set for its next stop).
     fn after_wake(
@@ -490,7 +470,6 @@ pub(super) async fn respond(
     let start = Instant::now();
     let lifetime = start + app.config.sse_max_duration;
     let deadline = credential.map_or(lifetime, |c| c.min(lifetime));
-    let down = app.clone();
     let cursor_floor = response_cursor(p.cursor, SystemTime::now());
     tail.source.get_or_init(|| Source {
         app: app.clone(),
@@ -525,7 +504,7 @@ pub(super) async fn respond(
             (start + app.config.sse_keepalive).min(deadline),
         )),
         last_sent: start,
-        shutdown: Box::pin(async move { down.shutting_down().await }),
+        shutdown: Box::pin(app.shutdown_notify.clone().notified_owned()),
         shutdown_armed: false,
         done: false,
         woken: false,

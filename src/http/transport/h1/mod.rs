@@ -222,10 +222,11 @@ pub(crate) async fn serve_with<S: Io, H: Handler>(
             Err(NotHere::Handoff) => {
                 let Ok(held) = app.budget.lease(Use::Buffers, super::HYPER_CONNECTION_HELD) else {
                     let e = crate::http::budget::over_budget(Use::Buffers, app.budget.limit());
-                    return refuse(&handler, &app.budget, &mut socket, &mut out, e).await;
+                    return Box::pin(refuse(&handler, &app.budget, &mut socket, &mut out, e)).await;
                 };
                 drop(room);
-                return handoff(handler, socket, buf, fallback, (open, held), alive).await;
+                return Box::pin(handoff(handler, socket, buf, fallback, (open, held), alive))
+                    .await;
             }
             Err(NotHere::Refuse(status, code, detail)) => {
                 let e = ApiError::Http {
@@ -233,17 +234,24 @@ pub(crate) async fn serve_with<S: Io, H: Handler>(
                     code,
                     detail,
                 };
-                return refuse(&handler, &app.budget, &mut socket, &mut out, e).await;
+                return Box::pin(refuse(&handler, &app.budget, &mut socket, &mut out, e)).await;
             }
             Err(NotHere::Over(e)) => {
-                return refuse(&handler, &app.budget, &mut socket, &mut out, e).await;
+                return Box::pin(refuse(&handler, &app.budget, &mut socket, &mut out, e)).await;
             }
         };
         let head_bytes = buf.split_to(head.len).freeze();
         let is_head = head.method == Method::HEAD;
         let mut close = head.close;
         let Some(req) = request(&head_bytes, &head, &lines, std::mem::take(&mut spare)) else {
-            return refuse(&handler, &app.budget, &mut socket, &mut out, unparsable()).await;
+            return Box::pin(refuse(
+                &handler,
+                &app.budget,
+                &mut socket,
+                &mut out,
+                unparsable(),
+            ))
+            .await;
         };
         drop(head_bytes);
         let (mut parts, ()) = req.into_parts();
@@ -255,7 +263,14 @@ pub(crate) async fn serve_with<S: Io, H: Handler>(
             Ok(admission) => admission,
             Err((answer, cors)) => {
                 let refused = (answer, cors, None);
-                return refuse_unread(&handler, &app.budget, &mut socket, &mut out, refused).await;
+                return Box::pin(refuse_unread(
+                    &handler,
+                    &app.budget,
+                    &mut socket,
+                    &mut out,
+                    refused,
+                ))
+                .await;
             }
         };
         let mut body = Body::empty();
@@ -266,27 +281,30 @@ pub(crate) async fn serve_with<S: Io, H: Handler>(
                     Err(e) => {
                         let code = e.code();
                         let refused = (e.into_response().into(), cors_wanted(&parts), Some(code));
-                        return refuse_unread(
+                        return Box::pin(refuse_unread(
                             &handler,
                             &app.budget,
                             &mut socket,
                             &mut out,
                             refused,
-                        )
+                        ))
                         .await;
                     }
                 };
-                match read_body(&mut socket, &mut buf, &head, &app).await {
+                match Box::pin(read_body(&mut socket, &mut buf, &head, &app)).await {
                     Ok(true) => {}
                     Ok(false) => return,
-                    Err(e) => return refuse(&handler, &app.budget, &mut socket, &mut out, e).await,
+                    Err(e) => {
+                        return Box::pin(refuse(&handler, &app.budget, &mut socket, &mut out, e))
+                            .await;
+                    }
                 }
                 // The handler holds the body's bytes of the budget from here.
                 drop(lease);
             }
             body = Body::from(buf.split_to(head.body_len).freeze());
         }
-        let (res, cors, mut headers) = handler.respond(parts, body, admission).await;
+        let (res, cors, mut headers) = Box::pin(handler.respond(parts, body, admission)).await;
         // Its values are views of this request's bytes: let them go now, keep the room unless a
         // large head left more than the common request needs.
         headers.clear();
@@ -466,5 +484,27 @@ async fn drain<S: AsyncRead + Unpin>(socket: &mut S) {
             Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
             _ => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what an `async fn` taking five arguments returns.
+    fn future_size<A, B, C, D, E, R>(_: fn(A, B, C, D, E) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// A plain connection's task holds this loop's future for the connection's whole life (an
+    /// SSE subscriber's minutes, an idle keep-alive's wait): its size is paid per connection.
+    /// The handler's future and the cold branches (refusals, the handoff, a body still to
+    /// read) are boxed, so what is left is the loop's own state and the response's writer
+    /// (4.6 KiB with them inline).
+    #[test]
+    fn the_connection_future_is_small() {
+        let size = future_size(serve::<Socket>);
+        println!("serve::<Socket> future: {size} bytes");
+        assert!(size <= 3328, "the connection's future is {size} bytes");
     }
 }

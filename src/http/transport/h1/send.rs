@@ -295,7 +295,11 @@ async fn send_body<S: Io>(
                         } else {
                             // The stream's writer writes the body's live frames until the
                             // task wakes; then the task takes them over, the rest of an
-                            // unfinished chunk first.
+                            // unfinished chunk first. Meanwhile nothing is rendered here:
+                            // the buffers go back (a parked subscriber may sleep for
+                            // minutes) and are taken again by the next frame.
+                            *out = Vec::new();
+                            pieces = Vec::new();
                             woken().await;
                             let rest = seat.reclaim();
                             if !rest.is_empty() {
@@ -408,26 +412,56 @@ pub(crate) fn extend_hex(out: &mut Vec<u8>, n: usize) {
 }
 
 /// Writes every piece, in order, with as few `writev` (or `sendfile`) calls as the socket takes.
+/// The slices of each call are made afresh at every poll, so what waits for the peer is two
+/// positions, not an array of slices (this future is held for an SSE connection's life).
 async fn write_pieces<S: Io>(socket: &mut S, out: &[u8], pieces: &[Piece]) -> io::Result<()> {
     const BATCH: usize = 32;
-    for group in pieces.chunks(BATCH) {
-        let mut slices: [IoSlice<'_>; BATCH] = [IoSlice::new(&[]); BATCH];
-        for (slot, piece) in slices.iter_mut().zip(group) {
-            *slot = IoSlice::new(match piece {
-                Piece::Out(from, to) => &out[*from..*to],
-                Piece::Data(data) => data,
-            });
-        }
-        let mut left = &mut slices[..group.len()];
-        while !left.is_empty() {
-            let n = socket.write_vectored(left).await?;
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
+    let bytes = |piece| piece_bytes(out, piece);
+    // The first piece not wholly written, and how much of it was.
+    let (mut at, mut done) = (0usize, 0usize);
+    std::future::poll_fn(|cx| {
+        loop {
+            while at < pieces.len() && bytes(&pieces[at]).len() == done {
+                at += 1;
+                done = 0;
             }
-            IoSlice::advance_slices(&mut left, n);
+            if at == pieces.len() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut slices: [IoSlice<'_>; BATCH] = [IoSlice::new(&[]); BATCH];
+            let mut used = 0;
+            for (slot, piece) in slices.iter_mut().zip(&pieces[at..]) {
+                let piece = bytes(piece);
+                *slot = IoSlice::new(if used == 0 { &piece[done..] } else { piece });
+                used += 1;
+            }
+            let n =
+                std::task::ready!(Pin::new(&mut *socket).poll_write_vectored(cx, &slices[..used]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            let mut left = n;
+            while left > 0 {
+                let rest = bytes(&pieces[at]).len() - done;
+                if left < rest {
+                    done += left;
+                    break;
+                }
+                left -= rest;
+                at += 1;
+                done = 0;
+            }
         }
+    })
+    .await
+}
+
+/// A piece's bytes (`out` holds the head's and the chunks' framing).
+fn piece_bytes<'a>(out: &'a [u8], piece: &'a Piece) -> &'a [u8] {
+    match piece {
+        Piece::Out(from, to) => &out[*from..*to],
+        Piece::Data(data) => data,
     }
-    Ok(())
 }
 
 /// The `Date` header's value, formatted once a second per thread.
