@@ -21,6 +21,15 @@ fn store_dir(tmp: &tempfile::TempDir) -> std::io::Result<PathBuf> {
     Ok(root)
 }
 
+/// A fresh data directory watched by the simulated disk; the directory lives as long as the
+/// returned guard.
+fn watched() -> std::io::Result<(tempfile::TempDir, PathBuf, std::sync::Arc<Disk>)> {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let disk = Disk::install(&root)?;
+    Ok((tmp, root, disk))
+}
+
 fn open(root: &Path) -> brook::Result<Store> {
     Store::open(root, Options::default().with_journal_shards(1))
 }
@@ -72,10 +81,8 @@ fn until_ok<T>(
 
 #[test]
 fn a_failed_fsync_poisons_the_shard_until_the_store_is_reopened() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/eio");
-    let disk = Disk::install(&root)?;
     {
         let store = open(&root)?;
         store.create(&s, typed("text/plain"))?;
@@ -107,10 +114,8 @@ fn a_failed_fsync_poisons_the_shard_until_the_store_is_reopened() -> R {
 
 #[test]
 fn a_failed_checkpoint_sync_poisons_the_shard() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/syncfs");
-    let disk = Disk::install(&root)?;
     let store = open(&root)?;
     store.create(&s, typed("text/plain"))?;
     store.append(&s, AppendRequest::new("one;"))?;
@@ -134,10 +139,8 @@ fn a_failed_checkpoint_sync_poisons_the_shard() -> R {
 
 #[test]
 fn a_full_disk_refuses_cleanly_and_writes_resume_once_space_exists() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/enospc");
-    let disk = Disk::install(&root)?;
     let send = |store: &Store, seq: u64| {
         let req = AppendRequest::new(format!("p{seq};"))
             .producer(Producer::new("p", 0, seq))
@@ -179,10 +182,8 @@ fn a_full_disk_refuses_cleanly_and_writes_resume_once_space_exists() -> R {
 
 #[test]
 fn a_full_disk_at_a_checkpoint_refuses_until_it_heals() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/rotation");
-    let disk = Disk::install(&root)?;
     {
         let store = open(&root)?;
         store.create(&s, typed("text/plain"))?;
@@ -212,10 +213,8 @@ fn a_full_disk_at_a_checkpoint_refuses_until_it_heals() -> R {
 #[test]
 fn a_full_disk_at_the_journal_reservation_refuses_and_heals_in_both_modes() -> R {
     for durability in [Durability::Sync, Durability::Buffered] {
-        let tmp = tempfile::tempdir()?;
-        let root = store_dir(&tmp)?;
+        let (_tmp, root, disk) = watched()?;
         let s = name("faults/reserve");
-        let disk = Disk::install(&root)?;
         let options = Options::default()
             .with_journal_shards(1)
             .with_durability(durability);
@@ -262,10 +261,8 @@ fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Resul
 /// later writers get `POISONED`, and the store counts the shard as poisoned.
 #[test]
 fn a_panic_in_a_shard_thread_poisons_the_shard_and_wakes_its_writers() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/panic");
-    let disk = Disk::install(&root)?;
     let store = std::sync::Arc::new(open(&root)?);
     store.create(&s, typed("text/plain"))?;
     store.append(&s, AppendRequest::new("one;"))?;
@@ -333,10 +330,8 @@ fn a_panic_in_a_shard_thread_poisons_the_shard_and_wakes_its_writers() -> R {
 /// later writes; the store still shuts down.
 #[test]
 fn a_panic_in_a_checkpoint_thread_poisons_the_shard() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/cpanic");
-    let disk = Disk::install(&root)?;
     let store = std::sync::Arc::new(open(&root)?);
     store.create(&s, typed("text/plain"))?;
     store.append(&s, AppendRequest::new("one;"))?;
@@ -377,9 +372,7 @@ fn all_insufficient_storage(refused: &[Error], what: &str) {
 /// Both durability modes, each on a fresh directory watched by the simulated disk.
 fn in_both_modes(mut test: impl FnMut(&Path, &Disk, Options, &str) -> R) -> R {
     for durability in [Durability::Sync, Durability::Buffered] {
-        let tmp = tempfile::tempdir()?;
-        let root = store_dir(&tmp)?;
-        let disk = Disk::install(&root)?;
+        let (_tmp, root, disk) = watched()?;
         let options = Options::default()
             .with_journal_shards(1)
             .with_durability(durability);
