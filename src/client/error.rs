@@ -152,6 +152,24 @@ impl Error {
         }
     }
 
+    /// [`Error::from_response`] over a response's own headers.
+    pub(crate) fn from_reply(
+        status: u16,
+        headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+    ) -> Error {
+        Error::from_response(
+            status,
+            |n| {
+                headers
+                    .get(n)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            },
+            body,
+        )
+    }
+
     /// The refusal a response describes, from its status, a case-insensitive header lookup
     /// and its body (an RFC 9457 problem, when the server sends one).
     pub(crate) fn from_response(

@@ -165,16 +165,7 @@ impl Client {
                 code: None,
                 detail: Some("the server has no /__brook/streams listing (not brook?)".into()),
             }),
-            _ => Err(Error::from_response(
-                status,
-                |n| {
-                    headers
-                        .get(n)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned)
-                },
-                &body,
-            )),
+            _ => Err(Error::from_reply(status, &headers, &body)),
         }
     }
 

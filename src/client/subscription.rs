@@ -180,16 +180,7 @@ impl SubscriptionHandle {
         let headers = res.headers().clone();
         let bytes = res.bytes().await.map_err(Error::Transport)?;
         if !(200..300).contains(&status) {
-            return Err(Error::from_response(
-                status,
-                |n| {
-                    headers
-                        .get(n)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned)
-                },
-                &bytes,
-            ));
+            return Err(Error::from_reply(status, &headers, &bytes));
         }
         let v = if bytes.is_empty() {
             Value::Null

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -30,6 +30,7 @@ use crate::name::{Incarnation, Offset, StreamName};
 use crate::types::{SnapshotInfo, StreamInfo};
 
 use super::Engine;
+use super::snapshot::copy_bounded;
 
 /// The most parts one commit may list (Ursula's bound).
 pub(crate) const MAX_COMMIT_PARTS: usize = 4096;
@@ -280,23 +281,9 @@ impl Engine {
         let limit = self.options.max_snapshot_bytes;
         fs::create_dir_all(&self.parts.dir)?;
         let mut f = fs::create(path)?;
-        let mut buf = vec![0u8; 256 << 10];
-        let mut len = 0u64;
-        loop {
-            let n = blob.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            len += n as u64;
-            if len > limit {
-                return Err(Error::TooLarge(format!(
-                    "a snapshot part is larger than {limit} bytes"
-                )));
-            }
-            reserve(n as u64)?;
-            f.write_all(&buf[..n])?;
-        }
-        Ok(len)
+        copy_bounded(blob, &mut f, limit, "a snapshot part", &mut |piece| {
+            reserve(piece.len() as u64)
+        })
     }
 
     /// Removes the parts older than [`PART_GRACE`] that no commit holds.
@@ -361,11 +348,7 @@ impl Engine {
                 .find(|x| x.offset.bytes == offset.bytes && x.digest == digest)
             {
                 let info = existing.clone();
-                let t = self.shards[s.shard].ticket(core.last_lsn);
-                let sinfo = s.staged_info(&core.state);
-                drop(core);
-                t.wait()?;
-                return Ok((info, sinfo));
+                return self.republished(&s, core, info);
             }
             core.state.check_snapshot(offset, None)?;
             // Another snapshot at this offset: refused before any part is read.

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use parking_lot::MutexGuard;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -19,7 +20,7 @@ use crate::name::{Incarnation, Offset, StreamName, normalize_content_type};
 use crate::types::{Snapshot, SnapshotInfo, StreamInfo};
 
 use super::apply::snapshot_file;
-use super::stream::Stream;
+use super::stream::{Core, Stream};
 use super::{Engine, hex};
 
 impl Engine {
@@ -90,11 +91,7 @@ impl Engine {
         {
             if existing.digest == digest && existing.content_type == ct {
                 let info = existing.clone();
-                let t = self.shards[s.shard].ticket(core.last_lsn);
-                let sinfo = s.staged_info(&core.state);
-                drop(core);
-                t.wait()?;
-                return Ok((info, sinfo));
+                return self.republished(&s, core, info);
             }
             return Err(Error::SnapshotConflict);
         }
@@ -133,6 +130,21 @@ impl Engine {
         Ok((info, sinfo))
     }
 
+    /// `info`, a snapshot of `s` already published as asked, answered as its publish was: once
+    /// its record is durable (it may still be in flight from the publish that wrote it).
+    pub(super) fn republished(
+        &self,
+        s: &Stream,
+        core: MutexGuard<'_, Core>,
+        info: SnapshotInfo,
+    ) -> Result<(SnapshotInfo, StreamInfo)> {
+        let t = self.shards[s.shard].ticket(core.last_lsn);
+        let sinfo = s.staged_info(&core.state);
+        drop(core);
+        t.wait()?;
+        Ok((info, sinfo))
+    }
+
     /// Streams `blob` into a synced temporary file in `s`'s directory, hashing it as it goes;
     /// returns the file, the digest (of `ct` and the blob) and the length. A blob over
     /// `max_snapshot_bytes` is `TooLarge`. The file is removed unless it is persisted.
@@ -148,23 +160,11 @@ impl Engine {
         )));
         let mut f = fs::create(&tmp.path)?;
         let mut hasher = digest_hasher(ct);
-        let mut buf = vec![0u8; 256 << 10];
-        let mut len = 0u64;
-        loop {
-            let n = blob.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            len += n as u64;
-            if len > self.options.max_snapshot_bytes {
-                return Err(Error::TooLarge(format!(
-                    "snapshot is larger than {} bytes",
-                    self.options.max_snapshot_bytes
-                )));
-            }
-            hasher.update(&buf[..n]);
-            f.write_all(&buf[..n])?;
-        }
+        let limit = self.options.max_snapshot_bytes;
+        let len = copy_bounded(blob, &mut f, limit, "snapshot", &mut |piece| {
+            hasher.update(piece);
+            Ok(())
+        })?;
         fs::sync_all(&f, &tmp.path)?;
         Ok((tmp, digest_string(hasher), len))
     }
@@ -285,6 +285,34 @@ impl Engine {
         drop(core);
         t.wait()?;
         Ok(info)
+    }
+}
+
+/// Copies `blob` into `out` and returns its length, refusing (`TooLarge`, naming it `what`)
+/// one over `limit` bytes before writing the piece that crosses it; `each` sees every piece
+/// before it is written (and may refuse it).
+pub(super) fn copy_bounded(
+    blob: &mut dyn Read,
+    out: &mut dyn Write,
+    limit: u64,
+    what: &str,
+    each: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<u64> {
+    let mut buf = vec![0u8; 256 << 10];
+    let mut len = 0u64;
+    loop {
+        let n = blob.read(&mut buf)?;
+        if n == 0 {
+            return Ok(len);
+        }
+        len += n as u64;
+        if len > limit {
+            return Err(Error::TooLarge(format!(
+                "{what} is larger than {limit} bytes"
+            )));
+        }
+        each(&buf[..n])?;
+        out.write_all(&buf[..n])?;
     }
 }
 

@@ -678,6 +678,21 @@ impl Rng {
     }
 }
 
+/// `len` bytes that do not repeat at any short period (xorshift from `seed`), for tests that
+/// send or store data in slices: a slice taken from a wrong offset (or a wrong segment) cannot
+/// compare equal.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -350,6 +350,47 @@ pub(crate) fn pump(
     )
 }
 
+/// Streams `body`, of at most `limit` bytes, into `call`, a blocking engine call that reads it
+/// on the blocking pool while the pump feeds it: the body is never held whole, and what is in
+/// flight between the two is leased from the memory budget. A declared length over `limit`
+/// is 413 before anything is read. When `call` fails because the body did, the body's failure
+/// is the answer: 413 past `limit`, the slow-body refusal when it stalled, 400 `INVALID_BODY`
+/// when it broke; otherwise `call`'s own error (as `op`).
+pub(crate) async fn pump_to_store<T, F>(
+    app: &super::AppState,
+    body: Body,
+    limit: u64,
+    op: super::error::Op,
+    call: F,
+) -> Result<T, ApiError>
+where
+    F: FnOnce(&mut ChannelReader) -> crate::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    // The declared length (hyper's from `Content-Length`, brook's loop's from the body it read).
+    if http_body::Body::size_hint(&body)
+        .exact()
+        .is_some_and(|n| n > limit)
+    {
+        return Err(ApiError::too_large(limit));
+    }
+    // What is in flight between the body and the file: the pump's few frames.
+    let _in_flight = app.budget.lease(Use::Bodies, PUMP_HELD)?;
+    let (mut reader, status, feed) = pump(body, limit, app.body_rules());
+    let consume = super::blocking(op, move || call(&mut reader));
+    let ((), done) = tokio::join!(feed, consume);
+    match done {
+        Ok(v) => Ok(v),
+        Err(_) if status.overflowed() => Err(ApiError::too_large(limit)),
+        Err(_) if let Some(refusal) = status.timed_out() => Err(refusal),
+        Err(_) if status.failed() => Err(ApiError::bad_request(
+            "INVALID_BODY",
+            "the request body could not be read",
+        )),
+        Err(e) => Err(e),
+    }
+}
+
 /// Which of one connection's request bodies were read to their end (see [`Tracked`]): each
 /// tracked body gets the next number and records it when it ends. Shared by the connection's
 /// requests, so tracking a body allocates nothing.

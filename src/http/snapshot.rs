@@ -12,7 +12,7 @@ use crate::{
     SnapshotRequest, StreamName, normalize_content_type,
 };
 
-use super::body::{Pieces, pump};
+use super::body::{Pieces, pump_to_store};
 use super::error::{ApiError, Op};
 use super::names::{
     STREAM_CLOSED, STREAM_EARLIEST_OFFSET, STREAM_IMMUTABLE, STREAM_INCARNATION,
@@ -34,6 +34,16 @@ pub(super) fn route_offset(offset: &str) -> Result<Offset, ApiError> {
     })
 }
 
+/// What a request to `{s}/snapshot/{offset}` (or under it) names: the route's offset, then the
+/// incarnation its `Stream-Incarnation` expects, refused in that order.
+pub(super) fn route_target(
+    offset: &str,
+    headers: &HeaderMap,
+) -> Result<(Offset, Option<Incarnation>), ApiError> {
+    let offset = route_offset(offset)?;
+    Ok((offset, expected_incarnation(headers)?))
+}
+
 /// PUT `{s}/snapshot/{offset}`: publishes the body as the snapshot at `offset` (204). The body
 /// is streamed to the engine and never held whole; over the store's snapshot limit it is 413.
 pub(crate) async fn publish_snapshot(
@@ -47,9 +57,8 @@ pub(crate) async fn publish_snapshot(
     if parts.headers.contains_key(STREAM_SNAPSHOT_PARTS) {
         return super::snapshot_parts::commit(app, name, offset, parts, body).await;
     }
-    let offset = route_offset(offset)?;
     let h = &parts.headers;
-    let expect = expected_incarnation(h)?;
+    let (offset, expect) = route_target(offset, h)?;
     let content_type = match text(h, header::CONTENT_TYPE)
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -59,45 +68,21 @@ pub(crate) async fn publish_snapshot(
     };
     let expect_digest = text(h, STREAM_SNAPSHOT_MATCH).map(|s| s.trim().to_owned());
     let limit = app.store.options().max_snapshot_bytes();
-    // The declared length (hyper's from `Content-Length`, brook's loop's from the body it read).
-    if http_body::Body::size_hint(&body)
-        .exact()
-        .is_some_and(|n| n > limit)
-    {
-        return Err(ApiError::too_large(limit));
-    }
-    // What is in flight between the body and the file: the pump's few frames.
-    let _in_flight = app
-        .budget
-        .lease(super::budget::Use::Bodies, super::body::PUMP_HELD)?;
-    let (mut reader, status, feed) = pump(body, limit, app.body_rules());
     let store = app.store.clone();
-    let publish = blocking(Op::Snapshot, move || {
+    let Published {
+        snapshot: snap,
+        stream: info,
+    } = pump_to_store(app, body, limit, Op::Snapshot, move |reader| {
         let req = PublishSnapshot {
             offset,
             content_type,
-            blob: Box::new(&mut reader),
+            blob: Box::new(reader),
             if_digest: expect_digest,
             expect,
         };
         store.publish_snapshot(&name, req)
-    });
-    let ((), published) = tokio::join!(feed, publish);
-    let Published {
-        snapshot: snap,
-        stream: info,
-    } = match published {
-        Ok(v) => v,
-        Err(_) if status.overflowed() => return Err(ApiError::too_large(limit)),
-        Err(_) if let Some(refusal) = status.timed_out() => return Err(refusal),
-        Err(_) if status.failed() => {
-            return Err(ApiError::bad_request(
-                "INVALID_BODY",
-                "the request body could not be read",
-            ));
-        }
-        Err(e) => return Err(e),
-    };
+    })
+    .await?;
     Ok(Reply::new(StatusCode::NO_CONTENT)
         .offset(STREAM_NEXT_OFFSET, info.tail)
         .offset(STREAM_SNAPSHOT_OFFSET, snap.offset)
@@ -134,8 +119,7 @@ pub(crate) async fn snapshot_at(
     offset: &str,
     parts: &Parts,
 ) -> Result<Response, ApiError> {
-    let offset = route_offset(offset)?;
-    let expect = expected_incarnation(&parts.headers)?;
+    let (offset, expect) = route_target(offset, &parts.headers)?;
     let snap = read_snapshot(app, name, Some(offset)).await?;
     // Immutable per offset within an incarnation.
     let shape = Shape::Stream {

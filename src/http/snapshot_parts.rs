@@ -22,15 +22,15 @@ use axum::response::Response;
 
 use crate::{Guard, PublishParts, StreamName, normalize_content_type};
 
-use super::body::pump;
+use super::body::pump_to_store;
 use super::error::{ApiError, Op};
 use super::names::{
     STREAM_INCARNATION, STREAM_NEXT_OFFSET, STREAM_SNAPSHOT_DIGEST, STREAM_SNAPSHOT_OFFSET,
     STREAM_SNAPSHOT_PART, STREAM_SNAPSHOT_PARTS,
 };
 use super::reply::Reply;
-use super::request::{expected_incarnation, text};
-use super::snapshot::route_offset;
+use super::request::text;
+use super::snapshot::route_target;
 use super::{AppState, blocking};
 
 /// The most parts one commit lists.
@@ -57,36 +57,15 @@ pub(crate) async fn stage(
     parts: &Parts,
     body: Body,
 ) -> Result<Response, ApiError> {
-    route_offset(offset)?;
-    let guard = Guard::from(expected_incarnation(&parts.headers)?);
+    // The offset is checked and otherwise unused (see the module's docs).
+    let (_, expect) = route_target(offset, &parts.headers)?;
+    let guard = Guard::from(expect);
     let limit = app.store.options().max_snapshot_bytes();
-    if http_body::Body::size_hint(&body)
-        .exact()
-        .is_some_and(|n| n > limit)
-    {
-        return Err(ApiError::too_large(limit));
-    }
-    let _in_flight = app
-        .budget
-        .lease(super::budget::Use::Bodies, super::body::PUMP_HELD)?;
-    let (mut reader, status, feed) = pump(body, limit, app.body_rules());
     let store = app.store.clone();
-    let staged = blocking(Op::Snapshot, move || {
-        store.stage_snapshot_part(&name, &mut reader, &guard)
-    });
-    let ((), staged) = tokio::join!(feed, staged);
-    let part = match staged {
-        Ok(p) => p,
-        Err(_) if status.overflowed() => return Err(ApiError::too_large(limit)),
-        Err(_) if let Some(refusal) = status.timed_out() => return Err(refusal),
-        Err(_) if status.failed() => {
-            return Err(ApiError::bad_request(
-                "INVALID_BODY",
-                "the request body could not be read",
-            ));
-        }
-        Err(e) => return Err(e),
-    };
+    let part = pump_to_store(app, body, limit, Op::Snapshot, move |reader| {
+        store.stage_snapshot_part(&name, reader, &guard)
+    })
+    .await?;
     Ok(Reply::new(StatusCode::CREATED)
         .header(STREAM_SNAPSHOT_PART, &part.id)
         .header(STREAM_INCARNATION, part.incarnation.as_str())
@@ -144,9 +123,8 @@ pub(crate) async fn commit(
     parts: &Parts,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let offset = route_offset(offset)?;
     let h = &parts.headers;
-    let expect = expected_incarnation(h)?;
+    let (offset, expect) = route_target(offset, h)?;
     let count = text(h, STREAM_SNAPSHOT_PARTS)
         .and_then(|v| crate::headers::parse_canonical_u64(v.trim().as_bytes()))
         .and_then(|n| usize::try_from(n).ok())

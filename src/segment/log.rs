@@ -116,26 +116,7 @@ impl Segment {
         header[16..24].copy_from_slice(&base.bytes.to_le_bytes());
         idx.write_all_at(&header, 0)?;
         let idx_map = mmap::map_index(&idx, idx_len as usize)?;
-        Ok(Segment {
-            base,
-            log,
-            log_cap,
-            log_alloc: 0,
-            idx,
-            idx_alloc: 0,
-            idx_map,
-            count: 0,
-            idx_written: 0,
-            idx_pending: Vec::new(),
-            end: base.bytes,
-            verified: 0,
-            read_map: None,
-            unwritten: Vec::new(),
-            held: Vec::new(),
-            held_len: 0,
-            started: 0,
-            writeback: None,
-        })
+        Ok(Segment::opened(base, log, log_cap, idx, idx_map))
     }
 
     /// Opens a segment's files; `cold_len` is the log's length in the cold tier when the local
@@ -186,7 +167,20 @@ impl Segment {
                 "index header does not match its file name",
             ));
         }
-        Ok(Segment {
+        Ok(Segment::opened(base, log, log_cap, idx, idx_map))
+    }
+
+    /// A segment at `base` over its files as opened, before anything of it is read or
+    /// verified: no entries counted, nothing written, held or mapped for reads yet. Its end is
+    /// `base` until the caller scans the index.
+    fn opened(
+        base: Offset,
+        log: Option<Arc<File>>,
+        log_cap: u64,
+        idx: File,
+        idx_map: Mmap,
+    ) -> Segment {
+        Segment {
             base,
             log,
             log_cap,
@@ -197,7 +191,7 @@ impl Segment {
             count: 0,
             idx_written: 0,
             idx_pending: Vec::new(),
-            end: base_bytes,
+            end: base.bytes,
             verified: 0,
             read_map: None,
             unwritten: Vec::new(),
@@ -205,7 +199,7 @@ impl Segment {
             held_len: 0,
             started: 0,
             writeback: None,
-        })
+        }
     }
 
     /// Index entry `i`'s bytes: from the file, or from `idx_pending` when not written yet.

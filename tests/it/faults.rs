@@ -21,6 +21,15 @@ fn store_dir(tmp: &tempfile::TempDir) -> std::io::Result<PathBuf> {
     Ok(root)
 }
 
+/// A fresh data directory watched by the simulated disk; the directory lives as long as the
+/// returned guard.
+fn watched() -> std::io::Result<(tempfile::TempDir, PathBuf, std::sync::Arc<Disk>)> {
+    let tmp = tempfile::tempdir()?;
+    let root = store_dir(&tmp)?;
+    let disk = Disk::install(&root)?;
+    Ok((tmp, root, disk))
+}
+
 fn open(root: &Path) -> brook::Result<Store> {
     Store::open(root, Options::default().with_journal_shards(1))
 }
@@ -35,28 +44,45 @@ fn errno(e: &Error) -> Option<i32> {
     io.raw_os_error()
 }
 
-/// Retries `f` until it succeeds, for at most five seconds; returns its failures.
-fn until_ok<T>(mut f: impl FnMut() -> brook::Result<T>) -> Result<(T, Vec<Error>), String> {
-    let since = Instant::now();
+/// How long [`until_ok`] waits without progress before it gives up.
+const STALL: Duration = Duration::from_secs(5);
+
+/// Retries `f` until it succeeds; returns its failures. It gives up only on a stall: [`STALL`]
+/// with neither a success nor another fault fired on `disk`. A test's faults are spent one a
+/// try, a few tries apart (a refusal wakes the shard to heal, the next try meets the next
+/// fault), so the time they take grows with their number and the machine's load: a bound on
+/// the whole retry would fail a slow run that is still making progress.
+fn until_ok<T>(
+    disk: &Disk,
+    mut f: impl FnMut() -> brook::Result<T>,
+) -> Result<(T, Vec<Error>), String> {
+    let mut progress = Instant::now();
+    let mut fired = disk.fired().len();
     let mut failures = Vec::new();
     loop {
         match f() {
             Ok(v) => return Ok((v, failures)),
-            Err(e) if since.elapsed() < Duration::from_secs(5) => {
+            Err(e) => {
+                let now = disk.fired().len();
+                if now != fired {
+                    fired = now;
+                    progress = Instant::now();
+                } else if progress.elapsed() >= STALL {
+                    return Err(format!(
+                        "still failing after {STALL:?} without another fault fired: {e}"
+                    ));
+                }
                 failures.push(e);
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(5));
             }
-            Err(e) => return Err(format!("still failing after 5 s: {e}")),
         }
     }
 }
 
 #[test]
 fn a_failed_fsync_poisons_the_shard_until_the_store_is_reopened() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/eio");
-    let disk = Disk::install(&root)?;
     {
         let store = open(&root)?;
         store.create(&s, typed("text/plain"))?;
@@ -88,10 +114,8 @@ fn a_failed_fsync_poisons_the_shard_until_the_store_is_reopened() -> R {
 
 #[test]
 fn a_failed_checkpoint_sync_poisons_the_shard() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/syncfs");
-    let disk = Disk::install(&root)?;
     let store = open(&root)?;
     store.create(&s, typed("text/plain"))?;
     store.append(&s, AppendRequest::new("one;"))?;
@@ -115,10 +139,8 @@ fn a_failed_checkpoint_sync_poisons_the_shard() -> R {
 
 #[test]
 fn a_full_disk_refuses_cleanly_and_writes_resume_once_space_exists() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/enospc");
-    let disk = Disk::install(&root)?;
     let send = |store: &Store, seq: u64| {
         let req = AppendRequest::new(format!("p{seq};"))
             .producer(Producer::new("p", 0, seq))
@@ -131,7 +153,7 @@ fn a_full_disk_refuses_cleanly_and_writes_resume_once_space_exists() -> R {
         send(&store, 0)?;
         // The next three journal writes find the disk full.
         disk.fail(Kind::Write, ".wal", ENOSPC, 3);
-        let (o, refused) = until_ok(|| send(&store, 1))?;
+        let (o, refused) = until_ok(&disk, || send(&store, 1))?;
         assert_eq!(disk.fired().len(), 3, "{:?}", disk.fired());
         assert!(refused.len() >= 3, "{refused:?}");
         for e in &refused {
@@ -160,10 +182,8 @@ fn a_full_disk_refuses_cleanly_and_writes_resume_once_space_exists() -> R {
 
 #[test]
 fn a_full_disk_at_a_checkpoint_refuses_until_it_heals() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/rotation");
-    let disk = Disk::install(&root)?;
     {
         let store = open(&root)?;
         store.create(&s, typed("text/plain"))?;
@@ -172,11 +192,11 @@ fn a_full_disk_at_a_checkpoint_refuses_until_it_heals() -> R {
         disk.fail(Kind::Create, ".wal", ENOSPC, 1);
         let e = store.checkpoint().expect_err("the rotation failed");
         assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
-        until_ok(|| store.append(&s, AppendRequest::new("two;")))?;
+        until_ok(&disk, || store.append(&s, AppendRequest::new("two;")))?;
         disk.fail(Kind::Create, "meta.", ENOSPC, 1);
         let e = store.checkpoint().expect_err("the sidecar write failed");
         assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{e}");
-        until_ok(|| store.checkpoint())?;
+        until_ok(&disk, || store.checkpoint())?;
         store.append(&s, AppendRequest::new("three;"))?;
         assert_eq!(disk.fired().len(), 2);
     }
@@ -193,10 +213,8 @@ fn a_full_disk_at_a_checkpoint_refuses_until_it_heals() -> R {
 #[test]
 fn a_full_disk_at_the_journal_reservation_refuses_and_heals_in_both_modes() -> R {
     for durability in [Durability::Sync, Durability::Buffered] {
-        let tmp = tempfile::tempdir()?;
-        let root = store_dir(&tmp)?;
+        let (_tmp, root, disk) = watched()?;
         let s = name("faults/reserve");
-        let disk = Disk::install(&root)?;
         let options = Options::default()
             .with_journal_shards(1)
             .with_durability(durability);
@@ -207,7 +225,7 @@ fn a_full_disk_at_the_journal_reservation_refuses_and_heals_in_both_modes() -> R
             // The next three reservations find the disk full (a refused batch tries a whole
             // step, then exactly what it needs).
             disk.fail(Kind::Allocate, ".wal", ENOSPC, 3);
-            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new("one;")))?;
+            let (_, refused) = until_ok(&disk, || store.append(&s, AppendRequest::new("one;")))?;
             assert_eq!(disk.fired().len(), 3, "{durability:?}: {:?}", disk.fired());
             assert!(!refused.is_empty(), "{durability:?}: never refused");
             for e in &refused {
@@ -243,10 +261,8 @@ fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Resul
 /// later writers get `POISONED`, and the store counts the shard as poisoned.
 #[test]
 fn a_panic_in_a_shard_thread_poisons_the_shard_and_wakes_its_writers() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/panic");
-    let disk = Disk::install(&root)?;
     let store = std::sync::Arc::new(open(&root)?);
     store.create(&s, typed("text/plain"))?;
     store.append(&s, AppendRequest::new("one;"))?;
@@ -314,10 +330,8 @@ fn a_panic_in_a_shard_thread_poisons_the_shard_and_wakes_its_writers() -> R {
 /// later writes; the store still shuts down.
 #[test]
 fn a_panic_in_a_checkpoint_thread_poisons_the_shard() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
+    let (_tmp, root, disk) = watched()?;
     let s = name("faults/cpanic");
-    let disk = Disk::install(&root)?;
     let store = std::sync::Arc::new(open(&root)?);
     store.create(&s, typed("text/plain"))?;
     store.append(&s, AppendRequest::new("one;"))?;
@@ -358,9 +372,7 @@ fn all_insufficient_storage(refused: &[Error], what: &str) {
 /// Both durability modes, each on a fresh directory watched by the simulated disk.
 fn in_both_modes(mut test: impl FnMut(&Path, &Disk, Options, &str) -> R) -> R {
     for durability in [Durability::Sync, Durability::Buffered] {
-        let tmp = tempfile::tempdir()?;
-        let root = store_dir(&tmp)?;
-        let disk = Disk::install(&root)?;
+        let (_tmp, root, disk) = watched()?;
         let options = Options::default()
             .with_journal_shards(1)
             .with_durability(durability);
@@ -386,7 +398,8 @@ fn a_full_disk_growing_a_segment_log_refuses_before_the_journal_write() -> R {
             store.append(&s, AppendRequest::new("one;"))?;
             disk.fail(Kind::SetLen, ".log", ENOSPC, 100);
             disk.fail(Kind::Allocate, ".log", ENOSPC, 4);
-            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new(big.clone())))?;
+            let (_, refused) =
+                until_ok(disk, || store.append(&s, AppendRequest::new(big.clone())))?;
             all_insufficient_storage(&refused, mode);
             disk.clear_faults();
             store.append(&s, AppendRequest::new("two;"))?;
@@ -418,7 +431,8 @@ fn a_full_disk_growing_a_segment_index_refuses_before_the_journal_write() -> R {
             store.append(&s, AppendRequest::new("[-1]"))?;
             disk.fail(Kind::SetLen, ".idx", ENOSPC, 100);
             disk.fail(Kind::Allocate, ".idx", ENOSPC, 4);
-            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new(many.clone())))?;
+            let (_, refused) =
+                until_ok(disk, || store.append(&s, AppendRequest::new(many.clone())))?;
             all_insufficient_storage(&refused, mode);
             disk.clear_faults();
             store.append(&s, AppendRequest::new("[1500]"))?;
@@ -446,7 +460,7 @@ fn a_full_disk_rolling_to_a_new_segment_refuses_before_the_journal_write() -> R 
             // The first segment is full after this one.
             store.append(&s, AppendRequest::new(big.clone()))?;
             disk.fail(Kind::Create, ".log", ENOSPC, 2);
-            let (_, refused) = until_ok(|| store.append(&s, AppendRequest::new("two;")))?;
+            let (_, refused) = until_ok(disk, || store.append(&s, AppendRequest::new("two;")))?;
             all_insufficient_storage(&refused, mode);
             assert_eq!(disk.fired().len(), 2, "{mode}: {:?}", disk.fired());
             store.append(&s, AppendRequest::new("three;"))?;
@@ -506,7 +520,7 @@ fn a_small_disk_keeps_its_floor_free_and_heals_once_space_comes_back() -> R {
             assert_eq!(e.code(), "INSUFFICIENT_STORAGE", "{mode}: {e}");
             assert_eq!(store.stats().poisoned_shards, 1, "{mode}");
             disk.limit_space(64 << 20)?;
-            until_ok(|| store.append(&s, AppendRequest::new(piece.clone())))?;
+            until_ok(disk, || store.append(&s, AppendRequest::new(piece.clone())))?;
             acked += 1;
             assert_eq!(store.stats().poisoned_shards, 0, "{mode}");
         }

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use brook::Options;
+use brook::sim::noise;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::http_support::{R, Server, config};
@@ -14,20 +15,6 @@ use crate::http_support::{R, Server, config};
 const OCTETS: (&str, &[u8]) = ("content-type", b"application/octet-stream");
 const MESSAGE: usize = 700 << 10;
 const MESSAGES: usize = 12;
-
-/// Bytes that do not repeat at any short period, so a slice sent from a wrong offset (or a
-/// wrong segment) cannot compare equal.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 /// A server with 1 MiB segments and a byte stream of `MESSAGES` appends of 700 KiB (8.2 MiB in
 /// six segments). Returns the data and the offset after each append.

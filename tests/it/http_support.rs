@@ -413,3 +413,43 @@ pub fn token_file(dir: &Path, tokens: &[(&str, &str)]) -> R<std::path::PathBuf> 
     std::fs::write(&path, text)?;
     Ok(path)
 }
+
+/// One HTTP/1.1 request read off `sock` as a webhook receiver sees it: its head (up to and
+/// including the blank line, as text) and its `content-length` body. `None` when the peer
+/// closes first or the framing is not that (a TLS handshake, no `content-length`).
+pub async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = sock.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let len: usize = head_value(&head, "content-length")?.parse().ok()?;
+    while buf.len() < head_end + len {
+        let n = sock.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    buf.truncate(head_end + len);
+    Some((head, buf.split_off(head_end)))
+}
+
+/// The value of header `name` (any case) in a request head, trimmed.
+pub fn head_value(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}

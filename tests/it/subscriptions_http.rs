@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -159,38 +159,10 @@ impl Receiver {
 }
 
 async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<Received> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        let n = sock.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let header = |name: &str| {
-        head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_owned())
-        })
-    };
-    let len: usize = header("content-length")?.parse().ok()?;
-    while buf.len() < head_end + len {
-        let n = sock.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    let (head, body) = crate::http_support::read_request(sock).await?;
     Some(Received {
-        signature: header("webhook-signature").unwrap_or_default(),
-        body: String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string(),
+        signature: crate::http_support::head_value(&head, "webhook-signature").unwrap_or_default(),
+        body: String::from_utf8_lossy(&body).to_string(),
     })
 }
 

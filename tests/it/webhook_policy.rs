@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use brook::Options;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
-use crate::http_support::{R, Server, config, spawn_serve};
+use crate::http_support::{R, Server, config, read_request, spawn_serve};
 
 /// A webhook receiver on 127.0.0.1 that counts the connections it accepts and answers each
 /// request `200 {"done": true}`.
@@ -50,38 +50,6 @@ impl Receiver {
     fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
-}
-
-/// Reads one request (head and `content-length` body); `None` if it is not HTTP/1.1 framing
-/// this receiver understands (a TLS handshake, say).
-async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<()> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        let n = sock.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))?
-        .trim()
-        .parse()
-        .ok()?;
-    while buf.len() < head_end + len {
-        let n = sock.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some(())
 }
 
 /// This machine's host name, if `/etc/hosts` maps it to loopback only (so resolving it asks

@@ -18,11 +18,7 @@ impl Engine {
     /// [`Error::NoPendingWork`] when every linked stream is acknowledged.
     pub(crate) fn claim(&self, id: &str, worker: &str) -> Result<Wake> {
         let mut st = self.subs_state();
-        let mut sub = st
-            .subs
-            .get(id)
-            .cloned()
-            .ok_or(Error::SubscriptionNotFound)?;
+        let mut sub = st.sub(id)?.clone();
         if !matches!(sub.config.delivery, DeliveryKind::PullWake { .. }) {
             return Err(invalid("only a pull-wake subscription can be claimed"));
         }
@@ -146,7 +142,7 @@ impl Engine {
             let listener = self.subs.changed.listen();
             {
                 let st = self.subs_state();
-                let sub = st.subs.get(id).ok_or(Error::SubscriptionNotFound)?;
+                let sub = st.sub(id)?;
                 let now = now_ms();
                 let claimable = sub
                     .wake

@@ -130,6 +130,13 @@ struct State {
     system_stream: bool,
 }
 
+impl State {
+    /// The subscription `id`; `SubscriptionNotFound` when there is none.
+    fn sub(&self, id: &str) -> Result<&Sub> {
+        self.subs.get(id).ok_or(Error::SubscriptionNotFound)
+    }
+}
+
 impl Subscriptions {
     /// Empty; [`Engine::start_subscriptions`] loads the durable state.
     pub(crate) fn new(hook: Arc<Hook>) -> Self {
@@ -511,11 +518,7 @@ impl Engine {
 
     /// The subscription `id`.
     pub(crate) fn subscription(&self, id: &str) -> Result<SubscriptionInfo> {
-        self.subs_state()
-            .subs
-            .get(id)
-            .map(Sub::info)
-            .ok_or(Error::SubscriptionNotFound)
+        self.subs_state().sub(id).map(Sub::info)
     }
 
     /// The ids of every subscription, sorted.
@@ -546,11 +549,7 @@ impl Engine {
         f: impl FnOnce(&Engine, &mut State, &mut Sub) -> Result<T>,
     ) -> Result<T> {
         let mut st = self.subs_state();
-        let mut sub = st
-            .subs
-            .get(id)
-            .cloned()
-            .ok_or(Error::SubscriptionNotFound)?;
+        let mut sub = st.sub(id)?.clone();
         let generation = sub.generation;
         let out = f(self, &mut st, &mut sub)?;
         self.save(&mut st, sub.clone())?;

@@ -229,6 +229,7 @@ impl AsyncWrite for Socket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::sim::noise;
     use crate::name::Offset;
     use crate::segment::SegmentSet;
     use crate::state::Body;
@@ -271,19 +272,6 @@ mod tests {
         let file_bytes = socket.file_bytes;
         drop(socket);
         Ok((reader.await??, file_bytes))
-    }
-
-    /// Non-repeating bytes, so a slice sent from a wrong offset cannot compare equal.
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
     }
 
     /// One message holding `data`.
