@@ -2,7 +2,6 @@
 //! (directory syncs, whole-file-system syncs, creates, renames, removals), and (for the server)
 //! `sendfile(2)` from a file to a socket.
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -368,14 +367,23 @@ pub(crate) fn no_symlinks(stream_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The directory of a stream: `streams/{k[0]:02x}/{key as 32 hex digits}`.
+/// The directory of a stream: `streams/{k[0]:02x}/{key as 32 hex digits}`. Hex-encoded by
+/// table into one buffer (this runs on every open of a closed stream).
 pub(crate) fn stream_dir(root: &Path, name: &str) -> std::path::PathBuf {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let k = key(name);
-    let hex = k.iter().fold(String::with_capacity(32), |mut s, b| {
-        let _ = write!(s, "{b:02x}"); // writing to a String cannot fail
-        s
-    });
-    root.join("streams").join(&hex[..2]).join(hex)
+    let mut hex = [0u8; 32];
+    for (i, b) in k.iter().enumerate() {
+        hex[2 * i] = HEX[usize::from(b >> 4)];
+        hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
+    }
+    let hex = std::str::from_utf8(&hex).expect("hex digits are ASCII");
+    let mut dir = std::path::PathBuf::with_capacity(root.as_os_str().len() + 44);
+    dir.push(root);
+    dir.push("streams");
+    dir.push(&hex[..2]);
+    dir.push(hex);
+    dir
 }
 
 #[cfg(test)]
@@ -399,5 +407,20 @@ mod tests {
         super::write_all_vectored_at(&f, &bufs, 10).unwrap();
         let want: Vec<u8> = std::iter::repeat_n(0u8, 10).chain(owned.concat()).collect();
         assert_eq!(std::fs::read(&path).unwrap(), want);
+    }
+
+    /// A stream's directory is its key's first byte, then the whole key, in lowercase hex.
+    #[test]
+    fn stream_dirs_are_the_key_in_lowercase_hex() {
+        let k = super::key("a/b");
+        let hex: String = k.iter().fold(String::new(), |mut s, b| {
+            use std::fmt::Write as _;
+            write!(s, "{b:02x}").expect("writing to a String cannot fail");
+            s
+        });
+        let want = std::path::Path::new("/r/streams")
+            .join(&hex[..2])
+            .join(&hex);
+        assert_eq!(super::stream_dir(std::path::Path::new("/r"), "a/b"), want);
     }
 }
