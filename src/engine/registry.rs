@@ -63,15 +63,16 @@ impl Engine {
     }
 
     /// Whether a cold tier is configured.
+    #[cfg(feature = "tier")]
     fn has_tier(&self) -> bool {
-        #[cfg(feature = "tier")]
-        {
-            self.options.tier.is_some()
-        }
-        #[cfg(not(feature = "tier"))]
-        {
-            false
-        }
+        self.options.tier.is_some()
+    }
+
+    /// Whether a cold tier is configured: never, without the `tier` feature.
+    #[cfg(not(feature = "tier"))]
+    fn has_tier(&self) -> bool {
+        let _ = self;
+        false
     }
 
     /// Loads `name` from disk and registers it in `reg` (held), for a lookup that holds the
