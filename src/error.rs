@@ -134,6 +134,11 @@ pub enum Error {
         /// Streams open when the create was refused.
         open: usize,
     },
+    /// Opening a stream's files failed because the process (`EMFILE`) or the system
+    /// (`ENFILE`) has no descriptor left: a transient refusal that wrote nothing and affects
+    /// nothing else; the same request succeeds once descriptors free up.
+    #[error("no file descriptor is free to open the stream's files; retry shortly")]
+    TooManyOpenFiles,
     /// The fork's source is already [`MAX_FORK_DEPTH`](crate::MAX_FORK_DEPTH) forks deep.
     #[error("fork source is already {max} forks deep; fork a stream nearer the root")]
     ForkTooDeep {
@@ -286,6 +291,13 @@ impl Error {
         }
     }
 
+    /// Whether this is an I/O error for want of a file descriptor (`EMFILE` or `ENFILE`).
+    pub(crate) fn is_out_of_descriptors(&self) -> bool {
+        const ENFILE: i32 = 23;
+        const EMFILE: i32 = 24;
+        matches!(self, Error::Io(e) if matches!(e.raw_os_error(), Some(EMFILE | ENFILE)))
+    }
+
     /// This error as an [`std::io::Error`], for recording as the cause of a poisoned shard: an
     /// I/O error is kept as it is, anything else is wrapped.
     pub(crate) fn into_io(self) -> std::io::Error {
@@ -322,6 +334,7 @@ impl Error {
             Error::ForkSourceGone => "FORK_SOURCE_GONE",
             Error::ForkTooDeep { .. } => "FORK_TOO_DEEP",
             Error::TooManyOpenStreams { .. } => "TOO_MANY_OPEN_STREAMS",
+            Error::TooManyOpenFiles => "TOO_MANY_OPEN_FILES",
             Error::InvalidForkPosition(_) => "INVALID_FORK_OFFSET",
             Error::SnapshotNotFound => "SNAPSHOT_NOT_FOUND",
             Error::SnapshotConflict => "SNAPSHOT_CONFLICT",

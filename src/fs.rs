@@ -2,7 +2,6 @@
 //! (directory syncs, whole-file-system syncs, creates, renames, removals), and (for the server)
 //! `sendfile(2)` from a file to a socket.
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -283,6 +282,28 @@ pub(crate) fn sigpipe_is_handled() -> bool {
     handler != libc::SIG_DFL
 }
 
+/// Descriptors kept back from open streams for the journals, snapshots, listeners, logs and the
+/// embedding program, in [`open_streams_for_descriptors`].
+const DESCRIPTOR_RESERVE: u64 = 256;
+
+/// The fewest streams [`open_streams_for_descriptors`] keeps open, whatever the limit.
+const MIN_OPEN_STREAMS: u64 = 64;
+
+/// How many streams a server with `max_connections` connections can keep open within its
+/// open-file limit, after raising the soft limit to the hard one: `(limit - max_connections -
+/// 256) / 2` (an open stream holds about two descriptors, its log and its index), at least 64.
+/// `None` when the limit cannot be read. The store's own budget (a quarter of the limit, see
+/// [`Store::open`](crate::Store::open)) still applies on top.
+pub fn open_streams_for_descriptors(max_connections: usize) -> Option<usize> {
+    let limit = raise_open_file_limit()?;
+    let conns = u64::try_from(max_connections).unwrap_or(u64::MAX);
+    let fit = limit
+        .saturating_sub(conns)
+        .saturating_sub(DESCRIPTOR_RESERVE)
+        / 2;
+    Some(usize::try_from(fit.max(MIN_OPEN_STREAMS)).unwrap_or(usize::MAX))
+}
+
 /// Raises this process's soft limit on open files to its hard limit (as the Go runtime does at
 /// start) and returns the soft limit now in force; `None` when it cannot be read.
 pub(crate) fn raise_open_file_limit() -> Option<u64> {
@@ -368,14 +389,23 @@ pub(crate) fn no_symlinks(stream_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The directory of a stream: `streams/{k[0]:02x}/{key as 32 hex digits}`.
+/// The directory of a stream: `streams/{k[0]:02x}/{key as 32 hex digits}`. Hex-encoded by
+/// table into one buffer (this runs on every open of a closed stream).
 pub(crate) fn stream_dir(root: &Path, name: &str) -> std::path::PathBuf {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let k = key(name);
-    let hex = k.iter().fold(String::with_capacity(32), |mut s, b| {
-        let _ = write!(s, "{b:02x}"); // writing to a String cannot fail
-        s
-    });
-    root.join("streams").join(&hex[..2]).join(hex)
+    let mut hex = [0u8; 32];
+    for (i, b) in k.iter().enumerate() {
+        hex[2 * i] = HEX[usize::from(b >> 4)];
+        hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
+    }
+    let hex = std::str::from_utf8(&hex).expect("hex digits are ASCII");
+    let mut dir = std::path::PathBuf::with_capacity(root.as_os_str().len() + 44);
+    dir.push(root);
+    dir.push("streams");
+    dir.push(&hex[..2]);
+    dir.push(hex);
+    dir
 }
 
 #[cfg(test)]
@@ -399,5 +429,34 @@ mod tests {
         super::write_all_vectored_at(&f, &bufs, 10).unwrap();
         let want: Vec<u8> = std::iter::repeat_n(0u8, 10).chain(owned.concat()).collect();
         assert_eq!(std::fs::read(&path).unwrap(), want);
+    }
+
+    /// The open-stream budget leaves the connections and a reserve, halves the rest, and never
+    /// drops below its floor.
+    #[test]
+    fn open_streams_fit_the_descriptors_left() {
+        let limit = super::raise_open_file_limit().expect("the open-file limit is readable");
+        let none_left = usize::try_from(limit).unwrap();
+        assert_eq!(super::open_streams_for_descriptors(none_left), Some(64));
+        let want = ((limit - 1000 - 256) / 2).max(64);
+        assert_eq!(
+            super::open_streams_for_descriptors(1000),
+            Some(usize::try_from(want).unwrap())
+        );
+    }
+
+    /// A stream's directory is its key's first byte, then the whole key, in lowercase hex.
+    #[test]
+    fn stream_dirs_are_the_key_in_lowercase_hex() {
+        let k = super::key("a/b");
+        let hex: String = k.iter().fold(String::new(), |mut s, b| {
+            use std::fmt::Write as _;
+            write!(s, "{b:02x}").expect("writing to a String cannot fail");
+            s
+        });
+        let want = std::path::Path::new("/r/streams")
+            .join(&hex[..2])
+            .join(&hex);
+        assert_eq!(super::stream_dir(std::path::Path::new("/r"), "a/b"), want);
     }
 }

@@ -76,6 +76,7 @@ pub struct ReadmeDoctests;
 pub use digest::{BodyDigest, TailMatch};
 pub use error::{Error, Result, StagedLimit};
 #[doc(hidden)]
+pub use fs::open_streams_for_descriptors;
 pub use fs::sim; // the simulated disk (power cuts, injected faults) for the fault tests
 pub use listing::{CheckReport, ListPage, StreamListing};
 pub use name::{

@@ -203,9 +203,11 @@ struct ServeArgs {
     /// Journal bytes per shard between checkpoints: bounds what recovery replays after a crash.
     #[arg(long, default_value_t = 64 << 20)]
     checkpoint_bytes: u64,
-    /// Streams kept open (file handles and maps) at once.
-    #[arg(long, default_value_t = 4096)]
-    max_open_streams: usize,
+    /// Streams kept open (file handles and maps) at once. Default: what the open-file limit
+    /// (raised to its hard limit) leaves after `--max-connections` and a reserve of 256, halved
+    /// (about two descriptors per open stream), at least 64; 4096 if the limit is unreadable.
+    #[arg(long)]
+    max_open_streams: Option<usize>,
     /// Size at which a stream's segment is sealed and a new one started (4 KiB to 1 GiB): the
     /// unit of retention and of the cold tier.
     #[arg(long, default_value_t = 64 << 20)]
@@ -448,7 +450,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_max_read_bytes(args.max_read_bytes)
         .with_max_snapshot_bytes(args.max_snapshot_bytes)
         .with_checkpoint_bytes(args.checkpoint_bytes)
-        .with_max_open_streams(args.max_open_streams)
+        .with_max_open_streams(args.max_open_streams.unwrap_or_else(|| {
+            brook::open_streams_for_descriptors(args.max_connections).unwrap_or(4096)
+        }))
         .with_segment_bytes(args.segment_bytes)
         .with_retention_default(retention_default(args))
         .with_retention_interval(Duration::from_millis(args.retention_interval_ms));

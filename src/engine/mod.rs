@@ -119,6 +119,8 @@ pub(crate) struct Engine {
     _lock: File,
     /// Open streams (and tombstones) by name: see `registry`.
     registry: Mutex<HashMap<String, Arc<Stream>>>,
+    /// Streams registered so far (changed only under `registry`): see `registry`'s lookup.
+    registered: AtomicU64,
     shards: Vec<Arc<Shard>>,
     /// The shard, checkpoint and reaper threads, joined at shutdown.
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -309,6 +311,7 @@ impl Engine {
             options,
             _lock: lock,
             registry: Mutex::new(registry),
+            registered: AtomicU64::new(0),
             shards,
             threads: Mutex::new(threads),
             stopped: AtomicBool::new(false),

@@ -156,6 +156,7 @@ fn retryable(e: &Error) -> bool {
             | Error::ShutDown
             | Error::Locked(_)
             | Error::TooManyOpenStreams { .. }
+            | Error::TooManyOpenFiles
             | Error::TierUnavailable { .. }
     )
 }

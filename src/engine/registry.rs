@@ -26,20 +26,71 @@ impl Engine {
     /// Looks a stream up, loading it from disk if needed. Includes soft-deleted and expired
     /// streams; `None` for a name with no stream or a tombstone. A stream directory holding
     /// another name's sidecar (a hash collision) is `Corrupt`.
+    ///
+    /// A closed stream is loaded without the registry lock, so one cold open does not hold up
+    /// every other request. The load is kept only if no stream was registered meanwhile
+    /// (`registered` unchanged): every stream enters the registry through `register`, so an
+    /// unchanged count means no entry of this name came (or, having come, went) while its
+    /// files were read, and the loaded state is the stream's. Otherwise the registry's entry
+    /// wins, or, with none, the stream is loaded again under the lock, as it is when the
+    /// unlocked load failed or a cold tier (which turns segments cold under the registry lock)
+    /// is configured.
     pub(super) fn lookup(&self, name: &str) -> Result<Option<Arc<Stream>>> {
-        let mut reg = self.registry.lock();
-        if let Some(s) = reg.get(name) {
-            if s.core.lock().gone {
-                // A tombstone: deleted, and until the delete is applied its files must not be
-                // loaded again. Once applied, the directory is gone and the entry can go too.
-                if s.data.lock().deleted {
-                    reg.remove(name);
-                }
-                return Ok(None);
+        let before = {
+            let mut reg = self.registry.lock();
+            if let Some(found) = open_entry(&mut reg, name) {
+                return Ok(found);
             }
-            s.mark_used();
-            return Ok(Some(s.clone()));
+            if self.has_tier() {
+                return self.load_and_register(&mut reg, name);
+            }
+            self.registered.load(Ordering::Acquire)
+        };
+        let loaded = self.load(name);
+        let mut reg = self.registry.lock();
+        if let Some(found) = open_entry(&mut reg, name) {
+            return Ok(found);
         }
+        match loaded {
+            Ok(loaded) if self.registered.load(Ordering::Acquire) == before => {
+                if let Some(s) = &loaded {
+                    self.register(&mut reg, name, s.clone());
+                }
+                Ok(loaded)
+            }
+            _ => self.load_and_register(&mut reg, name),
+        }
+    }
+
+    /// Whether a cold tier is configured.
+    #[cfg(feature = "tier")]
+    fn has_tier(&self) -> bool {
+        self.options.tier.is_some()
+    }
+
+    /// Whether a cold tier is configured: never, without the `tier` feature.
+    #[cfg(not(feature = "tier"))]
+    fn has_tier(&self) -> bool {
+        let _ = self;
+        false
+    }
+
+    /// Loads `name` from disk and registers it in `reg` (held), for a lookup that holds the
+    /// registry lock throughout.
+    fn load_and_register(
+        &self,
+        reg: &mut HashMap<String, Arc<Stream>>,
+        name: &str,
+    ) -> Result<Option<Arc<Stream>>> {
+        let loaded = self.load(name)?;
+        if let Some(s) = &loaded {
+            self.register(reg, name, s.clone());
+        }
+        Ok(loaded)
+    }
+
+    /// The stream `name` as its files hold it, or `None` if it has none.
+    fn load(&self, name: &str) -> Result<Option<Arc<Stream>>> {
         let dir = fs::stream_dir(&self.root, name);
         let loaded = Stream::load(
             dir.clone(),
@@ -56,22 +107,25 @@ impl Engine {
                     ))
                 }
             },
-        )?;
-        let Some(s) = loaded else {
-            if dir.exists() {
-                // Segments without a sidecar: a create that never became durable (its files
-                // outran its record before a power loss), or a sidecar lost to damage. Either
-                // way no stream is known here; a create of the name clears the directory.
-                tracing::warn!(
-                    stream = name,
-                    dir = %dir.display(),
-                    "stream directory has no sidecar: answering as if the stream did not exist"
-                );
+        )
+        .map_err(|e| {
+            if e.is_out_of_descriptors() {
+                Error::TooManyOpenFiles
+            } else {
+                e
             }
-            return Ok(None);
-        };
-        self.register(&mut reg, name, s.clone());
-        Ok(Some(s))
+        })?;
+        if loaded.is_none() && dir.exists() {
+            // Segments without a sidecar: a create that never became durable (its files
+            // outran its record before a power loss), or a sidecar lost to damage. Either
+            // way no stream is known here; a create of the name clears the directory.
+            tracing::warn!(
+                stream = name,
+                dir = %dir.display(),
+                "stream directory has no sidecar: answering as if the stream did not exist"
+            );
+        }
+        Ok(loaded)
     }
 
     /// Adds `s` to the registry (held as `reg`) under `name`, evicting idle streams when the
@@ -83,6 +137,7 @@ impl Engine {
         s: Arc<Stream>,
     ) {
         reg.insert(name.to_owned(), s);
+        self.registered.fetch_add(1, Ordering::Release);
         if reg.len() > self.options.max_open_streams {
             evict(reg, self.options.max_open_streams);
         }
@@ -219,6 +274,24 @@ impl Engine {
             closed: st.closed,
         }))
     }
+}
+
+/// What the registry (held as `reg`) answers for `name`: `None` with no entry (the stream is
+/// not open), `Some(None)` for a tombstone (dropped once its delete is applied), else the open
+/// stream, marked used.
+#[allow(clippy::option_option)] // "not open", "deleted" and "open" are the three answers
+fn open_entry(reg: &mut HashMap<String, Arc<Stream>>, name: &str) -> Option<Option<Arc<Stream>>> {
+    let s = reg.get(name)?;
+    if s.core.lock().gone {
+        // A tombstone: deleted, and until the delete is applied its files must not be loaded
+        // again. Once applied, the directory is gone and the entry can go too.
+        if s.data.lock().deleted {
+            reg.remove(name);
+        }
+        return Some(None);
+    }
+    s.mark_used();
+    Some(Some(s.clone()))
 }
 
 /// Closes idle, clean streams beyond `cap`, least recently used first, down to 7/8 of `cap`.

@@ -198,7 +198,8 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         | Error::OutcomeUnknown { .. }
         | Error::ShutDown
         | Error::TierUnavailable { .. }
-        | Error::TooManyOpenStreams { .. } => S::SERVICE_UNAVAILABLE,
+        | Error::TooManyOpenStreams { .. }
+        | Error::TooManyOpenFiles => S::SERVICE_UNAVAILABLE,
         Error::Corrupt { .. } | Error::Io(_) => S::INTERNAL_SERVER_ERROR,
         Error::SubscriptionNotFound => S::NOT_FOUND,
         Error::SubscriptionExists
@@ -218,6 +219,10 @@ fn error_details(
 ) {
     use serde_json::Value;
     match err {
+        // Both pass as soon as a stream closes or a descriptor frees: a second or so.
+        Error::TooManyOpenStreams { .. } | Error::TooManyOpenFiles => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(1u32));
+        }
         Error::IncarnationMismatch { current } => {
             set_header(headers, STREAM_INCARNATION, current.as_str());
             extra.insert("incarnation".into(), Value::from(current.as_str()));

@@ -11,6 +11,8 @@ mod concurrency;
 mod corruption;
 mod crash;
 #[cfg(feature = "http")]
+mod descriptor_exhaustion;
+#[cfg(feature = "http")]
 mod descriptors;
 mod disk_full;
 mod engine;
@@ -62,6 +64,7 @@ mod http_ursula_writes;
 #[cfg(feature = "http")]
 mod mirror;
 mod model;
+mod open_streams;
 #[cfg(feature = "http")]
 mod ops_admin;
 mod ops_archive;
