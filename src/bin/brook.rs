@@ -263,7 +263,7 @@ struct ServeArgs {
     /// no-cache, long-polls no-store.
     #[arg(long)]
     cache_revalidate_tail: bool,
-    /// Most bytes one catch-up read of a byte stream returns when the client sets no max_bytes
+    /// Most bytes one catch-up read of a byte stream returns when the client sets no `max_bytes`
     /// (consecutive chunks of at most --max-read-bytes joined without copying); JSON streams
     /// get one chunk.
     #[arg(long, value_name = "N", default_value_t = 64 << 20)]
