@@ -265,6 +265,11 @@ struct ServeArgs {
     /// no-cache, long-polls no-store.
     #[arg(long)]
     cache_revalidate_tail: bool,
+    /// Most bytes one catch-up read of a byte stream returns when the client sets no `max_bytes`
+    /// (consecutive chunks of at most --max-read-bytes joined without copying); JSON streams
+    /// get one chunk.
+    #[arg(long, value_name = "N", default_value_t = 64 << 20)]
+    catch_up_read_bytes: u64,
     /// Refuse stream names that could not move to a server with Ursula's rules
     /// (`bucket/stream`, the bucket 4-64 of [a-z0-9_-]) and forks.
     #[arg(long)]
@@ -511,6 +516,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         cache_max_age: Duration::from_secs(args.cache_max_age_secs),
         cache_stale_while_revalidate: Duration::from_secs(args.cache_stale_while_revalidate_secs),
         cache_revalidate_tail: args.cache_revalidate_tail,
+        catch_up_read_bytes: args.catch_up_read_bytes,
         portable_names: args.portable_names,
         append_if_match: if args.append_if_match {
             brook::http::AppendIfMatch::TailPrecondition

@@ -70,6 +70,7 @@ mod limits;
 mod names;
 mod ranges;
 mod read;
+mod read_span;
 mod reply;
 mod request;
 mod retention;
@@ -142,6 +143,12 @@ pub struct ServerConfig {
     /// read that reaches an open tail or starts at `-1` is `no-cache` (revalidated on every use)
     /// and every long-poll `no-store`. Default false.
     pub cache_revalidate_tail: bool,
+    /// The most bytes one catch-up read of a byte stream returns when the client sets no
+    /// `max_bytes`: the server joins consecutive engine reads (each at most the store's
+    /// `max_read_bytes`) up to it, without copying (the body is views of the segment maps, sent
+    /// by `sendfile` on plain HTTP/1.1). At or under `max_read_bytes` a read is one engine read.
+    /// JSON streams always get one. Default 64 MiB.
+    pub catch_up_read_bytes: u64,
     /// Refuse to create streams that could not move to a server with Ursula's naming rules
     /// (`bucket/stream`, see docs/http.md) and forks (400 `NAME_NOT_PORTABLE`,
     /// `FORK_NOT_PORTABLE`). Default false.
@@ -227,6 +234,7 @@ impl Default for ServerConfig {
             cache_max_age: Duration::from_mins(1),
             cache_stale_while_revalidate: Duration::from_mins(5),
             cache_revalidate_tail: false,
+            catch_up_read_bytes: 64 << 20,
             portable_names: false,
             append_if_match: AppendIfMatch::Ignored,
             public_url: None,

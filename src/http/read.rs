@@ -314,11 +314,14 @@ async fn catch_up(
         ReadRequest {
             from,
             max_bytes: p.max_bytes,
-            expect,
+            expect: expect.clone(),
             whole_messages: p.whole_messages,
         },
     )
     .await?;
+    if from != ReadFrom::Tail && p.max_bytes.is_none() && !p.whole_messages {
+        chunk = super::read_span::extend(app, &name, expect.as_ref(), chunk).await;
+    }
     if from == ReadFrom::Tail {
         // `offset=now`: no data, the tail, never cached and without an ETag (PROTOCOL.md 8).
         let r = chunk_reply(StatusCode::OK, &mut chunk)

@@ -40,6 +40,8 @@ mod http_incarnation;
 #[cfg(feature = "http")]
 mod http_limits;
 #[cfg(feature = "http")]
+mod http_read_span;
+#[cfg(feature = "http")]
 mod http_retention;
 #[cfg(feature = "http")]
 mod http_seed;
