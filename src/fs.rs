@@ -291,7 +291,9 @@ const MIN_OPEN_STREAMS: u64 = 64;
 
 /// How many streams a server with `max_connections` connections can keep open within its
 /// open-file limit, after raising the soft limit to the hard one: `(limit - max_connections -
-/// 256) / 2` (an open stream holds about two descriptors, its log and its index), at least 64.
+/// 256) / 3`, at least 64. An open stream holds about two descriptors (its log and its index),
+/// and the store keeps up to half as many again as this open while they are in use or not yet
+/// checkpointed (`max_open_streams` and a half, never more).
 /// `None` when the limit cannot be read. The store's own budget (a quarter of the limit, see
 /// [`Store::open`](crate::Store::open)) still applies on top.
 pub fn open_streams_for_descriptors(max_connections: usize) -> Option<usize> {
@@ -300,7 +302,7 @@ pub fn open_streams_for_descriptors(max_connections: usize) -> Option<usize> {
     let fit = limit
         .saturating_sub(conns)
         .saturating_sub(DESCRIPTOR_RESERVE)
-        / 2;
+        / 3;
     Some(usize::try_from(fit.max(MIN_OPEN_STREAMS)).unwrap_or(usize::MAX))
 }
 
@@ -431,14 +433,15 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), want);
     }
 
-    /// The open-stream budget leaves the connections and a reserve, halves the rest, and never
+    /// The open-stream budget leaves the connections and a reserve, takes a third of the rest
+    /// (two descriptors for each of up to one and a half times the budget), and never
     /// drops below its floor.
     #[test]
     fn open_streams_fit_the_descriptors_left() {
         let limit = super::raise_open_file_limit().expect("the open-file limit is readable");
         let none_left = usize::try_from(limit).unwrap();
         assert_eq!(super::open_streams_for_descriptors(none_left), Some(64));
-        let want = ((limit - 1000 - 256) / 2).max(64);
+        let want = ((limit - 1000 - 256) / 3).max(64);
         assert_eq!(
             super::open_streams_for_descriptors(1000),
             Some(usize::try_from(want).unwrap())

@@ -223,23 +223,9 @@ impl Engine {
     /// did not make room. A create that would open a stream's files (descriptors) beyond the
     /// budget is refused here, before its record reaches the journal, rather than failing there.
     fn room_to_open(&self) -> Result<parking_lot::MutexGuard<'_, HashMap<String, Arc<Stream>>>> {
-        let cap = self.options.max_open_streams;
         let mut reg = self.registry.lock();
-        if reg.len() < cap {
-            return Ok(reg);
-        }
-        super::registry::evict(&mut reg, cap);
-        if reg.len() < cap {
-            return Ok(reg);
-        }
-        drop(reg);
-        self.checkpoint()?;
-        let mut reg = self.registry.lock();
-        super::registry::evict(&mut reg, cap);
-        if reg.len() < cap {
-            return Ok(reg);
-        }
-        Err(Error::TooManyOpenStreams { open: reg.len() })
+        self.room_for_one(&mut reg)?;
+        Ok(reg)
     }
 
     /// Refuses a fork of `src` when `src` is already [`MAX_FORK_DEPTH`] forks deep

@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use parking_lot::MutexGuard;
 
 use crate::error::{Error, Result};
 use crate::fs;
@@ -21,6 +23,10 @@ use crate::types::Expiry;
 
 use super::Engine;
 use super::stream::Stream;
+
+/// How long opening a closed stream waits, at a full registry, for a checkpoint to make its
+/// streams closable before it is refused.
+const ROOM_WAIT: Duration = Duration::from_secs(2);
 
 impl Engine {
     /// Looks a stream up, loading it from disk if needed. Includes soft-deleted and expired
@@ -52,7 +58,10 @@ impl Engine {
             return Ok(found);
         }
         match loaded {
-            Ok(loaded) if self.registered.load(Ordering::Acquire) == before => {
+            Ok(loaded)
+                if self.registered.load(Ordering::Acquire) == before
+                    && (loaded.is_none() || reg.len() < self.open_limit()) =>
+            {
                 if let Some(s) = &loaded {
                     self.register(&mut reg, name, s.clone());
                 }
@@ -60,6 +69,41 @@ impl Engine {
             }
             _ => self.load_and_register(&mut reg, name),
         }
+    }
+
+    /// The most streams kept open at once: `max_open_streams` and a half (at least 32 more).
+    /// Idle clean streams close beyond `max_open_streams`; streams in use or written since the
+    /// last checkpoint cannot, and may take the registry up to this limit, never past it.
+    pub(super) fn open_limit(&self) -> usize {
+        let cap = self.options.max_open_streams;
+        cap.saturating_add((cap / 2).max(32))
+    }
+
+    /// Makes room in the registry (held as `reg`) for one more open stream. Below
+    /// [`Engine::open_limit`] there is room. At it, idle clean streams are closed; when too
+    /// few are (the rest in use or written since the last checkpoint), it waits (the lock
+    /// released) for a checkpoint, at most [`ROOM_WAIT`], and closes again. Still full, the
+    /// open is refused with `TooManyOpenStreams` (retryable) rather than exceed the limit,
+    /// which sizes the store's descriptors: past it, the next file the journal or a segment
+    /// needs could fail with EMFILE.
+    pub(super) fn room_for_one(
+        &self,
+        reg: &mut MutexGuard<'_, HashMap<String, Arc<Stream>>>,
+    ) -> Result<()> {
+        let (cap, limit) = (self.options.max_open_streams, self.open_limit());
+        if reg.len() < limit {
+            return Ok(());
+        }
+        evict(reg, cap);
+        if reg.len() < limit {
+            return Ok(());
+        }
+        MutexGuard::unlocked(reg, || self.checkpoint_by(Instant::now() + ROOM_WAIT));
+        evict(reg, cap);
+        if reg.len() < limit {
+            return Ok(());
+        }
+        Err(Error::TooManyOpenStreams { open: reg.len() })
     }
 
     /// Whether a cold tier is configured.
@@ -76,12 +120,31 @@ impl Engine {
     }
 
     /// Loads `name` from disk and registers it in `reg` (held), for a lookup that holds the
-    /// registry lock throughout.
+    /// registry lock throughout, except while it waits for room (see `room_for_one`).
     fn load_and_register(
         &self,
-        reg: &mut HashMap<String, Arc<Stream>>,
+        reg: &mut MutexGuard<'_, HashMap<String, Arc<Stream>>>,
         name: &str,
     ) -> Result<Option<Arc<Stream>>> {
+        let Some(s) = self.load(name)? else {
+            return Ok(None);
+        };
+        let (cap, limit) = (self.options.max_open_streams, self.open_limit());
+        if reg.len() >= limit {
+            evict(reg, cap);
+        }
+        if reg.len() < limit {
+            self.register(reg, name, s.clone());
+            return Ok(Some(s));
+        }
+        // Full of streams not closable yet: close this one again, wait for room (the lock is
+        // released meanwhile, so the name may have been opened, or changed and closed), then
+        // load it afresh under the lock.
+        drop(s);
+        self.room_for_one(reg)?;
+        if let Some(found) = open_entry(reg, name) {
+            return Ok(found);
+        }
         let loaded = self.load(name)?;
         if let Some(s) = &loaded {
             self.register(reg, name, s.clone());

@@ -126,3 +126,101 @@ async fn running_out_of_descriptors_is_a_retryable_refusal_that_poisons_nothing(
     }
     Ok(())
 }
+
+/// `brook serve` on `dir` keeping at most 16 streams open (and 32 more while written).
+fn serve_small_cache(dir: &std::path::Path) -> R<Served> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_brook"));
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(["--max-open-streams", "16", "--data-dir"])
+        .arg(dir);
+    spawn_serve(cmd)
+}
+
+/// Appends at random over far more closed streams than the cache holds, from many clients at
+/// once, faster than checkpoints make written streams closable: the open streams (and so the
+/// descriptors) stay bounded by `max_open_streams` and a half, an append past it is refused
+/// `503 TOO_MANY_OPEN_STREAMS` with `Retry-After`, and every acknowledged append is there.
+/// (The registry once grew without bound here, until the process ran out of descriptors.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_over_many_closed_streams_keep_open_streams_bounded() -> R {
+    const STREAMS: usize = 1000;
+    let dir = tempfile::tempdir()?;
+    let client = reqwest::Client::new();
+    let mut served = serve_small_cache(dir.path())?;
+    let base = format!("http://{}", served.addr);
+    for i in 0..STREAMS {
+        let put = client
+            .put(format!("{base}/many/{i}"))
+            .header("content-type", "text/plain")
+            .send()
+            .await?;
+        assert_eq!(put.status().as_u16(), 201, "many/{i}");
+    }
+    let _ = served.child.kill();
+    let _ = served.child.wait();
+    let mut served = serve_small_cache(dir.path())?;
+    let base = format!("http://{}", served.addr);
+    let fds = format!("/proc/{}/fd", served.child.id());
+
+    let writers: Vec<_> = (0..32u64)
+        .map(|w| {
+            let (client, base) = (client.clone(), base.clone());
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let mut refused = Vec::new();
+                let mut x = w.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                for n in 0..100u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = usize::try_from(x % STREAMS as u64).expect("a small index");
+                    let body = format!("w{w}n{n},");
+                    let r = client
+                        .post(format!("{base}/many/{i}"))
+                        .header("content-type", "text/plain")
+                        .body(body.clone())
+                        .send()
+                        .await
+                        .expect("the server answers");
+                    let status = r.status().as_u16();
+                    let retry = r.headers().get("retry-after").is_some();
+                    let text = r.text().await.expect("a body");
+                    match status {
+                        204 => acked.push((i, body)),
+                        _ => refused.push((status, retry, text)),
+                    }
+                }
+                (acked, refused)
+            })
+        })
+        .collect();
+    let mut most_fds = 0;
+    while writers.iter().any(|w| !w.is_finished()) {
+        most_fds = most_fds.max(std::fs::read_dir(&fds)?.count());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut acked = Vec::new();
+    for w in writers {
+        let (a, refused) = w.await?;
+        acked.extend(a);
+        for (status, retry, text) in refused {
+            assert_eq!(status, 503, "an append past the cache: {text}");
+            assert!(text.contains("TOO_MANY_OPEN_STREAMS"), "{text}");
+            assert!(retry, "no Retry-After on {text}");
+        }
+    }
+    // 48 open streams at two descriptors each, the connections, the journal and the runtime.
+    assert!(
+        most_fds < 220,
+        "{most_fds} descriptors open at once with a cache of 16 streams"
+    );
+    assert!(!acked.is_empty(), "no append was acknowledged");
+    for (i, body) in &acked {
+        let got = client.get(format!("{base}/many/{i}")).send().await?;
+        let text = got.text().await?;
+        assert!(text.contains(body.as_str()), "many/{i} lost {body}: {text}");
+    }
+    let _ = served.child.kill();
+    let _ = served.child.wait();
+    Ok(())
+}

@@ -344,6 +344,40 @@ impl Shard {
 }
 
 impl Engine {
+    /// Asks every shard for a checkpoint and waits for them until `deadline`: whether every
+    /// one was done by then. Streams written before the call are closable once it is. A
+    /// caller that may hold a lock the checkpoint needs gets `false` at the deadline instead
+    /// of waiting forever.
+    pub(in crate::engine) fn checkpoint_by(&self, deadline: Instant) -> bool {
+        for shard in &self.shards {
+            let n = {
+                let mut q = shard.queue.lock();
+                if q.shutdown {
+                    return false;
+                }
+                q.checkpoint_requests += 1;
+                q.checkpoint_requests
+            };
+            shard.wake.notify_one();
+            loop {
+                if shard.poisoned().is_some() {
+                    return false;
+                }
+                if shard.checkpointed.load(Ordering::Acquire) >= n {
+                    break;
+                }
+                let l = shard.checkpoint_done.listen();
+                if shard.checkpointed.load(Ordering::Acquire) >= n || shard.poisoned().is_some() {
+                    continue;
+                }
+                if l.wait_deadline(deadline).is_none() {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     /// Checkpoints every shard (step 6) and waits until each checkpoint is done: afterwards
     /// every acknowledged change is in the streams' sidecars and recovery replays nothing
     /// written before the call. Fails on a poisoned shard, with its cause.
