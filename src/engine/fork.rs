@@ -29,7 +29,7 @@ impl Engine {
             .fork
             .as_ref()
             .ok_or_else(|| Error::corrupt(&s.dir, "fork without source"))?;
-        self.lookup(src)?
+        self.lookup_source(src)?
             .ok_or_else(|| Error::corrupt(&s.dir, "fork source is missing"))
     }
 

@@ -42,13 +42,26 @@ impl Engine {
     /// unlocked load failed or a cold tier (which turns segments cold under the registry lock)
     /// is configured.
     pub(super) fn lookup(&self, name: &str) -> Result<Option<Arc<Stream>>> {
+        self.lookup_within(name, true)
+    }
+
+    /// [`Engine::lookup`] for a fork's source, which opens even past [`Engine::open_limit`]:
+    /// reading a fork holds its whole chain open, so refusing a source midway would make a
+    /// deep fork unreadable at a small cache. The overshoot is bounded by the chain's depth
+    /// (`MAX_FORK_DEPTH`) per read in progress.
+    pub(super) fn lookup_source(&self, name: &str) -> Result<Option<Arc<Stream>>> {
+        self.lookup_within(name, false)
+    }
+
+    /// [`Engine::lookup`], keeping to [`Engine::open_limit`] when `bounded`.
+    fn lookup_within(&self, name: &str, bounded: bool) -> Result<Option<Arc<Stream>>> {
         let before = {
             let mut reg = self.registry.lock();
             if let Some(found) = open_entry(&mut reg, name) {
                 return Ok(found);
             }
             if self.has_tier() {
-                return self.load_and_register(&mut reg, name);
+                return self.load_and_register(&mut reg, name, bounded);
             }
             self.registered.load(Ordering::Acquire)
         };
@@ -60,20 +73,21 @@ impl Engine {
         match loaded {
             Ok(loaded)
                 if self.registered.load(Ordering::Acquire) == before
-                    && (loaded.is_none() || reg.len() < self.open_limit()) =>
+                    && (loaded.is_none() || !bounded || reg.len() < self.open_limit()) =>
             {
                 if let Some(s) = &loaded {
                     self.register(&mut reg, name, s.clone());
                 }
                 Ok(loaded)
             }
-            _ => self.load_and_register(&mut reg, name),
+            _ => self.load_and_register(&mut reg, name, bounded),
         }
     }
 
     /// The most streams kept open at once: `max_open_streams` and a half (at least 32 more).
     /// Idle clean streams close beyond `max_open_streams`; streams in use or written since the
-    /// last checkpoint cannot, and may take the registry up to this limit, never past it.
+    /// last checkpoint cannot, and may take the registry up to this limit, never past it, but
+    /// for the sources a fork's read opens ([`Engine::lookup_source`]).
     pub(super) fn open_limit(&self) -> usize {
         let cap = self.options.max_open_streams;
         cap.saturating_add((cap / 2).max(32))
@@ -125,6 +139,7 @@ impl Engine {
         &self,
         reg: &mut MutexGuard<'_, HashMap<String, Arc<Stream>>>,
         name: &str,
+        bounded: bool,
     ) -> Result<Option<Arc<Stream>>> {
         let Some(s) = self.load(name)? else {
             return Ok(None);
@@ -133,7 +148,7 @@ impl Engine {
         if reg.len() >= limit {
             evict(reg, cap);
         }
-        if reg.len() < limit {
+        if reg.len() < limit || !bounded {
             self.register(reg, name, s.clone());
             return Ok(Some(s));
         }
