@@ -282,28 +282,36 @@ pub(crate) fn sigpipe_is_handled() -> bool {
     handler != libc::SIG_DFL
 }
 
-/// Descriptors kept back from open streams for the journals, snapshots, listeners, logs and the
-/// embedding program, in [`open_streams_for_descriptors`].
+/// Descriptors kept back from stream files for the journals, snapshots, listeners, logs and
+/// the embedding program, in [`stream_files_for_descriptors`].
 const DESCRIPTOR_RESERVE: u64 = 256;
 
-/// The fewest streams [`open_streams_for_descriptors`] keeps open, whatever the limit.
-const MIN_OPEN_STREAMS: u64 = 64;
+/// The fewest descriptors [`stream_files_for_descriptors`] gives stream files, whatever the limit.
+const MIN_STREAM_FILES: u64 = 128;
 
-/// How many streams a server with `max_connections` connections can keep open within its
-/// open-file limit, after raising the soft limit to the hard one: `(limit - max_connections -
-/// 256) / 3`, at least 64. An open stream holds about two descriptors (its log and its index),
-/// and the store keeps up to half as many again as this open while they are in use or not yet
-/// checkpointed (`max_open_streams` and a half, never more).
-/// `None` when the limit cannot be read. The store's own budget (a quarter of the limit, see
-/// [`Store::open`](crate::Store::open)) still applies on top.
-pub fn open_streams_for_descriptors(max_connections: usize) -> Option<usize> {
+/// How many descriptors a server with `max_connections` connections can give its streams'
+/// segment files (`Options::with_max_stream_files`) within its open-file limit, after raising
+/// the soft limit to the hard one: `limit - max_connections - 256`, at least 128. An open
+/// stream in use holds two per segment (its log and its index); idle ones beyond the budget
+/// are put at rest, their files closed. `None` when the limit cannot be read. The store's own
+/// cap (half the limit, see [`Store::open`](crate::Store::open)) still applies on top.
+pub fn stream_files_for_descriptors(max_connections: usize) -> Option<usize> {
     let limit = raise_open_file_limit()?;
     let conns = u64::try_from(max_connections).unwrap_or(u64::MAX);
     let fit = limit
         .saturating_sub(conns)
-        .saturating_sub(DESCRIPTOR_RESERVE)
-        / 3;
-    Some(usize::try_from(fit.max(MIN_OPEN_STREAMS)).unwrap_or(usize::MAX))
+        .saturating_sub(DESCRIPTOR_RESERVE);
+    Some(usize::try_from(fit.max(MIN_STREAM_FILES)).unwrap_or(usize::MAX))
+}
+
+/// The kernel's limit on memory maps per process (`vm.max_map_count`), or `None` when it cannot
+/// be read (not Linux).
+pub(crate) fn max_map_count() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Raises this process's soft limit on open files to its hard limit (as the Go runtime does at
@@ -433,17 +441,16 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), want);
     }
 
-    /// The open-stream budget leaves the connections and a reserve, takes a third of the rest
-    /// (two descriptors for each of up to one and a half times the budget), and never
-    /// drops below its floor.
+    /// The stream-file budget leaves the connections and a reserve, and never drops below its
+    /// floor.
     #[test]
-    fn open_streams_fit_the_descriptors_left() {
+    fn stream_files_fit_the_descriptors_left() {
         let limit = super::raise_open_file_limit().expect("the open-file limit is readable");
         let none_left = usize::try_from(limit).unwrap();
-        assert_eq!(super::open_streams_for_descriptors(none_left), Some(64));
-        let want = ((limit - 1000 - 256) / 3).max(64);
+        assert_eq!(super::stream_files_for_descriptors(none_left), Some(128));
+        let want = (limit - 1000 - 256).max(128);
         assert_eq!(
-            super::open_streams_for_descriptors(1000),
+            super::stream_files_for_descriptors(1000),
             Some(usize::try_from(want).unwrap())
         );
     }

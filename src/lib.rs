@@ -75,9 +75,9 @@ pub struct ReadmeDoctests;
 
 pub use digest::{BodyDigest, TailMatch};
 pub use error::{Error, Result, StagedLimit};
-#[doc(hidden)]
-pub use fs::open_streams_for_descriptors;
 pub use fs::sim; // the simulated disk (power cuts, injected faults) for the fault tests
+#[doc(hidden)]
+pub use fs::stream_files_for_descriptors;
 pub use listing::{CheckReport, ListPage, StreamListing};
 pub use name::{
     Incarnation, MAX_FORK_DEPTH, Offset, ReadFrom, StreamName, is_json, normalize_content_type,

@@ -31,6 +31,7 @@ pub struct Options {
     pub(crate) segment_bytes: u64,
     pub(crate) checkpoint_bytes: u64,
     pub(crate) max_open_streams: usize,
+    pub(crate) max_stream_files: usize,
     pub(crate) max_append_bytes: usize,
     pub(crate) max_read_bytes: u64,
     pub(crate) max_snapshot_bytes: u64,
@@ -61,6 +62,7 @@ impl Default for Options {
             segment_bytes: 64 << 20,
             checkpoint_bytes: 64 << 20,
             max_open_streams: 4096,
+            max_stream_files: 8192,
             max_append_bytes: 64 << 20,
             max_read_bytes: 8 << 20,
             max_snapshot_bytes: 128 << 20,
@@ -122,13 +124,26 @@ impl Options {
         self
     }
 
-    /// Streams kept open (file handles and maps) at once; idle clean streams beyond it are closed,
-    /// least recently used first. Default 4096, at least 16. Each open stream holds about two file
-    /// descriptors per segment it has touched. At open the store raises the soft open-file limit
-    /// to the hard one and lowers this to a quarter of that limit if it is larger (logged).
+    /// Streams kept open (in memory: their state and the maps of their indexes) at once; idle
+    /// streams with nothing left to checkpoint beyond it are closed, least recently used first.
+    /// Default 4096, at least 16. An open stream's files are a separate budget
+    /// ([`Options::with_max_stream_files`]). Each open stream holds a memory map per segment:
+    /// at open the store lowers this to a third of `vm.max_map_count` if it is larger (logged).
     #[must_use]
     pub fn with_max_open_streams(mut self, n: usize) -> Self {
         self.max_open_streams = n;
+        self
+    }
+
+    /// Descriptors the open streams' segment files may hold at once (two per segment in use: a
+    /// log and an index). Over it, the least recently used idle streams are put at rest: their
+    /// files closed, their state and index maps kept, the files reopened (two `open`s, nothing
+    /// read) by their next append or read. Default 8192, at least 16. At open the store raises
+    /// the soft open-file limit to the hard one and lowers this to half of that limit if it is
+    /// larger (logged).
+    #[must_use]
+    pub fn with_max_stream_files(mut self, n: usize) -> Self {
+        self.max_stream_files = n;
         self
     }
 
@@ -207,6 +222,11 @@ impl Options {
         self.max_open_streams
     }
 
+    /// The descriptors the open streams' segment files may hold at once.
+    pub fn max_stream_files(&self) -> usize {
+        self.max_stream_files
+    }
+
     /// The largest append (or create) body.
     pub fn max_append_bytes(&self) -> usize {
         self.max_append_bytes
@@ -238,6 +258,7 @@ impl Options {
             Some(16 << 30),
         )?;
         check("max_open_streams", self.max_open_streams as u64, 16, None)?;
+        check("max_stream_files", self.max_stream_files as u64, 16, None)?;
         check(
             "max_append_bytes",
             self.max_append_bytes as u64,

@@ -57,8 +57,12 @@ pub struct Stats {
     pub journal_sync_seconds: Histogram,
     /// Seconds each checkpoint took (its two file-system syncs and the sidecars in between).
     pub checkpoint_seconds: Histogram,
-    /// Streams open now (in the registry: file handles and maps held).
+    /// Streams open now (in the registry: their state and index maps in memory; their files
+    /// open unless at rest).
     pub open_streams: u64,
+    /// Descriptors the open streams' segment files hold now: kept within `max_stream_files`
+    /// by putting idle streams at rest (their files closed, reopened on their next use).
+    pub stream_files: u64,
     /// Journal shards of the store.
     pub journal_shards: u64,
     /// Journal shards poisoned by a failed write or sync (0 on a healthy store).
@@ -174,6 +178,8 @@ pub(crate) struct Counters {
     pub(crate) checkpoint: AtomicHistogram,
     /// See [`Stats::retention`].
     pub(crate) retention: crate::retention::RetentionCounters,
+    /// The descriptors the streams' segment files hold (see [`Stats::stream_files`]).
+    pub(crate) stream_files: std::sync::Arc<crate::segment::OpenFiles>,
 }
 
 impl Default for Counters {
@@ -190,6 +196,7 @@ impl Default for Counters {
             journal_sync: AtomicHistogram::new(LATENCY_BOUNDS),
             checkpoint: AtomicHistogram::new(LATENCY_BOUNDS),
             retention: crate::retention::RetentionCounters::default(),
+            stream_files: std::sync::Arc::default(),
         }
     }
 }

@@ -203,11 +203,16 @@ struct ServeArgs {
     /// Journal bytes per shard between checkpoints: bounds what recovery replays after a crash.
     #[arg(long, default_value_t = 64 << 20)]
     checkpoint_bytes: u64,
-    /// Streams kept open (file handles and maps) at once. Default: what the open-file limit
-    /// (raised to its hard limit) leaves after `--max-connections` and a reserve of 256, halved
-    /// (about two descriptors per open stream), at least 64; 4096 if the limit is unreadable.
+    /// Streams kept open at once (in memory, with the maps of their indexes): idle streams
+    /// with nothing left to checkpoint beyond it are closed, least recently used first.
+    #[arg(long, default_value_t = 16384)]
+    max_open_streams: usize,
+    /// Descriptors the open streams' segment files may hold (two per segment in use): idle
+    /// streams beyond it are put at rest, their files closed until their next use. Default:
+    /// what the open-file limit (raised to its hard limit) leaves after `--max-connections` and
+    /// a reserve of 256, at least 128; 8192 if the limit is unreadable.
     #[arg(long)]
-    max_open_streams: Option<usize>,
+    max_stream_files: Option<usize>,
     /// Size at which a stream's segment is sealed and a new one started (4 KiB to 1 GiB): the
     /// unit of retention and of the cold tier.
     #[arg(long, default_value_t = 64 << 20)]
@@ -455,8 +460,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_max_read_bytes(args.max_read_bytes)
         .with_max_snapshot_bytes(args.max_snapshot_bytes)
         .with_checkpoint_bytes(args.checkpoint_bytes)
-        .with_max_open_streams(args.max_open_streams.unwrap_or_else(|| {
-            brook::open_streams_for_descriptors(args.max_connections).unwrap_or(4096)
+        .with_max_open_streams(args.max_open_streams)
+        .with_max_stream_files(args.max_stream_files.unwrap_or_else(|| {
+            brook::stream_files_for_descriptors(args.max_connections).unwrap_or(8192)
         }))
         .with_segment_bytes(args.segment_bytes)
         .with_retention_default(retention_default(args))
@@ -662,10 +668,11 @@ fn open_store(dir: &std::path::Path, options: Options) -> Result<Store, String> 
 /// `checkpoint_bytes must be ...` becomes `--checkpoint-bytes must be ...`. Any other message is
 /// kept as it is.
 fn flag_message(message: &str) -> String {
-    const FLAGS: [&str; 6] = [
+    const FLAGS: [&str; 7] = [
         "journal_shards",
         "checkpoint_bytes",
         "max_open_streams",
+        "max_stream_files",
         "max_append_bytes",
         "max_read_bytes",
         "max_snapshot_bytes",

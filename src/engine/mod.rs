@@ -154,30 +154,41 @@ impl Drop for Engine {
     }
 }
 
-/// Raises the soft limit on open files to the hard limit, and lowers `max_open_streams` to what
-/// the limit leaves for streams: a quarter of it (an open stream holds about two descriptors,
-/// and half the limit stays for connections, journals, snapshots and the embedding program).
-/// Running out of descriptors is then a refused connection, not a failed journal write.
+/// Raises the soft limit on open files to the hard limit, and lowers `max_stream_files` to what
+/// the limit leaves for stream files: half of it (the other half stays for connections,
+/// journals, snapshots and the embedding program), so running out of descriptors is a refused
+/// connection, not a failed journal write; and lowers `max_open_streams` to a third of
+/// `vm.max_map_count` (an open stream holds a map per segment, and a read map per segment read).
 fn fit_descriptors(mut options: Options) -> Options {
-    let Some(limit) = fs::raise_open_file_limit() else {
-        return options;
-    };
-    let fit = usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16);
-    if options.max_open_streams > fit {
-        tracing::warn!(
-            open_file_limit = limit,
-            requested = options.max_open_streams,
-            max_open_streams = fit,
-            "the open-file limit leaves room for fewer open streams than requested; raise `ulimit -n` to keep more open"
-        );
-        options.max_open_streams = fit;
-    } else {
-        tracing::debug!(
-            open_file_limit = limit,
-            max_open_streams = options.max_open_streams,
-            "descriptor budget"
-        );
+    if let Some(limit) = fs::raise_open_file_limit() {
+        let fit = usize::try_from(limit / 2).unwrap_or(usize::MAX).max(16);
+        if options.max_stream_files > fit {
+            tracing::warn!(
+                open_file_limit = limit,
+                requested = options.max_stream_files,
+                max_stream_files = fit,
+                "the open-file limit leaves room for fewer stream files than requested; raise `ulimit -n` to keep more open"
+            );
+            options.max_stream_files = fit;
+        }
     }
+    if let Some(maps) = fs::max_map_count() {
+        let fit = usize::try_from(maps / 3).unwrap_or(usize::MAX).max(16);
+        if options.max_open_streams > fit {
+            tracing::warn!(
+                max_map_count = maps,
+                requested = options.max_open_streams,
+                max_open_streams = fit,
+                "vm.max_map_count leaves room for fewer open streams than requested; raise it to keep more open"
+            );
+            options.max_open_streams = fit;
+        }
+    }
+    tracing::debug!(
+        max_open_streams = options.max_open_streams,
+        max_stream_files = options.max_stream_files,
+        "stream budgets"
+    );
     options
 }
 
@@ -281,6 +292,7 @@ impl Engine {
         for s in registry.values() {
             if let Some(segs) = s.data.lock().segs.as_mut() {
                 segs.end_replay();
+                segs.count_in(&counters.stream_files);
             }
         }
         names.compact_if_needed()?;
@@ -371,6 +383,7 @@ impl Engine {
         )]
         let mut stats = Stats {
             open_streams: self.registry.lock().len() as u64,
+            stream_files: self.counters.stream_files.get() as u64,
             journal_shards: self.shards.len() as u64,
             poisoned_shards: self.poisoned_shards(),
             recovered_journal_bytes: bytes,

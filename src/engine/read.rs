@@ -106,7 +106,7 @@ impl Engine {
         name: &StreamName,
         req: &ReadRequest,
     ) -> Option<Result<ReadChunk>> {
-        let s = self.registry.lock().get(name.as_str()).cloned()?;
+        let s = self.in_memory(name.as_str())?;
         if s.config.fork.is_some() || s.expired() {
             return None;
         }

@@ -57,6 +57,7 @@ impl Engine {
     fn lookup_within(&self, name: &str, bounded: bool) -> Result<Option<Arc<Stream>>> {
         let before = {
             let mut reg = self.registry.lock();
+            self.rest_if_over(&reg);
             if let Some(found) = open_entry(&mut reg, name) {
                 return Ok(found);
             }
@@ -81,6 +82,61 @@ impl Engine {
                 Ok(loaded)
             }
             _ => self.load_and_register(&mut reg, name, bounded),
+        }
+    }
+
+    /// The open stream `name` (or tombstone), if the registry holds it: nothing loaded. Every
+    /// request's lookup passes here or through [`Engine::lookup`], which keep the stream files
+    /// within their budget ([`Engine::rest_if_over`]).
+    pub(super) fn in_memory(&self, name: &str) -> Option<Arc<Stream>> {
+        let reg = self.registry.lock();
+        self.rest_if_over(&reg);
+        reg.get(name).cloned()
+    }
+
+    /// Keeps the descriptors the streams' segment files hold within `max_stream_files`: once
+    /// over, puts the least recently used idle streams at rest (their files closed, reopened by
+    /// their next use: `SegmentSet::rest`) until the count is 7/8 of the budget. Idle means its
+    /// locks are free and nothing of it is enqueued and unapplied (a batch between making room
+    /// in its files and applying to them keeps them open); a stream written since the last
+    /// checkpoint can rest, as its journal records hold what the files do not yet. Held as
+    /// `reg`, the registry; the stream locks are only tried, in the usual order.
+    pub(super) fn rest_if_over(&self, reg: &HashMap<String, Arc<Stream>>) {
+        let files = &self.counters.stream_files;
+        let budget = self.options.max_stream_files;
+        if files.get() <= budget {
+            return;
+        }
+        let target = budget - budget / 8;
+        let mut awake: Vec<(u64, &Arc<Stream>)> = reg
+            .values()
+            .filter(|s| {
+                s.data
+                    .try_lock()
+                    .is_some_and(|d| d.segs.as_ref().is_some_and(|g| g.files_held() > 0))
+            })
+            .map(|s| (s.last_used.load(Ordering::Relaxed), s))
+            .collect();
+        awake.sort_unstable_by_key(|(used, _)| *used);
+        for (_, s) in awake {
+            if files.get() <= target {
+                break;
+            }
+            let Some(core) = s.core.try_lock() else {
+                continue;
+            };
+            let Some(mut d) = s.data.try_lock() else {
+                continue;
+            };
+            if core.last_lsn > d.applied_lsn {
+                continue;
+            }
+            drop(core);
+            if let Some(segs) = d.segs.as_mut()
+                && let Err(e) = segs.rest()
+            {
+                tracing::warn!(stream = s.name.as_str(), error = %e, "could not put a stream at rest");
+            }
         }
     }
 
@@ -240,7 +296,7 @@ impl Engine {
     /// is not open (opening reads its files) or has expired (deleting it is `live`'s work on a
     /// blocking thread); else the stream, marked used, or `NotFound` / `Gone` as `live` answers.
     pub(super) fn live_in_memory(&self, name: &StreamName) -> Option<Result<Arc<Stream>>> {
-        let s = self.registry.lock().get(name.as_str()).cloned()?;
+        let s = self.in_memory(name.as_str())?;
         {
             let core = s.core.lock();
             if core.gone {

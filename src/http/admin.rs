@@ -663,8 +663,13 @@ impl Scrape {
             ),
             gauge(
                 "brook_open_streams",
-                "Streams open (file handles and maps held)",
+                "Streams open (in memory; files open unless at rest)",
                 s.open_streams as f64,
+            ),
+            gauge(
+                "brook_stream_files",
+                "Descriptors held by open streams' segment files",
+                s.stream_files as f64,
             ),
             gauge(
                 "brook_journal_shards",

@@ -23,14 +23,17 @@ use super::{
 pub(super) struct Segment {
     pub(super) base: Offset,
     /// Shared with the read maps, which keep it open for responses still sending their bytes.
-    /// `None` for a cold segment: a sealed one whose log is only in the cold tier (its index
-    /// stays here), read through [`Piece::Cold`].
+    /// `None` for a cold segment (see `cold`) and for one at rest (see [`Segment::rest`]).
     pub(super) log: Option<Arc<File>>,
+    /// A sealed segment whose log is only in the cold tier (its index stays here), read through
+    /// [`Piece::Cold`]: it has no local log to open.
+    pub(super) cold: bool,
     pub(super) log_cap: u64,
     /// The log's bytes, from the segment's start, whose blocks the writer set aside before a
     /// batch (`segment/room.rs`); past the written bytes, writes below it allocate nothing.
     pub(super) log_alloc: u64,
-    pub(super) idx: File,
+    /// The index file, for `pwrite`s and growth; `None` at rest (the map stays).
+    pub(super) idx: Option<File>,
     /// The index file's bytes whose blocks are set aside likewise (the map's length at most).
     pub(super) idx_alloc: u64,
     /// The index file, read-only: entries reach it by `pwrite` (see `idx_pending`), so a
@@ -71,6 +74,14 @@ pub(super) struct Segment {
     /// A range of the log (from, to; from the segment's start) to start writing back, once
     /// the engine takes it ([`SegmentSet::take_writeback`]).
     pub(super) writeback: Option<(u64, u64)>,
+}
+
+/// The error of a segment file used while its segment is at rest: a bug (every user wakes the
+/// set first), reported as an I/O error rather than a panic.
+fn resting(file: &str) -> Error {
+    Error::Io(std::io::Error::other(format!(
+        "segment file {file} used while its segment is at rest"
+    )))
 }
 
 impl Drop for Segment {
@@ -142,6 +153,7 @@ impl Segment {
             (Err(Error::Corrupt { .. }), Some(len)) => (None, len),
             (Err(e), _) => return Err(e),
         };
+        let cold = log.is_none();
         let idx = open(&ip)?;
         let idx_len = idx.metadata()?.len();
         if idx_len < IDX_HEADER || !(idx_len - IDX_HEADER).is_multiple_of(ENTRY) {
@@ -167,7 +179,9 @@ impl Segment {
                 "index header does not match its file name",
             ));
         }
-        Ok(Segment::opened(base, log, log_cap, idx, idx_map))
+        let mut seg = Segment::opened(base, log, log_cap, idx, idx_map);
+        seg.cold = cold;
+        Ok(seg)
     }
 
     /// A segment at `base` over its files as opened, before anything of it is read or
@@ -183,9 +197,10 @@ impl Segment {
         Segment {
             base,
             log,
+            cold: false,
             log_cap,
             log_alloc: 0,
-            idx,
+            idx: Some(idx),
             idx_alloc: 0,
             idx_map,
             count: 0,
@@ -262,11 +277,77 @@ impl Segment {
     /// cold segment's log here).
     pub(super) fn local_log(&self) -> Result<&Arc<File>> {
         self.log.as_ref().ok_or_else(|| {
-            Error::corrupt(
-                format!("{:020}.log", self.base.bytes),
-                "the segment's log is in the cold tier",
-            )
+            if self.cold {
+                Error::corrupt(
+                    format!("{:020}.log", self.base.bytes),
+                    "the segment's log is in the cold tier",
+                )
+            } else {
+                resting(&format!("{:020}.log", self.base.bytes))
+            }
         })
+    }
+
+    /// The index file (`None` only at rest, which every writer wakes from first).
+    pub(super) fn idx_file(&self) -> Result<&File> {
+        self.idx
+            .as_ref()
+            .ok_or_else(|| resting(&format!("{:020}.idx", self.base.bytes)))
+    }
+
+    /// The descriptors this segment holds (its log's is shared with read maps, which may keep
+    /// it open longer).
+    pub(super) fn files(&self) -> usize {
+        usize::from(self.log.is_some()) + usize::from(self.idx.is_some())
+    }
+
+    /// Puts the segment at rest: its buffered bytes and entries written, then its log, its
+    /// read map and its index file closed. The index map stays (reads of the index need no
+    /// descriptor), and so does every count, so [`Segment::wake`] reopens two files and reads
+    /// nothing. False, with the files kept, when something stays buffered.
+    pub(super) fn rest(&mut self) -> Result<bool> {
+        self.flush()?;
+        if self.pending() > 0 || !self.idx_pending.is_empty() {
+            return Ok(false);
+        }
+        self.unwritten = Vec::new();
+        self.idx_pending = Vec::new();
+        self.read_map = None;
+        self.writeback = None;
+        self.log = None;
+        self.idx = None;
+        Ok(true)
+    }
+
+    /// Reopens the files [`Segment::rest`] closed (a cold segment's log stays in the tier).
+    /// The files are this process's own, unchanged since (every change goes through an awake
+    /// segment), but their lengths are checked against what the segment holds, so a file cut
+    /// short behind the store's back is `Corrupt`, as at an open.
+    pub(super) fn wake(&mut self, dir: &Path) -> Result<()> {
+        let open = |p: &Path| -> Result<File> {
+            let f = OpenOptions::new().read(true).write(true).open(p)?;
+            Ok(f)
+        };
+        if self.idx.is_none() {
+            let ip = idx_path(dir, self.base.bytes);
+            let idx = open(&ip)?;
+            if idx.metadata()?.len() < self.idx_map.len() as u64 {
+                return Err(Error::corrupt(
+                    ip,
+                    "index shorter than when it was last open",
+                ));
+            }
+            self.idx = Some(idx);
+        }
+        if self.log.is_none() && !self.cold {
+            let lp = log_path(dir, self.base.bytes);
+            let log = open(&lp)?;
+            if log.metadata()?.len() < self.end - self.base.bytes {
+                return Err(Error::corrupt(lp, "log shorter than when it was last open"));
+            }
+            self.log = Some(Arc::new(log));
+        }
+        Ok(())
     }
 
     /// Bytes appended and not yet in the log file: `unwritten`, then `held`.
@@ -362,8 +443,9 @@ impl Segment {
         if need_idx > self.idx_map.len() as u64 {
             let len =
                 IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
-            fs::set_len(&self.idx, &idx_path(dir, self.base.bytes), len)?;
-            self.idx_map = mmap::map_index(&self.idx, len as usize)?;
+            let idx = self.idx_file()?;
+            fs::set_len(idx, &idx_path(dir, self.base.bytes), len)?;
+            self.idx_map = mmap::map_index(idx, len as usize)?;
         }
         Ok(())
     }
@@ -374,7 +456,7 @@ impl Segment {
     pub(super) fn flush(&mut self) -> Result<()> {
         self.flush_log()?;
         if !self.idx_pending.is_empty() {
-            self.idx
+            self.idx_file()?
                 .write_all_at(&self.idx_pending, IDX_HEADER + self.idx_written * ENTRY)?;
             self.idx_written = self.count;
             self.idx_pending.clear();

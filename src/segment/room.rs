@@ -60,6 +60,7 @@ impl SegmentSet {
         if bytes == 0 || self.replaying {
             return Ok(false);
         }
+        self.wake()?;
         let end = self.end();
         let segments = self.segs.len();
         self.roll_if_full(end)?;
@@ -117,7 +118,7 @@ impl Segment {
                     * ENTRY)
                 .min(self.idx_map.len() as u64);
             let path = idx_path(dir, base);
-            let to = fs::allocate_ahead(&self.idx, &path, (from_idx, need_idx, step), room)?;
+            let to = fs::allocate_ahead(self.idx_file()?, &path, (from_idx, need_idx, step), room)?;
             self.idx_alloc = to;
             grew = true;
         }

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
@@ -34,6 +35,32 @@ pub(crate) struct SegmentSet {
     /// ([`SegmentSet::make_room`]): appends within them go there without a roll, so every file
     /// operation that may need space happened before the batch reached the journal.
     pub(super) room: u64,
+    /// The segments were put at rest ([`SegmentSet::rest`]): their files may be closed, and
+    /// whatever needs one wakes them first ([`SegmentSet::wake`]).
+    pub(super) resting: bool,
+    /// The store's count of descriptors held by segment files, and this set's share of it.
+    pub(super) files: Option<Arc<OpenFiles>>,
+    pub(super) counted: usize,
+}
+
+/// The descriptors the segment files of a store's streams hold: what the engine puts idle
+/// streams at rest to keep within its budget (`max_stream_files`).
+#[derive(Debug, Default)]
+pub(crate) struct OpenFiles(AtomicUsize);
+
+impl OpenFiles {
+    /// Descriptors held now.
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for SegmentSet {
+    fn drop(&mut self) {
+        if let Some(f) = &self.files {
+            f.0.fetch_sub(self.counted, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The bases of the segment logs in `dir` past `after`, ascending.
@@ -81,6 +108,9 @@ impl SegmentSet {
             replaying,
             ahead,
             room: 0,
+            resting: false,
+            files: None,
+            counted: 0,
         })
     }
 
@@ -180,9 +210,96 @@ impl SegmentSet {
             replaying,
             ahead,
             room: 0,
+            resting: false,
+            files: None,
+            counted: 0,
         };
         set.verify_last()?;
         Ok(set)
+    }
+
+    /// Counts this set's descriptors in `files` from now on (the store's count, which
+    /// [`SegmentSet::rest`] lowers).
+    pub(crate) fn count_in(&mut self, files: &Arc<OpenFiles>) {
+        if let Some(old) = self.files.replace(files.clone()) {
+            old.0.fetch_sub(self.counted, Ordering::Relaxed);
+        }
+        self.counted = 0;
+        self.recount();
+    }
+
+    /// Whether this set is counted in a store's [`OpenFiles`].
+    pub(crate) fn is_counted(&self) -> bool {
+        self.files.is_some()
+    }
+
+    /// Brings this set's share of the store's count up to date after files opened or closed.
+    fn recount(&mut self) {
+        let now: usize = self.segs.iter().map(Segment::files).sum();
+        if let Some(f) = &self.files {
+            if now > self.counted {
+                f.0.fetch_add(now - self.counted, Ordering::Relaxed);
+            } else {
+                f.0.fetch_sub(self.counted - now, Ordering::Relaxed);
+            }
+        }
+        self.counted = now;
+    }
+
+    /// The descriptors this set holds.
+    pub(crate) fn files_held(&self) -> usize {
+        self.counted
+    }
+
+    /// Puts the set at rest: every segment's buffered bytes written, then its files closed
+    /// (see `Segment::rest`); the maps of the indexes and every count stay, so everything
+    /// answered from the index still is, and [`SegmentSet::wake`] only reopens files. Not
+    /// while replaying, or with room made for a batch not yet applied (the caller checks the
+    /// stream has nothing enqueued). False when something stayed buffered (its segment keeps
+    /// its files; the set still counts as at rest, and wakes what is closed).
+    pub(crate) fn rest(&mut self) -> Result<bool> {
+        if self.replaying {
+            return Ok(false);
+        }
+        let mut all = true;
+        let mut out = Ok(());
+        for s in &mut self.segs {
+            match s.rest() {
+                Ok(rested) => all &= rested,
+                Err(e) => {
+                    all = false;
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        self.resting = true;
+        self.room = 0;
+        self.recount();
+        out.map(|()| all)
+    }
+
+    /// Reopens the files [`SegmentSet::rest`] closed; a no-op for a set not at rest. Every
+    /// method that needs a file calls it first. Running out of descriptors is
+    /// `TooManyOpenFiles` (retryable; the set stays at rest).
+    pub(crate) fn wake(&mut self) -> Result<()> {
+        if !self.resting {
+            return Ok(());
+        }
+        let mut out = Ok(());
+        for s in &mut self.segs {
+            if let Err(e) = s.wake(&self.dir) {
+                out = Err(if e.is_out_of_descriptors() {
+                    Error::TooManyOpenFiles
+                } else {
+                    e
+                });
+                break;
+            }
+        }
+        self.resting = out.is_err();
+        self.recount();
+        out
     }
 
     /// Recovery's replay is over: later rolls start empty logs, and the segment files past the
@@ -243,6 +360,7 @@ impl SegmentSet {
 
     fn append_as(&mut self, start: Offset, body: &Body, hold: bool) -> Result<()> {
         self.check_start(start)?;
+        self.wake()?;
         if body.data.is_empty() {
             return Ok(());
         }
@@ -263,6 +381,7 @@ impl SegmentSet {
     /// all the stream's placed appends in a batch); the index entries stay buffered. Held bodies
     /// can only be in the last segment: a roll, a copied body and a read write them first.
     pub(crate) fn write_placed(&mut self) -> Result<()> {
+        self.wake()?;
         match self.segs.last_mut() {
             Some(s) if !s.held.is_empty() => s.flush_log(),
             _ => Ok(()),
@@ -281,6 +400,7 @@ impl SegmentSet {
         placed: crate::engine::journal::Placed,
     ) -> Result<Option<Body>> {
         self.check_start(start)?;
+        self.wake()?;
         self.roll_if_full(start)?;
         let (dir, segs) = (&self.dir, &mut self.segs);
         let Some(s) = segs.last_mut() else {
@@ -335,6 +455,7 @@ impl SegmentSet {
             self.flush()?;
             let seg = Segment::create(&self.dir, start, self.replaying)?;
             self.segs.push(seg);
+            self.recount();
         }
         Ok(())
     }
@@ -366,6 +487,7 @@ impl SegmentSet {
     /// parts in cold segments (to fetch without this set's lock: see [`Piece::Cold`]). Fails
     /// with `None` when part of the range is not held (reclaimed by retention).
     pub(crate) fn read(&mut self, from: u64, to: u64) -> Result<Option<Vec<Piece>>> {
+        self.wake()?;
         let mut out = Vec::new();
         let mut pos = from;
         for s in &mut self.segs {
@@ -379,7 +501,7 @@ impl SegmentSet {
                 return Ok(None);
             }
             let end = to.min(s.end);
-            if s.log.is_none() {
+            if s.cold {
                 s.cold_pieces(pos, end, &mut out);
                 pos = end;
                 continue;
@@ -444,7 +566,9 @@ impl SegmentSet {
         {
             Some(s) => {
                 s.log = None;
+                s.cold = true;
                 s.read_map = None;
+                self.recount();
                 true
             }
             None => false,
@@ -577,6 +701,7 @@ impl SegmentSet {
             gone.push(log_path(&self.dir, s.base.bytes));
             gone.push(idx_path(&self.dir, s.base.bytes));
         }
+        self.recount();
         gone
     }
 }

@@ -368,3 +368,68 @@ fn room_made_for_a_batch_rolls_ahead_and_allocates_what_the_batch_writes() {
     assert_eq!(got.len() as u64, end.bytes);
     assert!(got.ends_with(b"next"));
 }
+
+/// A set put at rest closes every file and keeps everything answered from its indexes; the
+/// next read or append reopens them, and what it then holds is what a reopen from disk finds.
+/// The store's count follows the files, and a log cut short while at rest is `Corrupt` at
+/// the wake instead of a short read.
+#[test]
+fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = std::sync::Arc::new(OpenFiles::default());
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
+    set.count_in(&files);
+    assert_eq!(files.get(), 2, "one segment: its log and its index");
+    let mut expect = Vec::new();
+    for i in 0..150u32 {
+        let m = format!("rest-{i:05}-").repeat(4);
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+    }
+    let segs = set.segs.len();
+    assert!(segs >= 2, "rolled");
+    assert_eq!(files.get(), 2 * segs);
+    // Unflushed bytes and index entries are written by the rest, not lost.
+    assert!(set.segs.last().unwrap().pending() > 0);
+    assert!(set.rest().unwrap());
+    assert_eq!((set.files_held(), files.get()), (0, 0));
+    assert!(set.segs.iter().all(|s| s.log.is_none() && s.idx.is_none()));
+    // What the indexes answer needs no file.
+    let end = set.end();
+    assert_eq!(end, Offset::new(150, expect.len() as u64));
+    let m = 44u64; // "rest-NNNNN-" four times
+    assert!(set.is_boundary(7 * m) && !set.is_boundary(7 * m + 1));
+    assert_eq!(set.offset_at(9 * m), Offset::new(9, 9 * m));
+    // A read wakes it.
+    let got: Vec<u8> = set.read_local(m, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, &expect[m as usize..]);
+    assert_eq!(files.get(), 2 * segs);
+    // So does an append, which then rolls on as before.
+    assert!(set.rest().unwrap());
+    for i in 150..300u32 {
+        let m = format!("rest-{i:05}-").repeat(4);
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+    }
+    assert!(set.segs.len() > segs);
+    assert_eq!(files.get(), 2 * set.segs.len());
+    let end = set.end();
+    assert!(set.rest().unwrap());
+    drop(set);
+    assert_eq!(files.get(), 0, "a dropped set leaves the count");
+    let mut reopened = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096, &[], false).unwrap();
+    let got: Vec<u8> = reopened.read_local(0, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, expect);
+    // A log cut short behind the store's back while the set rests.
+    assert!(reopened.rest().unwrap());
+    let last = reopened.segs.last().unwrap().base.bytes;
+    let log = OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(format!("{last:020}.log")))
+        .unwrap();
+    log.set_len(1).unwrap();
+    assert!(matches!(
+        reopened.read_local(0, end.bytes),
+        Err(crate::Error::Corrupt { .. })
+    ));
+}

@@ -226,3 +226,165 @@ async fn appends_over_many_closed_streams_keep_open_streams_bounded() -> R {
     let _ = served.child.wait();
     Ok(())
 }
+
+/// `brook serve` on `dir` keeping the segment files of at most 16 streams open, however many
+/// streams the registry holds.
+fn serve_few_files(dir: &std::path::Path) -> R<Served> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_brook"));
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(["--max-stream-files", "16", "--data-dir"])
+        .arg(dir);
+    spawn_serve(cmd)
+}
+
+/// The value of the unlabelled metric `name` in a Prometheus text exposition.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Appends and reads at random over far more streams than may keep their files open, from
+/// many clients at once, with the registry free to hold every stream: the descriptors stay
+/// bounded by `--max-stream-files` (streams at rest close their files and reopen them on
+/// their next use), nothing is refused, every acknowledged append reads back, and is there
+/// again after a `kill -9` (appends to a stream at rest since the last checkpoint are in the
+/// journal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_at_rest_keep_descriptors_bounded_and_lose_nothing() -> R {
+    const STREAMS: usize = 2000;
+    let dir = tempfile::tempdir()?;
+    let client = reqwest::Client::new();
+    let mut served = serve_few_files(dir.path())?;
+    let base = format!("http://{}", served.addr);
+    for i in 0..STREAMS {
+        let put = client
+            .put(format!("{base}/rest/{i}"))
+            .header("content-type", "text/plain")
+            .body(format!("p{i},"))
+            .send()
+            .await?;
+        assert_eq!(put.status().as_u16(), 201, "rest/{i}");
+    }
+    let fds = format!("/proc/{}/fd", served.child.id());
+    let after_creates = std::fs::read_dir(&fds)?.count();
+    assert!(
+        after_creates < 120,
+        "{after_creates} descriptors open after {STREAMS} creates with files for 16 streams"
+    );
+    let _ = served.child.kill();
+    let _ = served.child.wait();
+    let mut served = serve_few_files(dir.path())?;
+    let base = format!("http://{}", served.addr);
+    let fds = format!("/proc/{}/fd", served.child.id());
+
+    let clients: Vec<_> = (0..48u64)
+        .map(|w| {
+            let (client, base) = (client.clone(), base.clone());
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let mut failed = Vec::new();
+                let mut x = w.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                for n in 0..80u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = usize::try_from(x % STREAMS as u64).expect("a small index");
+                    let url = format!("{base}/rest/{i}");
+                    let r = if w % 3 == 0 {
+                        client.get(&url).send().await
+                    } else {
+                        let body = format!("w{w}n{n},");
+                        let r = client
+                            .post(&url)
+                            .header("content-type", "text/plain")
+                            .body(body.clone())
+                            .send()
+                            .await;
+                        if r.as_ref().is_ok_and(|r| r.status().as_u16() == 204) {
+                            acked.push((i, body));
+                        }
+                        r
+                    };
+                    let r = r.expect("the server answers");
+                    let status = r.status().as_u16();
+                    let text = r.text().await.expect("a body");
+                    if !(200..300).contains(&status)
+                        || (w % 3 == 0 && !text.starts_with(&format!("p{i},")))
+                    {
+                        failed.push((i, status, text));
+                    }
+                }
+                (acked, failed)
+            })
+        })
+        .collect();
+    let mut most_fds = 0;
+    while clients.iter().any(|c| !c.is_finished()) {
+        most_fds = most_fds.max(std::fs::read_dir(&fds)?.count());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut acked = Vec::new();
+    for c in clients {
+        let (a, failed) = c.await?;
+        acked.extend(a);
+        assert!(failed.is_empty(), "requests failed: {failed:?}");
+    }
+    // Sixteen streams' files, a stream woken per request in flight (two descriptors each,
+    // until the next lookup puts the least recently used to rest), the 48 connections, the
+    // journal and the runtime. Without rest, every stream touched keeps two: about 3,000.
+    assert!(
+        most_fds < 360,
+        "{most_fds} descriptors open at once with files for 16 streams"
+    );
+    assert!(acked.len() > 2000, "{} appends acknowledged", acked.len());
+    let metrics = client
+        .get(format!("{base}/__brook/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let held = metric(&metrics, "brook_stream_files").expect("brook_stream_files is exported");
+    assert!(held <= 16.0 + 4.0, "{held} stream files held at rest");
+    let open = metric(&metrics, "brook_open_streams").unwrap_or(f64::NAN);
+    assert!(
+        open > 16.0,
+        "the registry holds more streams than have files: {open}"
+    );
+    for (i, body) in &acked {
+        let text = client
+            .get(format!("{base}/rest/{i}"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        assert!(text.contains(body.as_str()), "rest/{i} lost {body}: {text}");
+    }
+    // kill -9 with appends at rest and not yet checkpointed.
+    let _ = served.child.kill();
+    let _ = served.child.wait();
+    let mut served = serve_few_files(dir.path())?;
+    let base = format!("http://{}", served.addr);
+    let mut want: std::collections::HashMap<usize, String> = std::collections::HashMap::new();
+    for (i, body) in &acked {
+        want.entry(*i)
+            .or_insert_with(|| format!("p{i},"))
+            .push_str(body);
+    }
+    for (i, body) in &want {
+        let got = client
+            .get(format!("{base}/rest/{i}"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        // Appends to one stream from different clients interleave; each client's are in order.
+        let mut parts: Vec<&str> = got.split_terminator(',').collect();
+        let mut expect: Vec<&str> = body.split_terminator(',').collect();
+        parts.sort_unstable();
+        expect.sort_unstable();
+        assert_eq!(parts, expect, "rest/{i} after kill -9");
+    }
+    let _ = served.child.kill();
+    let _ = served.child.wait();
+    Ok(())
+}

@@ -58,9 +58,10 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one() -> R {
 }
 
 /// Under a hard limit of 300 descriptors, 600 streams created and appended to by 40 concurrent
-/// clients all succeed: with no `--max-open-streams` brook keeps open what the limit leaves
-/// after `--max-connections` (here nothing, so its floor of 64, below the store's own quarter
-/// of the limit, 75), rather than failing journal writes and poisoning the store.
+/// clients all succeed: with no `--max-stream-files` brook lets the streams' files hold what
+/// the limit leaves after `--max-connections` (here nothing, so its floor of 128, below the
+/// store's own half of the limit, 150) and puts idle streams at rest past it, rather than
+/// failing journal writes and poisoning the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_low_open_file_limit_bounds_open_streams_instead_of_poisoning() -> R {
     let dir = tempfile::tempdir()?;

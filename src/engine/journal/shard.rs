@@ -408,6 +408,12 @@ impl Shard {
                 false,
                 &mut after,
             )?;
+            if matches!(it.record, Record::Create { .. })
+                && let Some(segs) = it.stream.data.lock().segs.as_mut()
+                && !segs.is_counted()
+            {
+                segs.count_in(&self.counters.stream_files);
+            }
             // A deleted stream's trash goes once durable; files behind retention wait for a
             // checkpoint.
             let mut i = before;
