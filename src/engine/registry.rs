@@ -259,6 +259,13 @@ impl Engine {
                 "stream directory has no sidecar: answering as if the stream did not exist"
             );
         }
+        // Its files count against `max_stream_files` from now on, registered or not (a load
+        // that loses its race is dropped, and leaves the count).
+        if let Some(s) = &loaded
+            && let Some(segs) = s.data.lock().segs.as_mut()
+        {
+            segs.count_in(&self.counters.stream_files);
+        }
         Ok(loaded)
     }
 

@@ -271,9 +271,14 @@ async fn streams_at_rest_keep_descriptors_bounded_and_lose_nothing() -> R {
         after_creates < 120,
         "{after_creates} descriptors open after {STREAMS} creates with files for 16 streams"
     );
-    let _ = served.child.kill();
-    let _ = served.child.wait();
-    let mut served = serve_few_files(dir.path())?;
+    // Two restarts: the first replays the journal (opening the streams it names) and
+    // checkpoints it, so the second starts with every stream closed, and each request below
+    // loads its stream from its files.
+    for _ in 0..2 {
+        let _ = served.child.kill();
+        let _ = served.child.wait();
+        served = serve_few_files(dir.path())?;
+    }
     let base = format!("http://{}", served.addr);
     let fds = format!("/proc/{}/fd", served.child.id());
 
