@@ -298,6 +298,15 @@ impl Error {
         matches!(self, Error::Io(e) if matches!(e.raw_os_error(), Some(EMFILE | ENFILE)))
     }
 
+    /// `TooManyOpenFiles` for an error of [`Error::is_out_of_descriptors`], this error otherwise.
+    pub(crate) fn or_out_of_descriptors(self) -> Self {
+        if self.is_out_of_descriptors() {
+            Error::TooManyOpenFiles
+        } else {
+            self
+        }
+    }
+
     /// This error as an [`std::io::Error`], for recording as the cause of a poisoned shard: an
     /// I/O error is kept as it is, anything else is wrapped.
     pub(crate) fn into_io(self) -> std::io::Error {

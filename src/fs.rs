@@ -284,7 +284,7 @@ pub(crate) fn sigpipe_is_handled() -> bool {
 
 /// Descriptors kept back from stream files for the journals, snapshots, listeners, logs and
 /// the embedding program, in [`stream_files_for_descriptors`].
-const DESCRIPTOR_RESERVE: u64 = 256;
+pub(crate) const DESCRIPTOR_RESERVE: u64 = 256;
 
 /// The fewest descriptors [`stream_files_for_descriptors`] gives stream files, whatever the limit.
 const MIN_STREAM_FILES: u64 = 128;
@@ -292,7 +292,7 @@ const MIN_STREAM_FILES: u64 = 128;
 /// How many descriptors a server with `max_connections` connections can give its streams'
 /// segment files (`Options::with_max_stream_files`) within its open-file limit, after raising
 /// the soft limit to the hard one: `limit - max_connections - 256`, at least 128. An open
-/// stream in use holds two per segment (its log and its index); idle ones beyond the budget
+/// stream in use holds one per segment (its log; the index is only mapped); idle ones beyond the budget
 /// are put at rest, their files closed. `None` when the limit cannot be read. The store's own
 /// cap (half the limit, see [`Store::open`](crate::Store::open)) still applies on top.
 pub fn stream_files_for_descriptors(max_connections: usize) -> Option<usize> {

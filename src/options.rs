@@ -135,12 +135,13 @@ impl Options {
         self
     }
 
-    /// Descriptors the open streams' segment files may hold at once (two per segment in use: a
-    /// log and an index). Over it, the least recently used idle streams are put at rest: their
-    /// files closed, their state and index maps kept, the files reopened (two `open`s, nothing
-    /// read) by their next append or read. Default 8192, at least 16. At open the store raises
-    /// the soft open-file limit to the hard one and lowers this to half of that limit if it is
-    /// larger (logged).
+    /// Descriptors the open streams' segment files may hold at once (one per segment in use: its
+    /// log; the index is only mapped, and opened while entries are written). Over it, the least
+    /// recently used idle streams are put at rest: their logs closed, their state and index maps
+    /// kept, the logs reopened (one `open`, nothing read) by their next append or read. Default
+    /// 8192, at least 16. At open the store raises the soft open-file limit to the hard one and
+    /// lowers this to half of that limit if it is larger (logged);
+    /// [`Store::set_max_stream_files`](crate::Store::set_max_stream_files) changes it later.
     #[must_use]
     pub fn with_max_stream_files(mut self, n: usize) -> Self {
         self.max_stream_files = n;

@@ -63,6 +63,9 @@ pub struct Stats {
     /// Descriptors the open streams' segment files hold now: kept within `max_stream_files`
     /// by putting idle streams at rest (their files closed, reopened on their next use).
     pub stream_files: u64,
+    /// The descriptors the segment files may hold now (`max_stream_files`, or what
+    /// [`Store::set_max_stream_files`](crate::Store::set_max_stream_files) set since).
+    pub stream_file_budget: u64,
     /// Journal shards of the store.
     pub journal_shards: u64,
     /// Journal shards poisoned by a failed write or sync (0 on a healthy store).

@@ -399,6 +399,25 @@ impl Store {
         self.inner.list_page(prefix, after, limit)
     }
 
+    /// The descriptors the streams' segment files may hold now: see
+    /// [`Store::set_max_stream_files`].
+    pub fn max_stream_files(&self) -> usize {
+        self.inner.max_stream_files()
+    }
+
+    /// Sets the descriptors the streams' segment files may hold from now on, for a program
+    /// whose other use of descriptors changes while the store is open (`brook serve` gives the
+    /// streams what its connections leave: docs/operations.md, "Limits and `ulimit`"). The
+    /// value is kept between 16 and the open-file limit less a reserve of 256 for the journals,
+    /// snapshots and listeners (or half the limit, if more), and returned. Over a lowered budget, the least recently used
+    /// idle streams are put at rest by the next lookup; a raised one lets more stay open.
+    /// [`Options::with_max_stream_files`](crate::Options::with_max_stream_files) sets the
+    /// budget at the open, where the store, knowing nothing of the program's other
+    /// descriptors, takes at most half the limit.
+    pub fn set_max_stream_files(&self, n: usize) -> usize {
+        self.inner.set_max_stream_files(n)
+    }
+
     /// The store's running figures: appends, reads, bytes, group-commit batch sizes, sync and
     /// checkpoint latencies since the open, and the open streams and poisoned shards now. Cheap
     /// (atomic loads and one lock to count the open streams); what `GET /__brook/metrics` shows.

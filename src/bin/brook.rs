@@ -207,10 +207,11 @@ struct ServeArgs {
     /// with nothing left to checkpoint beyond it are closed, least recently used first.
     #[arg(long, default_value_t = 16384)]
     max_open_streams: usize,
-    /// Descriptors the open streams' segment files may hold (two per segment in use): idle
+    /// Descriptors the open streams' segment files may hold (one per segment in use): idle
     /// streams beyond it are put at rest, their files closed until their next use. Default:
-    /// what the open-file limit (raised to its hard limit) leaves after `--max-connections` and
-    /// a reserve of 256, at least 128; 8192 if the limit is unreadable.
+    /// what the open-file limit (raised to its hard limit) leaves after a reserve of 256 and
+    /// the connections open now, rounded up to 256, plus 1024 (at most `--max-connections`),
+    /// at least 128, following the connections as they open and close.
     #[arg(long)]
     max_stream_files: Option<usize>,
     /// Size at which a stream's segment is sealed and a new one started (4 KiB to 1 GiB): the
@@ -502,6 +503,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     let config = ServerConfig {
         access: access.map(std::sync::Arc::new),
         max_connections: args.max_connections,
+        lend_descriptors: args.max_stream_files.is_none(),
         max_live_readers: args.max_live_readers,
         max_live_readers_per_stream: args.max_live_readers_per_stream,
         hyper_http1: args.hyper_http1,

@@ -90,7 +90,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -121,6 +121,13 @@ pub(crate) struct Engine {
     registry: Mutex<HashMap<String, Arc<Stream>>>,
     /// Streams registered so far (changed only under `registry`): see `registry`'s lookup.
     registered: AtomicU64,
+    /// The descriptors the streams' segment files may hold now: `max_stream_files` at the
+    /// open, changed by [`Engine::set_max_stream_files`] (a server lends it what its
+    /// connections do not use).
+    stream_file_budget: AtomicUsize,
+    /// The soft open-file limit the open found (after raising it to the hard one), if read:
+    /// the ceiling of [`Engine::set_max_stream_files`].
+    open_file_limit: Option<u64>,
     shards: Vec<Arc<Shard>>,
     /// The shard, checkpoint and reaper threads, joined at shutdown.
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -159,8 +166,9 @@ impl Drop for Engine {
 /// journals, snapshots and the embedding program), so running out of descriptors is a refused
 /// connection, not a failed journal write; and lowers `max_open_streams` to a third of
 /// `vm.max_map_count` (an open stream holds a map per segment, and a read map per segment read).
-fn fit_descriptors(mut options: Options) -> Options {
-    if let Some(limit) = fs::raise_open_file_limit() {
+fn fit_descriptors(mut options: Options) -> (Options, Option<u64>) {
+    let open_file_limit = fs::raise_open_file_limit();
+    if let Some(limit) = open_file_limit {
         let fit = usize::try_from(limit / 2).unwrap_or(usize::MAX).max(16);
         if options.max_stream_files > fit {
             tracing::warn!(
@@ -189,7 +197,7 @@ fn fit_descriptors(mut options: Options) -> Options {
         max_stream_files = options.max_stream_files,
         "stream budgets"
     );
-    options
+    (options, open_file_limit)
 }
 
 impl Engine {
@@ -199,7 +207,7 @@ impl Engine {
     pub(crate) fn open(dir: &Path, options: Options) -> Result<Arc<Engine>> {
         let started = Instant::now();
         options.validate()?;
-        let options = fit_descriptors(options);
+        let (options, open_file_limit) = fit_descriptors(options);
         fs::create_dir_all(dir)?;
         let root = dir.canonicalize()?;
         let lock = fs::lock(&root)?;
@@ -318,12 +326,15 @@ impl Engine {
                     .spawn(move || s.checkpointer())?,
             );
         }
+        let stream_file_budget = AtomicUsize::new(options.max_stream_files);
         let engine = Arc::new(Engine {
             root,
             options,
             _lock: lock,
             registry: Mutex::new(registry),
             registered: AtomicU64::new(0),
+            stream_file_budget,
+            open_file_limit,
             shards,
             threads: Mutex::new(threads),
             stopped: AtomicBool::new(false),
@@ -373,6 +384,25 @@ impl Engine {
         &self.options
     }
 
+    /// The descriptors the streams' segment files may hold now.
+    pub(crate) fn max_stream_files(&self) -> usize {
+        self.stream_file_budget.load(Ordering::Relaxed)
+    }
+
+    /// Sets the descriptors the streams' segment files may hold from now on: `n`, at least 16
+    /// and at most the open-file limit less [`fs::DESCRIPTOR_RESERVE`] (the journals,
+    /// snapshots and listeners) or half of it, whichever is more; returns the budget now in
+    /// force. Streams over a lowered budget are put at rest by the next lookup, not here.
+    pub(crate) fn set_max_stream_files(&self, n: usize) -> usize {
+        let ceiling = self.open_file_limit.map_or(usize::MAX, |l| {
+            let l = l.saturating_sub(fs::DESCRIPTOR_RESERVE).max(l / 2);
+            usize::try_from(l).unwrap_or(usize::MAX)
+        });
+        let n = n.min(ceiling).max(16);
+        self.stream_file_budget.store(n, Ordering::Relaxed);
+        n
+    }
+
     /// The store's figures now: the counters, the open streams, poisoned shards and what the
     /// open's recovery did. Takes the registry lock once (to count the open streams).
     pub(crate) fn stats(&self) -> Stats {
@@ -384,6 +414,7 @@ impl Engine {
         let mut stats = Stats {
             open_streams: self.registry.lock().len() as u64,
             stream_files: self.counters.stream_files.get() as u64,
+            stream_file_budget: self.max_stream_files() as u64,
             journal_shards: self.shards.len() as u64,
             poisoned_shards: self.poisoned_shards(),
             recovered_journal_bytes: bytes,

@@ -103,7 +103,7 @@ impl Engine {
     /// `reg`, the registry; the stream locks are only tried, in the usual order.
     pub(super) fn rest_if_over(&self, reg: &HashMap<String, Arc<Stream>>) {
         let files = &self.counters.stream_files;
-        let budget = self.options.max_stream_files;
+        let budget = self.max_stream_files();
         if files.get() <= budget {
             return;
         }

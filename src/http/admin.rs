@@ -672,6 +672,11 @@ impl Scrape {
                 s.stream_files as f64,
             ),
             gauge(
+                "brook_stream_file_budget",
+                "Descriptors open streams' segment files may hold now",
+                s.stream_file_budget as f64,
+            ),
+            gauge(
                 "brook_journal_shards",
                 "Journal shards",
                 s.journal_shards as f64,

@@ -222,7 +222,7 @@ impl Http1Check {
             builder: self.builder.clone(),
             watcher: graceful.watcher(),
         };
-        let open = Open::count(self.app.connections.clone(), None);
+        let open = Open::count(&self.app, None);
         let serve = h1::serve_with(
             self.app.clone(),
             recorder.clone(),

@@ -18,7 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use parking_lot::Mutex;
 
-use crate::StreamName;
+use crate::{Store, StreamName};
 
 use super::ServerConfig;
 use super::error::ApiError;
@@ -33,6 +33,74 @@ pub(crate) const RETRY_AFTER_SECS: u32 = 2;
 /// How long a connection refused for [`ServerConfig::max_connections`] may take to send its
 /// request and read the 503 before it is closed regardless.
 pub(crate) const REFUSAL_GRACE: Duration = Duration::from_secs(2);
+
+/// Connections the lent stream-file budget counts in steps of ([`Lender`]).
+const LEND_STEP: usize = 256;
+
+/// Connections a lent budget leaves room for beyond the step of those open: what may be
+/// accepted before the next step lowers the budget, and what the streams may hold over a
+/// lowered budget until the next lookup puts the surplus at rest.
+const LEND_HEADROOM: usize = 1024;
+
+/// The fewest descriptors a lent budget gives the streams.
+const LEND_MIN: usize = 128;
+
+/// Lends the store's streams the descriptors the server's connections leave
+/// ([`ServerConfig::lend_descriptors`]): `limit - 256 - min(max_connections,
+/// open rounded up to LEND_STEP + LEND_HEADROOM)`, at least [`LEND_MIN`], set again each time
+/// the open connections cross a step. A server sized for 10,000 connections under a 20,000
+/// limit that serves a few hundred then keeps 18,000 streams' files open, not 9,700; one that
+/// fills up with connections gives them their descriptors back as streams go to rest.
+pub(crate) struct Lender {
+    store: Store,
+    /// The soft open-file limit.
+    limit: usize,
+    max_connections: usize,
+    /// The step of open connections the budget was last set for.
+    step: AtomicUsize,
+    /// Held while the budget is set, so the last one set is for the newest step.
+    setting: Mutex<()>,
+}
+
+impl Lender {
+    /// A lender over `store`, its budget set for no connections; `None` when the open-file
+    /// limit cannot be read.
+    pub(crate) fn new(store: Store, max_connections: usize) -> Option<Lender> {
+        let limit = usize::try_from(crate::fs::raise_open_file_limit()?).unwrap_or(usize::MAX);
+        let lender = Lender {
+            store,
+            limit,
+            max_connections,
+            step: AtomicUsize::new(0),
+            setting: Mutex::new(()),
+        };
+        lender.lend();
+        Some(lender)
+    }
+
+    /// `open` connections are open now: sets the budget again if they crossed a step.
+    pub(crate) fn follow(&self, open: usize) {
+        let step = open.div_ceil(LEND_STEP);
+        if self.step.swap(step, Ordering::Relaxed) != step {
+            self.lend();
+        }
+    }
+
+    /// The budget for the connections of the newest step.
+    pub(crate) fn budget_for(&self, step: usize) -> usize {
+        let conns = (step * LEND_STEP + LEND_HEADROOM).min(self.max_connections);
+        self.limit
+            .saturating_sub(crate::fs::DESCRIPTOR_RESERVE as usize)
+            .saturating_sub(conns)
+            .max(LEND_MIN)
+    }
+
+    fn lend(&self) {
+        let _setting = self.setting.lock();
+        let step = self.step.load(Ordering::Relaxed);
+        self.store.set_max_stream_files(self.budget_for(step));
+    }
+}
 
 /// What the internet-facing edge refused or failed, since the server started: relaxed atomic
 /// counters on the app state, for the metrics endpoint to export (each only ever grows, except

@@ -206,6 +206,14 @@ pub struct ServerConfig {
     /// `Retry-After`) and closed. Default 10 000 (keep it below the process's file-descriptor
     /// limit, `ulimit -n`).
     pub max_connections: usize,
+    /// Give the store's streams the descriptors connections leave: the streams' segment files
+    /// may hold the open-file limit less a reserve of 256 and less the connections open now
+    /// (rounded up to 256) and 1024 more (at most `max_connections`), at least 128; the budget
+    /// follows the connections as they open and close
+    /// ([`Store::set_max_stream_files`](crate::Store::set_max_stream_files)). Default false:
+    /// the store keeps the `max_stream_files` it was opened with. `brook serve` turns it on
+    /// unless `--max-stream-files` is given.
+    pub lend_descriptors: bool,
     /// Live readers (SSE connections, long-polls waiting at the tail) at once, over all streams;
     /// one more is answered 503 `TOO_MANY_LIVE_READERS`. Default 10 000.
     pub max_live_readers: usize,
@@ -250,6 +258,7 @@ impl Default for ServerConfig {
             header_read_timeout: Duration::from_secs(30),
             access: None,
             max_connections: 10_000,
+            lend_descriptors: false,
             max_live_readers: 10_000,
             max_live_readers_per_stream: None,
             hyper_http1: false,
@@ -295,6 +304,9 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     /// The memory budget every request body, queued response and connection buffer draws on.
     pub(crate) budget: Arc<budget::Budget>,
+    /// Lends the store's streams the descriptors connections leave
+    /// ([`ServerConfig::lend_descriptors`]).
+    pub(crate) lender: Option<Arc<limits::Lender>>,
 }
 
 impl AppState {
@@ -373,6 +385,11 @@ fn app_state(
     let immutable_cache = read::immutable_cache_control(&config);
     let shared_cache = read::shared_cache_control(&config);
     let budget = budget::Budget::new(config.max_memory);
+    let lender = config
+        .lend_descriptors
+        .then(|| limits::Lender::new(store.clone(), config.max_connections))
+        .flatten()
+        .map(Arc::new);
     AppState {
         store,
         config: Arc::new(config),
@@ -389,6 +406,7 @@ fn app_state(
         shared_cache,
         metrics: Arc::default(),
         budget,
+        lender,
     }
 }
 

@@ -22,6 +22,9 @@ use super::{
 
 pub(super) struct Segment {
     pub(super) base: Offset,
+    /// The stream's directory, shared with its set: the index file is opened there whenever
+    /// entries are written or it grows (see `idx_map`).
+    pub(super) dir: Arc<Path>,
     /// Shared with the read maps, which keep it open for responses still sending their bytes.
     /// `None` for a cold segment (see `cold`) and for one at rest (see [`Segment::rest`]).
     pub(super) log: Option<Arc<File>>,
@@ -32,13 +35,14 @@ pub(super) struct Segment {
     /// The log's bytes, from the segment's start, whose blocks the writer set aside before a
     /// batch (`segment/room.rs`); past the written bytes, writes below it allocate nothing.
     pub(super) log_alloc: u64,
-    /// The index file, for `pwrite`s and growth; `None` at rest (the map stays).
-    pub(super) idx: Option<File>,
     /// The index file's bytes whose blocks are set aside likewise (the map's length at most).
     pub(super) idx_alloc: u64,
     /// The index file, read-only: entries reach it by `pwrite` (see `idx_pending`), so a
     /// checkpoint's sync, which write-protects the pages it writes back, leaves no page for the
-    /// next append to fault on.
+    /// next append to fault on. The map is all a segment keeps of its index: the file is opened
+    /// only to write entries or to grow ([`Segment::open_index`]), so an open segment holds one
+    /// descriptor (its log's), and entries are written in batches (a flush's worth, or at a
+    /// checkpoint), which is when the open is paid.
     pub(super) idx_map: Mmap,
     /// Messages in this segment.
     pub(super) count: u64,
@@ -95,7 +99,7 @@ impl Drop for Segment {
 impl Segment {
     /// Creates a segment at `base`: an empty log, unless `keep_log` (replay), which keeps the
     /// bytes of a log already there for [`SegmentSet::adopt`]; always a new index.
-    pub(super) fn create(dir: &Path, base: Offset, keep_log: bool) -> Result<Segment> {
+    pub(super) fn create(dir: &Arc<Path>, base: Offset, keep_log: bool) -> Result<Segment> {
         let log = Arc::new(fs::open_create(
             OpenOptions::new()
                 .create(true)
@@ -127,12 +131,12 @@ impl Segment {
         header[16..24].copy_from_slice(&base.bytes.to_le_bytes());
         idx.write_all_at(&header, 0)?;
         let idx_map = mmap::map_index(&idx, idx_len as usize)?;
-        Ok(Segment::opened(base, log, log_cap, idx, idx_map))
+        Ok(Segment::opened(dir, base, log, log_cap, idx_map))
     }
 
     /// Opens a segment's files; `cold_len` is the log's length in the cold tier when the local
     /// log is missing and the tier holds it (the segment then opens cold).
-    pub(super) fn open(dir: &Path, base_bytes: u64, cold_len: Option<u64>) -> Result<Segment> {
+    pub(super) fn open(dir: &Arc<Path>, base_bytes: u64, cold_len: Option<u64>) -> Result<Segment> {
         let lp = log_path(dir, base_bytes);
         let ip = idx_path(dir, base_bytes);
         let open = |p: &Path| {
@@ -179,7 +183,7 @@ impl Segment {
                 "index header does not match its file name",
             ));
         }
-        let mut seg = Segment::opened(base, log, log_cap, idx, idx_map);
+        let mut seg = Segment::opened(dir, base, log, log_cap, idx_map);
         seg.cold = cold;
         Ok(seg)
     }
@@ -188,19 +192,19 @@ impl Segment {
     /// verified: no entries counted, nothing written, held or mapped for reads yet. Its end is
     /// `base` until the caller scans the index.
     fn opened(
+        dir: &Arc<Path>,
         base: Offset,
         log: Option<Arc<File>>,
         log_cap: u64,
-        idx: File,
         idx_map: Mmap,
     ) -> Segment {
         Segment {
             base,
+            dir: dir.clone(),
             log,
             cold: false,
             log_cap,
             log_alloc: 0,
-            idx: Some(idx),
             idx_alloc: 0,
             idx_map,
             count: 0,
@@ -288,23 +292,36 @@ impl Segment {
         })
     }
 
-    /// The index file (`None` only at rest, which every writer wakes from first).
-    pub(super) fn idx_file(&self) -> Result<&File> {
-        self.idx
-            .as_ref()
-            .ok_or_else(|| resting(&format!("{:020}.idx", self.base.bytes)))
+    /// Opens the index file to write entries or grow it, for as long as the caller holds it.
+    /// The file is this process's own and only grows while the store is open, so one shorter
+    /// than the map was cut behind the store's back: `Corrupt`. Running out of descriptors is
+    /// `TooManyOpenFiles` (retryable).
+    pub(super) fn open_index(&self) -> Result<File> {
+        let ip = idx_path(&self.dir, self.base.bytes);
+        let idx = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&ip)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::corrupt(&ip, "segment file is missing"),
+                _ => Error::from(e).or_out_of_descriptors(),
+            })?;
+        if idx.metadata()?.len() < self.idx_map.len() as u64 {
+            return Err(Error::corrupt(ip, "index shorter than its map"));
+        }
+        Ok(idx)
     }
 
-    /// The descriptors this segment holds (its log's is shared with read maps, which may keep
-    /// it open longer).
+    /// The descriptors this segment holds: its log's (shared with read maps, which may keep it
+    /// open longer); the index is open only while entries are written.
     pub(super) fn files(&self) -> usize {
-        usize::from(self.log.is_some()) + usize::from(self.idx.is_some())
+        usize::from(self.log.is_some())
     }
 
-    /// Puts the segment at rest: its buffered bytes and entries written, then its log, its
-    /// read map and its index file closed. The index map stays (reads of the index need no
-    /// descriptor), and so does every count, so [`Segment::wake`] reopens two files and reads
-    /// nothing. False, with the files kept, when something stays buffered.
+    /// Puts the segment at rest: its buffered bytes and entries written, then its log and its
+    /// read map closed. The index map stays (reads of the index need no descriptor), and so
+    /// does every count, so [`Segment::wake`] reopens one file and reads nothing. False, with
+    /// the log kept, when something stays buffered.
     pub(super) fn rest(&mut self) -> Result<bool> {
         self.flush()?;
         if self.pending() > 0 || !self.idx_pending.is_empty() {
@@ -315,33 +332,17 @@ impl Segment {
         self.read_map = None;
         self.writeback = None;
         self.log = None;
-        self.idx = None;
         Ok(true)
     }
 
-    /// Reopens the files [`Segment::rest`] closed (a cold segment's log stays in the tier).
-    /// The files are this process's own, unchanged since (every change goes through an awake
-    /// segment), but their lengths are checked against what the segment holds, so a file cut
-    /// short behind the store's back is `Corrupt`, as at an open.
-    pub(super) fn wake(&mut self, dir: &Path) -> Result<()> {
-        let open = |p: &Path| -> Result<File> {
-            let f = OpenOptions::new().read(true).write(true).open(p)?;
-            Ok(f)
-        };
-        if self.idx.is_none() {
-            let ip = idx_path(dir, self.base.bytes);
-            let idx = open(&ip)?;
-            if idx.metadata()?.len() < self.idx_map.len() as u64 {
-                return Err(Error::corrupt(
-                    ip,
-                    "index shorter than when it was last open",
-                ));
-            }
-            self.idx = Some(idx);
-        }
+    /// Reopens the log [`Segment::rest`] closed (a cold segment's log stays in the tier). The
+    /// file is this process's own, unchanged since (every change goes through an awake
+    /// segment), but its length is checked against what the segment holds, so a log cut short
+    /// behind the store's back is `Corrupt`, as at an open.
+    pub(super) fn wake(&mut self) -> Result<()> {
         if self.log.is_none() && !self.cold {
-            let lp = log_path(dir, self.base.bytes);
-            let log = open(&lp)?;
+            let lp = log_path(&self.dir, self.base.bytes);
+            let log = OpenOptions::new().read(true).write(true).open(&lp)?;
             if log.metadata()?.len() < self.end - self.base.bytes {
                 return Err(Error::corrupt(lp, "log shorter than when it was last open"));
             }
@@ -359,15 +360,19 @@ impl Segment {
     /// written through, its index entries buffered) to this segment of the stream in `dir`,
     /// growing the files as needed (sparse lengths: the writer set their blocks aside before
     /// the batch, `segment/room.rs`).
-    pub(super) fn write(&mut self, dir: &Path, body: &Body, hold: bool) -> Result<()> {
+    pub(super) fn write(&mut self, body: &Body, hold: bool) -> Result<()> {
         // The index grows first: once the body's bytes are written or buffered, only its
         // entries are left to add, so a failure cannot leave bytes buffered past `end`.
-        self.grow_index(dir, body.ends.len() as u64)?;
+        self.grow_index(body.ends.len() as u64)?;
         let rel = self.end - self.base.bytes;
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
             let cap = need.next_power_of_two().max(MIN_LOG_CAP);
-            fs::set_len(self.local_log()?, &log_path(dir, self.base.bytes), cap)?;
+            fs::set_len(
+                self.local_log()?,
+                &log_path(&self.dir, self.base.bytes),
+                cap,
+            )?;
             self.log_cap = cap;
         }
         if body.data.len() >= WRITE_THROUGH {
@@ -402,14 +407,14 @@ impl Segment {
             }
             self.unwritten.extend_from_slice(&body.data);
         }
-        self.add_entries(dir, body)
+        self.add_entries(body)
     }
 
     /// The index part of an append of `body`, whose bytes are in the log or its buffer from
     /// `end` on: buffers its index entries and moves `end` past it.
-    pub(super) fn add_entries(&mut self, dir: &Path, body: &Body) -> Result<()> {
+    pub(super) fn add_entries(&mut self, body: &Body) -> Result<()> {
         let n = body.ends.len() as u64;
-        self.grow_index(dir, n)?;
+        self.grow_index(n)?;
         let mut prev = 0usize;
         for &end in body.ends.iter() {
             let end = end as usize;
@@ -431,20 +436,37 @@ impl Segment {
         self.end += body.data.len() as u64;
         // Bodies of many small messages gather more entry bytes than data bytes.
         if self.unwritten.len() >= FLUSH_AT || self.idx_pending.len() >= FLUSH_AT {
-            self.flush()?;
+            match self.flush() {
+                // Entries stay buffered when no descriptor is free to open the index: the
+                // next flush writes them (a checkpoint's, at the latest, which waits for one).
+                Err(Error::TooManyOpenFiles) => {}
+                other => other?,
+            }
         }
         Ok(())
     }
 
     /// Makes the index file long enough for `n` more entries (a sparse length, mapped again),
-    /// unless it is.
-    pub(super) fn grow_index(&mut self, dir: &Path, n: u64) -> Result<()> {
-        let need_idx = IDX_HEADER + (self.count + n) * ENTRY;
-        if need_idx > self.idx_map.len() as u64 {
+    /// unless it is; the file is opened only when it must grow.
+    pub(super) fn grow_index(&mut self, n: u64) -> Result<()> {
+        if self.index_room_for(n) {
+            return Ok(());
+        }
+        let idx = self.open_index()?;
+        self.grow_index_in(&idx, n)
+    }
+
+    /// Whether the index file is long enough for `n` more entries.
+    pub(super) fn index_room_for(&self, n: u64) -> bool {
+        IDX_HEADER + (self.count + n) * ENTRY <= self.idx_map.len() as u64
+    }
+
+    /// [`Segment::grow_index`] with the index file `idx` already open.
+    pub(super) fn grow_index_in(&mut self, idx: &File, n: u64) -> Result<()> {
+        if !self.index_room_for(n) {
             let len =
                 IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
-            let idx = self.idx_file()?;
-            fs::set_len(idx, &idx_path(dir, self.base.bytes), len)?;
+            fs::set_len(idx, &idx_path(&self.dir, self.base.bytes), len)?;
             self.idx_map = mmap::map_index(idx, len as usize)?;
         }
         Ok(())
@@ -456,7 +478,7 @@ impl Segment {
     pub(super) fn flush(&mut self) -> Result<()> {
         self.flush_log()?;
         if !self.idx_pending.is_empty() {
-            self.idx_file()?
+            self.open_index()?
                 .write_all_at(&self.idx_pending, IDX_HEADER + self.idx_written * ENTRY)?;
             self.idx_written = self.count;
             self.idx_pending.clear();

@@ -110,7 +110,8 @@ impl Segment {
         let from_idx = self.idx_alloc.max(IDX_HEADER + self.idx_written * ENTRY);
         if need_idx > from_idx {
             // The file's length first (sparse, mapped again), then the blocks.
-            self.grow_index(dir, entries)?;
+            let idx = self.open_index()?;
+            self.grow_index_in(&idx, entries)?;
             let step = (IDX_HEADER
                 + (self.count + entries)
                     .next_power_of_two()
@@ -118,7 +119,7 @@ impl Segment {
                     * ENTRY)
                 .min(self.idx_map.len() as u64);
             let path = idx_path(dir, base);
-            let to = fs::allocate_ahead(self.idx_file()?, &path, (from_idx, need_idx, step), room)?;
+            let to = fs::allocate_ahead(&idx, &path, (from_idx, need_idx, step), room)?;
             self.idx_alloc = to;
             grew = true;
         }

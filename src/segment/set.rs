@@ -19,7 +19,7 @@ use super::{ENTRY, IDX_HEADER, MapSlice, Piece, idx_path, log_path, parse_log_na
 
 /// The segments of one stream, from its base (fork point or zero) to its applied end.
 pub(crate) struct SegmentSet {
-    pub(super) dir: PathBuf,
+    pub(super) dir: Arc<Path>,
     pub(super) segs: Vec<Segment>,
     pub(super) segment_bytes: u64,
     /// Opened or created by recovery's replay, until [`SegmentSet::end_replay`]: the logs on
@@ -96,14 +96,15 @@ impl SegmentSet {
         segment_bytes: u64,
         replaying: bool,
     ) -> Result<SegmentSet> {
+        let dir: Arc<Path> = Arc::from(dir);
         let ahead = if replaying {
-            logs_after(dir, base.bytes)?
+            logs_after(&dir, base.bytes)?
         } else {
             Vec::new()
         };
         Ok(SegmentSet {
-            dir: dir.to_path_buf(),
-            segs: vec![Segment::create(dir, base, replaying)?],
+            segs: vec![Segment::create(&dir, base, replaying)?],
+            dir,
             segment_bytes,
             replaying,
             ahead,
@@ -132,6 +133,7 @@ impl SegmentSet {
         cold: &[(u64, u64)],
         replaying: bool,
     ) -> Result<SegmentSet> {
+        let shared: Arc<Path> = Arc::from(dir);
         let mut bases = Vec::new();
         let mut indexes = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -166,7 +168,7 @@ impl SegmentSet {
         for &b in &bases[first..] {
             if segs.is_empty() || b < end.bytes {
                 let cold_len = cold.iter().find(|c| c.0 == b).map(|c| c.1);
-                segs.push(Segment::open(dir, b, cold_len)?);
+                segs.push(Segment::open(&shared, b, cold_len)?);
             } else if !replaying {
                 fs::remove_file(&log_path(dir, b))?;
                 let _ = fs::remove_file(&idx_path(dir, b));
@@ -204,7 +206,7 @@ impl SegmentSet {
             _ => Vec::new(),
         };
         let mut set = SegmentSet {
-            dir: dir.to_path_buf(),
+            dir: shared,
             segs,
             segment_bytes,
             replaying,
@@ -288,12 +290,8 @@ impl SegmentSet {
         }
         let mut out = Ok(());
         for s in &mut self.segs {
-            if let Err(e) = s.wake(&self.dir) {
-                out = Err(if e.is_out_of_descriptors() {
-                    Error::TooManyOpenFiles
-                } else {
-                    e
-                });
+            if let Err(e) = s.wake() {
+                out = Err(e.or_out_of_descriptors());
                 break;
             }
         }
@@ -372,8 +370,8 @@ impl SegmentSet {
             self.roll_if_full(start)?;
         }
         match self.segs.last_mut() {
-            Some(s) => s.write(&self.dir, body, hold),
-            None => Err(Error::corrupt(&self.dir, "stream has no segment")),
+            Some(s) => s.write(body, hold),
+            None => Err(Error::corrupt(&*self.dir, "stream has no segment")),
         }
     }
 
@@ -404,7 +402,7 @@ impl SegmentSet {
         self.roll_if_full(start)?;
         let (dir, segs) = (&self.dir, &mut self.segs);
         let Some(s) = segs.last_mut() else {
-            return Err(Error::corrupt(dir, "stream has no segment"));
+            return Err(Error::corrupt(&**dir, "stream has no segment"));
         };
         // Bytes replayed from the journal before this append go to the log first, so the log
         // is written up to `end`.
@@ -424,7 +422,7 @@ impl SegmentSet {
         if ends.len() == 1 {
             let _ = body.crc.set(placed.crc);
         }
-        s.add_entries(dir, &body)?;
+        s.add_entries(&body)?;
         s.written_to(rel + len);
         Ok(Some(body))
     }
@@ -432,7 +430,7 @@ impl SegmentSet {
     fn check_start(&self, start: Offset) -> Result<()> {
         if start != self.end() {
             return Err(Error::corrupt(
-                &self.dir,
+                &*self.dir,
                 format!("append at {start} but the stream ends at {}", self.end()),
             ));
         }

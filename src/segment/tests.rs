@@ -379,7 +379,11 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     let files = std::sync::Arc::new(OpenFiles::default());
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
     set.count_in(&files);
-    assert_eq!(files.get(), 2, "one segment: its log and its index");
+    assert_eq!(
+        files.get(),
+        1,
+        "one segment: its log (the index is only mapped)"
+    );
     let mut expect = Vec::new();
     for i in 0..150u32 {
         let m = format!("rest-{i:05}-").repeat(4);
@@ -388,12 +392,12 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     }
     let segs = set.segs.len();
     assert!(segs >= 2, "rolled");
-    assert_eq!(files.get(), 2 * segs);
+    assert_eq!(files.get(), segs);
     // Unflushed bytes and index entries are written by the rest, not lost.
     assert!(set.segs.last().unwrap().pending() > 0);
     assert!(set.rest().unwrap());
     assert_eq!((set.files_held(), files.get()), (0, 0));
-    assert!(set.segs.iter().all(|s| s.log.is_none() && s.idx.is_none()));
+    assert!(set.segs.iter().all(|s| s.log.is_none()));
     // What the indexes answer needs no file.
     let end = set.end();
     assert_eq!(end, Offset::new(150, expect.len() as u64));
@@ -403,7 +407,7 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     // A read wakes it.
     let got: Vec<u8> = set.read_local(m, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, &expect[m as usize..]);
-    assert_eq!(files.get(), 2 * segs);
+    assert_eq!(files.get(), segs);
     // So does an append, which then rolls on as before.
     assert!(set.rest().unwrap());
     for i in 150..300u32 {
@@ -412,7 +416,7 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
         expect.extend_from_slice(m.as_bytes());
     }
     assert!(set.segs.len() > segs);
-    assert_eq!(files.get(), 2 * set.segs.len());
+    assert_eq!(files.get(), set.segs.len());
     let end = set.end();
     assert!(set.rest().unwrap());
     drop(set);
@@ -430,6 +434,62 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     log.set_len(1).unwrap();
     assert!(matches!(
         reopened.read_local(0, end.bytes),
+        Err(crate::Error::Corrupt { .. })
+    ));
+}
+
+/// The descriptors of this process that name a file under `dir`.
+fn fds_under(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(dir)))
+        .count()
+}
+
+/// An open segment holds one descriptor, its log's: the index is opened to write a batch of
+/// entries or to grow, and closed again, whatever the process does meanwhile (a test thread
+/// elsewhere may open files of its own, but none under this directory). Entries written that
+/// way are what a reopen reads, and an index cut short behind the store's back is `Corrupt`
+/// at the next write of entries, not a write past its end.
+#[test]
+fn an_open_segment_holds_only_its_log_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    assert_eq!(fds_under(dir.path()), 1, "a new segment");
+    let mut expect = Vec::new();
+    // Past the index's first length (1024 entries) and past a flush's worth of entries, so
+    // the index both grows and is written while the set is open.
+    for i in 0..3000u32 {
+        let m = format!("m{i:05}");
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+        if i % 500 == 0 {
+            assert_eq!(fds_under(dir.path()), 1, "after append {i}");
+        }
+    }
+    set.flush().unwrap();
+    assert_eq!(set.segs.len(), 1);
+    assert_eq!(fds_under(dir.path()), 1, "after a flush");
+    let end = set.end();
+    drop(set);
+    assert_eq!(fds_under(dir.path()), 0);
+    let mut reopened =
+        SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false).unwrap();
+    assert_eq!(fds_under(dir.path()), 1, "a reopened segment");
+    let got: Vec<u8> = reopened.read_local(0, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, expect);
+    assert_eq!(reopened.offset_at(6 * 2999), Offset::new(2999, 6 * 2999));
+    // The index cut short: the next entries written find it shorter than its map.
+    OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(format!("{:020}.idx", 0)))
+        .unwrap()
+        .set_len(64)
+        .unwrap();
+    reopened.append(reopened.end(), &body(&[b"after"])).unwrap();
+    assert!(matches!(
+        reopened.flush(),
         Err(crate::Error::Corrupt { .. })
     ));
 }

@@ -121,3 +121,121 @@ async fn a_low_open_file_limit_bounds_open_streams_instead_of_poisoning() -> R {
     assert_eq!((status, body.as_str()), (200, "firstsecond"));
     Ok(())
 }
+
+/// The value of the metric line `name` (no labels) in a Prometheus text page.
+fn metric(page: &str, name: &str) -> Option<u64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `brook serve`'s stream-file budget and the descriptors its streams hold, from its metrics.
+async fn stream_files(client: &reqwest::Client, base: &str) -> R<(u64, u64)> {
+    let page = client
+        .get(format!("{base}/__brook/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let budget = metric(&page, "brook_stream_file_budget").ok_or("no budget metric")?;
+    let held = metric(&page, "brook_stream_files").ok_or("no stream files metric")?;
+    Ok((budget, held))
+}
+
+/// Polls the metrics until `want` holds of (budget, held) or 10 s pass; the last reading.
+/// Each poll first reads a stream (a lookup, which is where streams over the budget are put at
+/// rest).
+async fn until(
+    client: &reqwest::Client,
+    base: &str,
+    want: impl Fn(u64, u64) -> bool,
+) -> R<(u64, u64)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        client.get(format!("{base}/lend/0-0")).send().await?;
+        let (budget, held) = stream_files(client, base).await?;
+        if want(budget, held) || std::time::Instant::now() > deadline {
+            return Ok((budget, held));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Without `--max-stream-files`, `brook serve` lends its streams the descriptors its
+/// connections leave: under a limit of 3,000 and no connections but the test's, 3,000 - 256 -
+/// (256 + 1024) = 1,464 (one step of connections open: the client's). 1,300 streams written
+/// then all keep their logs open (one descriptor each). 600 idle connections more take the
+/// budget down two steps, to 952, and the next requests put the surplus at rest; closing them
+/// gives the descriptors back, and every stream still reads what was written. A fixed budget
+/// (`--max-stream-files`, or the formula from `--max-connections`, 10,000 here: the floor,
+/// 128) fails each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_files_borrow_the_descriptors_connections_leave() -> R {
+    let dir = tempfile::tempdir()?;
+    let served = serve_limited("-n 3000", dir.path())?;
+    let (mut child, base) = (served.child, format!("http://{}", served.addr));
+    let result = async {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(8)
+            .build()?;
+        let (idle_budget, _) = until(&client, &base, |b, _| b == 1464).await?;
+        assert_eq!(
+            idle_budget, 1464,
+            "the budget lent with one step of connections"
+        );
+        for chunk in 0..13 {
+            let mut tasks = Vec::new();
+            for i in 0..100 {
+                let (client, base) = (client.clone(), base.clone());
+                tasks.push(tokio::spawn(async move {
+                    let url = format!("{base}/lend/{chunk}-{i}");
+                    let put = client.put(&url).header("content-type", "text/plain");
+                    let put = put.body(format!("s{chunk}-{i}")).send().await?.status();
+                    Ok::<_, reqwest::Error>(put.as_u16())
+                }));
+            }
+            for t in tasks {
+                assert_eq!(t.await??, 201);
+            }
+        }
+        let (_, held) = stream_files(&client, &base).await?;
+        assert!(
+            held >= 1300,
+            "every stream written keeps its log open: {held}"
+        );
+        // 600 idle connections.
+        let addr = base.trim_start_matches("http://").to_owned();
+        let mut idle = Vec::new();
+        for _ in 0..600 {
+            idle.push(tokio::net::TcpStream::connect(&addr).await?);
+        }
+        let (lowered, _) = until(&client, &base, |b, _| b == 952).await?;
+        assert_eq!(
+            lowered, 952,
+            "the budget with three steps of connections open"
+        );
+        // The next lookups put streams at rest down to 7/8 of the lowered budget.
+        let (_, held) = until(&client, &base, |_, h| h <= 952).await?;
+        assert!(
+            held <= 952,
+            "streams over the lowered budget stay awake: {held}"
+        );
+        drop(idle);
+        let (back, _) = until(&client, &base, |b, _| b == 1464).await?;
+        assert_eq!(
+            back, 1464,
+            "the descriptors come back when the connections close"
+        );
+        for (chunk, i) in [(0, 0), (6, 42), (12, 99)] {
+            let got = client
+                .get(format!("{base}/lend/{chunk}-{i}"))
+                .send()
+                .await?;
+            assert_eq!(got.text().await?, format!("s{chunk}-{i}"));
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}

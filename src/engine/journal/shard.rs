@@ -230,7 +230,7 @@ impl Shard {
     pub(super) fn checkpoint_due(&self, w: &Writer) -> bool {
         // Dirty streams cannot be closed (evicted) before a checkpoint records them, so bound
         // them too: otherwise touching many streams between checkpoints keeps every one of them
-        // open (two descriptors each) and exhausts `ulimit -n`.
+        // open (their maps and a descriptor each) and exhausts `ulimit -n`.
         let dirty_cap = (self.options.max_open_streams / (2 * self.options.journal_shards)).max(8);
         w.written >= self.options.checkpoint_bytes || self.dirty.lock().len() >= dirty_cap
     }

@@ -109,7 +109,7 @@ pub(crate) async fn run(
         } else {
             None
         };
-        let open = Open::count(app.connections.clone(), held);
+        let open = Open::count(&app, held);
         // The admin listener is plain HTTP/1.1 (a private address), whatever the main one is.
         if let Some(tls) = tls.as_ref().filter(|_| !admin_only) {
             tokio::spawn(serve_tls(
@@ -364,23 +364,28 @@ pub(crate) async fn accept_on(
 }
 
 /// Counts one open connection in [`AppState::connections`] until dropped, with the share of
-/// the memory budget its buffers hold when hyper serves it.
+/// the memory budget its buffers hold when hyper serves it; with
+/// [`ServerConfig::lend_descriptors`](super::ServerConfig::lend_descriptors), the store's
+/// stream-file budget follows the count.
 pub(crate) struct Open {
     /// The server's count of open connections.
     connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// What lends the streams the descriptors connections leave, if the server does.
+    lender: Option<Arc<limits::Lender>>,
     /// The connection's buffers' share of the memory budget, when hyper serves it.
     _held: Option<budget::Lease>,
 }
 
 impl Open {
     /// Counts a connection in.
-    pub(crate) fn count(
-        connections: Arc<std::sync::atomic::AtomicUsize>,
-        held: Option<budget::Lease>,
-    ) -> Open {
-        connections.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn count(app: &AppState, held: Option<budget::Lease>) -> Open {
+        let now = app.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(l) = &app.lender {
+            l.follow(now);
+        }
         Open {
-            connections,
+            connections: app.connections.clone(),
+            lender: app.lender.clone(),
             _held: held,
         }
     }
@@ -389,6 +394,9 @@ impl Open {
 impl Drop for Open {
     /// Counts the connection out.
     fn drop(&mut self) {
-        self.connections.fetch_sub(1, Ordering::Relaxed);
+        let now = self.connections.fetch_sub(1, Ordering::Relaxed) - 1;
+        if let Some(l) = &self.lender {
+            l.follow(now);
+        }
     }
 }
