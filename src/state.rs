@@ -13,7 +13,7 @@
 //! An append body's stored form ([`Body`]) and the conversion to it ([`prepare_body`]) are in
 //! `body`; the unit tests in `tests`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::codec::{Dec, Enc};
@@ -29,6 +29,7 @@ mod producer;
 mod tests;
 
 pub(crate) use body::{Body, prepare_body};
+pub(crate) use producer::Producers;
 
 /// Bit 0 of the state's flags byte: soft-deleted (the byte was that bool before it had flags).
 const FLAG_SOFT_DELETED: u8 = 1;
@@ -77,7 +78,7 @@ pub(crate) struct StreamState {
     pub(crate) tail: Offset,
     pub(crate) closed: bool,
     pub(crate) stream_seq: Option<String>,
-    pub(crate) producers: BTreeMap<String, ProducerState>,
+    pub(crate) producers: Producers,
     /// Earliest readable offset (retention).
     pub(crate) earliest: Offset,
     /// Published snapshots, ascending by offset.
@@ -166,7 +167,7 @@ impl StreamState {
             tail: base,
             closed: false,
             stream_seq: None,
-            producers: BTreeMap::new(),
+            producers: Producers::default(),
             earliest: Offset::ZERO,
             snapshots: Vec::new(),
             forks: BTreeSet::new(),
@@ -300,8 +301,8 @@ impl StreamState {
         }
         if let Some(p) = &rec.producer {
             let claim_digest = producer::claim_after(p, rec.digest, self.producers.get(&p.id));
-            self.producers.insert(
-                p.id.clone(),
+            self.producers.set(
+                &p.id,
                 ProducerState {
                     epoch: p.epoch,
                     seq: p.seq,
@@ -391,7 +392,7 @@ impl StreamState {
         e.u8(u8::from(self.closed));
         e.opt_str(self.stream_seq.as_deref());
         e.u32(self.producers.len() as u32);
-        for (id, p) in &self.producers {
+        for (id, p) in self.producers.iter() {
             e.str(id);
             e.u64(p.epoch);
             e.u64(p.seq);
@@ -448,11 +449,11 @@ impl StreamState {
         let closed = d.u8()? != 0;
         let stream_seq = d.opt_string()?;
         let n = d.u32()?;
-        let mut producers = BTreeMap::new();
+        let mut producers = Producers::default();
         for _ in 0..n {
             let id = d.string()?;
-            producers.insert(
-                id,
+            producers.set(
+                &id,
                 ProducerState {
                     epoch: d.u64()?,
                     seq: d.u64()?,

@@ -182,7 +182,7 @@ pub(crate) struct Counters {
     /// See [`Stats::retention`].
     pub(crate) retention: crate::retention::RetentionCounters,
     /// The descriptors the streams' segment files hold (see [`Stats::stream_files`]).
-    pub(crate) stream_files: std::sync::Arc<crate::segment::OpenFiles>,
+    pub(crate) stream_files: std::sync::Arc<crate::segment::SegmentUse>,
 }
 
 impl Default for Counters {

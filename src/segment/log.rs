@@ -351,6 +351,11 @@ impl Segment {
         Ok(())
     }
 
+    /// The memory the write buffers take (`unwritten` and `idx_pending`, by capacity).
+    pub(super) fn buffer_capacity(&self) -> usize {
+        self.unwritten.capacity() + self.idx_pending.capacity()
+    }
+
     /// Bytes appended and not yet in the log file: `unwritten`, then `held`.
     pub(super) fn pending(&self) -> u64 {
         self.unwritten.len() as u64 + self.held_len
@@ -360,7 +365,10 @@ impl Segment {
     /// written through, its index entries buffered) to this segment of the stream in `dir`,
     /// growing the files as needed (sparse lengths: the writer set their blocks aside before
     /// the batch, `segment/room.rs`).
-    pub(super) fn write(&mut self, body: &Body, hold: bool) -> Result<()> {
+    ///
+    /// `tight`: the store's write buffers are over their budget: a body that would start an
+    /// empty buffer is written through instead, and the buffer's memory given back.
+    pub(super) fn write(&mut self, body: &Body, hold: bool, tight: bool) -> Result<()> {
         // The index grows first: once the body's bytes are written or buffered, only its
         // entries are left to add, so a failure cannot leave bytes buffered past `end`.
         self.grow_index(body.ends.len() as u64)?;
@@ -375,8 +383,12 @@ impl Segment {
             )?;
             self.log_cap = cap;
         }
-        if body.data.len() >= WRITE_THROUGH {
+        let through = tight && !hold && self.unwritten.is_empty();
+        if body.data.len() >= WRITE_THROUGH || through {
             self.flush_log()?;
+            if through {
+                self.unwritten = Vec::new();
+            }
             self.local_log()?.write_all_at(&body.data, rel)?;
             self.written_to(rel + body.data.len() as u64);
         } else if hold {

@@ -38,27 +38,56 @@ pub(crate) struct SegmentSet {
     /// The segments were put at rest ([`SegmentSet::rest`]): their files may be closed, and
     /// whatever needs one wakes them first ([`SegmentSet::wake`]).
     pub(super) resting: bool,
-    /// The store's count of descriptors held by segment files, and this set's share of it.
-    pub(super) files: Option<Arc<OpenFiles>>,
+    /// The store's count of descriptors held by segment files and of write-buffer bytes, and
+    /// this set's share of each.
+    pub(super) files: Option<Arc<SegmentUse>>,
     pub(super) counted: usize,
+    pub(super) buffered: usize,
 }
 
-/// The descriptors the segment files of a store's streams hold: what the engine puts idle
-/// streams at rest to keep within its budget (`max_stream_files`).
+/// What the segments of a store's streams hold together: descriptors, which the engine puts
+/// idle streams at rest to keep within its budget (`max_stream_files`), and write-buffer
+/// memory, past [`WRITE_BUFFERS`] of which appends are written through instead of buffered.
 #[derive(Debug, Default)]
-pub(crate) struct OpenFiles(AtomicUsize);
+pub(crate) struct SegmentUse {
+    pub(super) files: AtomicUsize,
+    pub(super) buffered: AtomicUsize,
+}
 
-impl OpenFiles {
+impl SegmentUse {
     /// Descriptors held now.
     pub(crate) fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+        self.files.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of write buffers (log bytes and index entries not yet written) held now.
+    pub(crate) fn buffered(&self) -> usize {
+        self.buffered.load(Ordering::Relaxed)
+    }
+}
+
+/// The most memory the write buffers of a store's segments take together (their capacity).
+/// A stream's appends are buffered (up to `FLUSH_AT`) so that one write carries many; across
+/// thousands of streams each written now and then, the buffers took 8 KiB a stream (82 MB
+/// over 10,000 streams in ds-bench's pool workload) and saved few writes. Past this, appends
+/// of streams whose buffer is empty are written through (one `pwrite` each) and their buffers
+/// given back.
+pub(crate) const WRITE_BUFFERS: usize = 8 << 20;
+
+/// Moves `counter` from `old` to `new`.
+fn shift(counter: &AtomicUsize, old: usize, new: usize) {
+    if new > old {
+        counter.fetch_add(new - old, Ordering::Relaxed);
+    } else if old > new {
+        counter.fetch_sub(old - new, Ordering::Relaxed);
     }
 }
 
 impl Drop for SegmentSet {
     fn drop(&mut self) {
         if let Some(f) = &self.files {
-            f.0.fetch_sub(self.counted, Ordering::Relaxed);
+            f.files.fetch_sub(self.counted, Ordering::Relaxed);
+            f.buffered.fetch_sub(self.buffered, Ordering::Relaxed);
         }
     }
 }
@@ -112,6 +141,7 @@ impl SegmentSet {
             resting: false,
             files: None,
             counted: 0,
+            buffered: 0,
         })
     }
 
@@ -215,6 +245,7 @@ impl SegmentSet {
             resting: false,
             files: None,
             counted: 0,
+            buffered: 0,
         };
         set.verify_last()?;
         Ok(set)
@@ -222,15 +253,18 @@ impl SegmentSet {
 
     /// Counts this set's descriptors in `files` from now on (the store's count, which
     /// [`SegmentSet::rest`] lowers).
-    pub(crate) fn count_in(&mut self, files: &Arc<OpenFiles>) {
+    pub(crate) fn count_in(&mut self, files: &Arc<SegmentUse>) {
         if let Some(old) = self.files.replace(files.clone()) {
-            old.0.fetch_sub(self.counted, Ordering::Relaxed);
+            old.files.fetch_sub(self.counted, Ordering::Relaxed);
+            old.buffered.fetch_sub(self.buffered, Ordering::Relaxed);
         }
         self.counted = 0;
+        self.buffered = 0;
         self.recount();
+        self.recount_buffers();
     }
 
-    /// Whether this set is counted in a store's [`OpenFiles`].
+    /// Whether this set is counted in a store's [`SegmentUse`].
     pub(crate) fn is_counted(&self) -> bool {
         self.files.is_some()
     }
@@ -239,13 +273,28 @@ impl SegmentSet {
     fn recount(&mut self) {
         let now: usize = self.segs.iter().map(Segment::files).sum();
         if let Some(f) = &self.files {
-            if now > self.counted {
-                f.0.fetch_add(now - self.counted, Ordering::Relaxed);
-            } else {
-                f.0.fetch_sub(self.counted - now, Ordering::Relaxed);
-            }
+            shift(&f.files, self.counted, now);
         }
         self.counted = now;
+    }
+
+    /// Brings this set's share of the store's write-buffer bytes up to date (only the last
+    /// segment buffers: a roll flushes and frees the buffers of the one before).
+    fn recount_buffers(&mut self) {
+        let now = self.segs.last().map_or(0, Segment::buffer_capacity);
+        if now != self.buffered {
+            if let Some(f) = &self.files {
+                shift(&f.buffered, self.buffered, now);
+            }
+            self.buffered = now;
+        }
+    }
+
+    /// Whether the store's write buffers are at or over [`WRITE_BUFFERS`] together.
+    fn buffers_tight(&self) -> bool {
+        self.files
+            .as_ref()
+            .is_some_and(|f| f.buffered() >= WRITE_BUFFERS)
     }
 
     /// The descriptors this set holds.
@@ -278,6 +327,7 @@ impl SegmentSet {
         self.resting = true;
         self.room = 0;
         self.recount();
+        self.recount_buffers();
         out.map(|()| all)
     }
 
@@ -369,10 +419,13 @@ impl SegmentSet {
             self.room = 0;
             self.roll_if_full(start)?;
         }
-        match self.segs.last_mut() {
-            Some(s) => s.write(body, hold),
+        let tight = self.buffers_tight();
+        let out = match self.segs.last_mut() {
+            Some(s) => s.write(body, hold, tight),
             None => Err(Error::corrupt(&*self.dir, "stream has no segment")),
-        }
+        };
+        self.recount_buffers();
+        out
     }
 
     /// Writes the buffered bytes to the log if placed bodies are held among them (one call for
@@ -475,6 +528,7 @@ impl SegmentSet {
                 s.flush()?;
                 s.unwritten = Vec::new();
                 s.idx_pending = Vec::new();
+                self.recount_buffers();
                 Ok(())
             }
             None => Ok(()),

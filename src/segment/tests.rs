@@ -4,6 +4,7 @@
 use super::*;
 use crate::name::Offset;
 use crate::state::Body;
+use set::WRITE_BUFFERS;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
@@ -376,7 +377,7 @@ fn room_made_for_a_batch_rolls_ahead_and_allocates_what_the_batch_writes() {
 #[test]
 fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     let dir = tempfile::tempdir().unwrap();
-    let files = std::sync::Arc::new(OpenFiles::default());
+    let files = std::sync::Arc::new(SegmentUse::default());
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
     set.count_in(&files);
     assert_eq!(
@@ -492,4 +493,60 @@ fn an_open_segment_holds_only_its_log_open() {
         reopened.flush(),
         Err(crate::Error::Corrupt { .. })
     ));
+}
+
+/// The store's write buffers are bounded together: while they are over [`WRITE_BUFFERS`], an
+/// append that would start an empty buffer is written to the log at once and the buffer's
+/// memory given back; under it, appends buffer again. The count follows each set's buffers
+/// and leaves with the set.
+#[test]
+fn write_buffers_past_the_store_budget_write_through() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let shared = std::sync::Arc::new(SegmentUse::default());
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    set.count_in(&shared);
+    let log = || std::fs::read(dir.path().join(format!("{:020}.log", 0))).unwrap();
+    let mut expect = Vec::new();
+    let add = |set: &mut SegmentSet, expect: &mut Vec<u8>, i: u32| {
+        let m = format!("buffered-{i:04}|").repeat(8);
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+    };
+    for i in 0..10 {
+        add(&mut set, &mut expect, i);
+    }
+    let own = shared.buffered();
+    assert!(own >= 10 * 120, "buffered bytes are counted: {own}");
+    assert!(
+        log()[..expect.len()].iter().all(|&b| b == 0),
+        "nothing written yet"
+    );
+    // The rest of the store takes the whole budget.
+    shared.buffered.fetch_add(WRITE_BUFFERS, Ordering::Relaxed);
+    set.flush().unwrap();
+    assert_eq!(
+        shared.buffered(),
+        WRITE_BUFFERS,
+        "a flush gives the buffers back"
+    );
+    for i in 10..20 {
+        add(&mut set, &mut expect, i);
+        let s = set.segs.last().unwrap();
+        assert_eq!(s.unwritten.capacity(), 0, "append {i} was buffered");
+        assert_eq!(
+            &log()[..expect.len()],
+            &expect[..],
+            "append {i} is in the log"
+        );
+    }
+    // Room again: appends buffer.
+    shared.buffered.fetch_sub(WRITE_BUFFERS, Ordering::Relaxed);
+    add(&mut set, &mut expect, 20);
+    assert!(set.segs.last().unwrap().unwritten.capacity() > 0);
+    let end = set.end();
+    let got: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, expect);
+    drop(set);
+    assert_eq!(shared.buffered(), 0, "a dropped set leaves the count");
 }
