@@ -418,6 +418,15 @@ impl Store {
         self.inner.set_max_stream_files(n)
     }
 
+    /// Puts the least recently used idle streams at rest until their segment files hold `n`
+    /// fewer descriptors (or no idle stream is left awake), whatever the budget; returns how
+    /// many descriptors were closed. For a program that ran out of descriptors elsewhere
+    /// (`brook serve` calls it when accepting a connection fails with `EMFILE`). Takes the
+    /// registry lock for a pass over the open streams.
+    pub fn shed_stream_files(&self, n: usize) -> usize {
+        self.inner.shed_stream_files(n)
+    }
+
     /// The store's running figures: appends, reads, bytes, group-commit batch sizes, sync and
     /// checkpoint latencies since the open, and the open streams and poisoned shards now. Cheap
     /// (atomic loads and one lock to count the open streams); what `GET /__brook/metrics` shows.

@@ -210,8 +210,8 @@ struct ServeArgs {
     /// Descriptors the open streams' segment files may hold (one per segment in use): idle
     /// streams beyond it are put at rest, their files closed until their next use. Default:
     /// what the open-file limit (raised to its hard limit) leaves after a reserve of 256 and
-    /// the connections open now, rounded up to 256, plus 1024 (at most `--max-connections`),
-    /// at least 128, following the connections as they open and close.
+    /// the sockets open now (connections, and those being refused), rounded up to 256, plus
+    /// 1024, at least 128, following the sockets as they open and close.
     #[arg(long)]
     max_stream_files: Option<usize>,
     /// Size at which a stream's segment is sealed and a new one started (4 KiB to 1 GiB): the

@@ -107,7 +107,23 @@ impl Engine {
         if files.get() <= budget {
             return;
         }
-        let target = budget - budget / 8;
+        self.rest_down_to(reg, budget - budget / 8);
+    }
+
+    /// Puts the least recently used idle streams at rest until the store's segment files hold
+    /// `n` fewer descriptors, or none is idle (see [`Engine::rest_if_over`]); returns how many
+    /// were closed. For a program that ran out of descriptors elsewhere.
+    pub(crate) fn shed_stream_files(&self, n: usize) -> usize {
+        let reg = self.registry.lock();
+        let before = self.counters.stream_files.get();
+        self.rest_down_to(&reg, before.saturating_sub(n));
+        before.saturating_sub(self.counters.stream_files.get())
+    }
+
+    /// Puts the least recently used idle streams at rest until the segment files hold
+    /// `target` descriptors or fewer; `reg` is the registry, held.
+    fn rest_down_to(&self, reg: &HashMap<String, Arc<Stream>>, target: usize) {
+        let files = &self.counters.stream_files;
         let mut awake: Vec<(u64, &Arc<Stream>)> = reg
             .values()
             .filter(|s| {

@@ -45,32 +45,47 @@ const LEND_HEADROOM: usize = 1024;
 /// The fewest descriptors a lent budget gives the streams.
 const LEND_MIN: usize = 128;
 
-/// Lends the store's streams the descriptors the server's connections leave
-/// ([`ServerConfig::lend_descriptors`]): `limit - 256 - min(max_connections,
-/// open rounded up to LEND_STEP + LEND_HEADROOM)`, at least [`LEND_MIN`], set again each time
-/// the open connections cross a step. A server sized for 10,000 connections under a 20,000
-/// limit that serves a few hundred then keeps 18,000 streams' files open, not 9,700; one that
-/// fills up with connections gives them their descriptors back as streams go to rest.
+/// Descriptors the streams put at rest when accepting a connection fails for want of one.
+pub(crate) const SHED_ON_EMFILE: usize = 512;
+
+/// Lends the store's streams the descriptors the server's sockets leave
+/// ([`ServerConfig::lend_descriptors`]): `limit - 256 - (sockets rounded up to LEND_STEP +
+/// LEND_HEADROOM)`, at least [`LEND_MIN`], set again each time the sockets cross a step.
+/// Sockets are every accepted connection, those being refused (over `max_connections`, for up
+/// to [`REFUSAL_GRACE`]) included. A server sized for 10,000 connections under a 20,000 limit
+/// that serves a few hundred then keeps 18,000 streams' files open, not 9,700; one that fills
+/// up with connections gives them their descriptors back as streams go to rest.
 pub(crate) struct Lender {
     store: Store,
     /// The soft open-file limit.
     limit: usize,
-    max_connections: usize,
-    /// The step of open connections the budget was last set for.
+    /// Sockets open now.
+    sockets: AtomicUsize,
+    /// The step of open sockets the budget was last set for.
     step: AtomicUsize,
     /// Held while the budget is set, so the last one set is for the newest step.
     setting: Mutex<()>,
 }
 
+/// One socket counted by a [`Lender`] until dropped.
+pub(crate) struct Socket(Arc<Lender>);
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        let now = self.0.sockets.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.0.follow(now);
+    }
+}
+
 impl Lender {
     /// A lender over `store`, its budget set for no connections; `None` when the open-file
     /// limit cannot be read.
-    pub(crate) fn new(store: Store, max_connections: usize) -> Option<Lender> {
+    pub(crate) fn new(store: Store) -> Option<Lender> {
         let limit = usize::try_from(crate::fs::raise_open_file_limit()?).unwrap_or(usize::MAX);
         let lender = Lender {
             store,
             limit,
-            max_connections,
+            sockets: AtomicUsize::new(0),
             step: AtomicUsize::new(0),
             setting: Mutex::new(()),
         };
@@ -78,20 +93,26 @@ impl Lender {
         Some(lender)
     }
 
-    /// `open` connections are open now: sets the budget again if they crossed a step.
-    pub(crate) fn follow(&self, open: usize) {
+    /// Counts an accepted socket until the returned value is dropped.
+    pub(crate) fn socket(self: &Arc<Self>) -> Socket {
+        let now = self.sockets.fetch_add(1, Ordering::Relaxed) + 1;
+        self.follow(now);
+        Socket(self.clone())
+    }
+
+    /// `open` sockets are open now: sets the budget again if they crossed a step.
+    fn follow(&self, open: usize) {
         let step = open.div_ceil(LEND_STEP);
         if self.step.swap(step, Ordering::Relaxed) != step {
             self.lend();
         }
     }
 
-    /// The budget for the connections of the newest step.
+    /// The budget for the sockets of a step.
     pub(crate) fn budget_for(&self, step: usize) -> usize {
-        let conns = (step * LEND_STEP + LEND_HEADROOM).min(self.max_connections);
         self.limit
             .saturating_sub(crate::fs::DESCRIPTOR_RESERVE as usize)
-            .saturating_sub(conns)
+            .saturating_sub(step * LEND_STEP + LEND_HEADROOM)
             .max(LEND_MIN)
     }
 

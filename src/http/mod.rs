@@ -207,9 +207,10 @@ pub struct ServerConfig {
     /// limit, `ulimit -n`).
     pub max_connections: usize,
     /// Give the store's streams the descriptors connections leave: the streams' segment files
-    /// may hold the open-file limit less a reserve of 256 and less the connections open now
-    /// (rounded up to 256) and 1024 more (at most `max_connections`), at least 128; the budget
-    /// follows the connections as they open and close
+    /// may hold the open-file limit less a reserve of 256 and less the sockets open now
+    /// (connections, and those being refused; rounded up to 256) and 1024 more, at least 128;
+    /// the budget follows the sockets as they open and close, and a failed accept for want of
+    /// descriptors puts 512 streams' files at rest at once
     /// ([`Store::set_max_stream_files`](crate::Store::set_max_stream_files)). Default false:
     /// the store keeps the `max_stream_files` it was opened with. `brook serve` turns it on
     /// unless `--max-stream-files` is given.
@@ -387,7 +388,7 @@ fn app_state(
     let budget = budget::Budget::new(config.max_memory);
     let lender = config
         .lend_descriptors
-        .then(|| limits::Lender::new(store.clone(), config.max_connections))
+        .then(|| limits::Lender::new(store.clone()))
         .flatten()
         .map(Arc::new);
     AppState {

@@ -585,3 +585,42 @@ fn checkpoint_threads_run_below_the_request_threads_priority() -> R {
     drop(store);
     Ok(())
 }
+
+/// The stream-file budget changes at run time: lowered, the next lookup puts the least
+/// recently used idle streams at rest (down to 7/8 of it); raised, streams woken stay awake.
+/// `shed_stream_files` closes what it is asked for whatever the budget, and every stream still
+/// reads what was written.
+#[test]
+fn the_stream_file_budget_moves_and_streams_can_be_shed() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), Options::default().with_max_stream_files(1000))?;
+    assert_eq!(store.max_stream_files(), 1000);
+    let names: Vec<StreamName> = (0..200).map(|i| name(&format!("budget/{i:03}"))).collect();
+    for (i, n) in names.iter().enumerate() {
+        store.create(n, text("text/plain"))?;
+        store.append(n, append(&format!("s{i}")))?;
+    }
+    assert_eq!(store.stats().stream_files, 200, "one descriptor per stream");
+    assert_eq!(store.set_max_stream_files(100), 100);
+    assert_eq!(store.stats().stream_file_budget, 100);
+    store.head(&names[0], &Guard::NONE)?;
+    assert!(
+        store.stats().stream_files <= 88,
+        "a lookup rests streams down to 7/8 of the lowered budget: {}",
+        store.stats().stream_files
+    );
+    // Not below 16.
+    assert_eq!(store.set_max_stream_files(3), 16);
+    assert_eq!(store.set_max_stream_files(1000), 1000);
+    for n in &names {
+        store.append(n, append("+"))?;
+    }
+    assert_eq!(store.stats().stream_files, 200, "woken streams stay awake");
+    let shed = store.shed_stream_files(50);
+    assert!(shed >= 50, "shed {shed}");
+    assert_eq!(store.stats().stream_files, 200 - shed as u64);
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(read_all(&store, n)?, format!("s{i}+").as_bytes());
+    }
+    Ok(())
+}

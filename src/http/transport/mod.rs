@@ -73,8 +73,17 @@ pub(crate) async fn run(
             Ok((stream, _peer)) => stream,
             Err(e) => {
                 // Out of descriptors or a connection that died in the backlog: keep serving
-                // the connections already open, and try again shortly.
+                // the connections already open, and try again shortly. Out of descriptors,
+                // the store first puts idle streams' files at rest (a surge of connections
+                // can outrun the lookups that keep the streams within a lowered budget).
                 tracing::warn!(error = %e, "accept failed");
+                if matches!(e.raw_os_error(), Some(23 | 24)) {
+                    let store = app.store.clone();
+                    let shed = move || store.shed_stream_files(limits::SHED_ON_EMFILE);
+                    if tokio::task::spawn_blocking(shed).await.unwrap_or(0) > 0 {
+                        continue;
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
@@ -313,6 +322,8 @@ async fn refuse_connection<F>(
     F: Fn() -> Response + Clone + Send + Sync + 'static,
 {
     use hyper_util::rt::{TokioExecutor, TokioIo};
+    // A refused connection holds its descriptor as long as this runs.
+    let _socket = app.lender.as_ref().map(limits::Lender::socket);
     let refuse = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
         let refusal = refusal.clone();
@@ -370,8 +381,8 @@ pub(crate) async fn accept_on(
 pub(crate) struct Open {
     /// The server's count of open connections.
     connections: Arc<std::sync::atomic::AtomicUsize>,
-    /// What lends the streams the descriptors connections leave, if the server does.
-    lender: Option<Arc<limits::Lender>>,
+    /// The socket, counted by the lender of descriptors, if the server lends them.
+    _socket: Option<limits::Socket>,
     /// The connection's buffers' share of the memory budget, when hyper serves it.
     _held: Option<budget::Lease>,
 }
@@ -379,13 +390,10 @@ pub(crate) struct Open {
 impl Open {
     /// Counts a connection in.
     pub(crate) fn count(app: &AppState, held: Option<budget::Lease>) -> Open {
-        let now = app.connections.fetch_add(1, Ordering::Relaxed) + 1;
-        if let Some(l) = &app.lender {
-            l.follow(now);
-        }
+        app.connections.fetch_add(1, Ordering::Relaxed);
         Open {
             connections: app.connections.clone(),
-            lender: app.lender.clone(),
+            _socket: app.lender.as_ref().map(limits::Lender::socket),
             _held: held,
         }
     }
@@ -394,9 +402,6 @@ impl Open {
 impl Drop for Open {
     /// Counts the connection out.
     fn drop(&mut self) {
-        let now = self.connections.fetch_sub(1, Ordering::Relaxed) - 1;
-        if let Some(l) = &self.lender {
-            l.follow(now);
-        }
+        self.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
