@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::http_support::{R, Served, spawn_serve};
+use crate::http_support::{R, Served, metric, spawn_serve};
 
 /// `brook serve` on `dir` under a hard and soft open-file limit of `nofile`.
 fn serve_limited(nofile: u32, dir: &std::path::Path) -> R<Served> {
@@ -245,12 +245,6 @@ fn serve_few_files(dir: &std::path::Path) -> R<Served> {
     spawn_serve(cmd)
 }
 
-/// The value of the unlabelled metric `name` in a Prometheus text exposition.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// Appends and reads at random over far more streams than may keep their files open, from
 /// many clients at once, with the registry free to hold every stream: the descriptors stay
 /// bounded by `--max-stream-files` (streams at rest close their files and reopen them on
@@ -342,9 +336,9 @@ async fn streams_at_rest_keep_descriptors_bounded_and_lose_nothing() -> R {
         acked.extend(a);
         assert!(failed.is_empty(), "requests failed: {failed:?}");
     }
-    // Sixteen streams' files, a stream woken per request in flight (two descriptors each,
-    // until the next lookup puts the least recently used to rest), the 48 connections, the
-    // journal and the runtime. Without rest, every stream touched keeps two: about 3,000.
+    // Sixteen streams' files, a stream woken per request in flight (a descriptor each, until
+    // the next lookup puts the least recently used to rest), the 48 connections, the journal
+    // and the runtime. Without rest, every stream touched keeps its log open: about 2,000.
     assert!(
         most_fds < 360,
         "{most_fds} descriptors open at once with files for 16 streams"
@@ -356,7 +350,7 @@ async fn streams_at_rest_keep_descriptors_bounded_and_lose_nothing() -> R {
         .await?
         .text()
         .await?;
-    let held = metric(&metrics, "brook_stream_files").expect("brook_stream_files is exported");
+    let held: f64 = metric(&metrics, "brook_stream_files").expect("brook_stream_files is exported");
     assert!(held <= 16.0 + 4.0, "{held} stream files held at rest");
     let open = metric(&metrics, "brook_open_streams").unwrap_or(f64::NAN);
     assert!(

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use crate::http_support::{R, Served, spawn_serve};
+use crate::http_support::{R, Served, metric, spawn_serve};
 
 /// `brook serve` in a shell that first runs `ulimit` with `limits`, serving streams.
 fn serve_limited(limits: &str, dir: &std::path::Path) -> R<Served> {
@@ -120,12 +120,6 @@ async fn a_low_open_file_limit_bounds_open_streams_instead_of_poisoning() -> R {
     );
     assert_eq!((status, body.as_str()), (200, "firstsecond"));
     Ok(())
-}
-
-/// The value of the metric line `name` (no labels) in a Prometheus text page.
-fn metric(page: &str, name: &str) -> Option<u64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// `brook serve`'s stream-file budget and the descriptors its streams hold, from its metrics.

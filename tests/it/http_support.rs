@@ -453,3 +453,9 @@ pub fn head_value(head: &str, name: &str) -> Option<String> {
             .then(|| v.trim().to_owned())
     })
 }
+
+/// The value of the unlabelled metric `name` in a Prometheus text exposition, as `T`.
+pub fn metric<T: std::str::FromStr>(text: &str, name: &str) -> Option<T> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
