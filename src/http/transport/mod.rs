@@ -40,8 +40,8 @@ pub(crate) async fn run(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Large mapped body slices leave by sendfile(2) (see socket.rs), which has no MSG_NOSIGNAL:
     // only where a peer that went away cannot end the process with SIGPIPE.
-    let sendfile = crate::fs::sigpipe_is_handled();
-    if !sendfile {
+    let sendfile = app.config.sendfile && crate::fs::sigpipe_is_handled();
+    if app.config.sendfile && !sendfile {
         tracing::info!(
             "SIGPIPE has its default action: read bodies are copied to sockets, not sent with sendfile"
         );
