@@ -293,9 +293,7 @@ impl Error {
 
     /// Whether this is an I/O error for want of a file descriptor (`EMFILE` or `ENFILE`).
     pub(crate) fn is_out_of_descriptors(&self) -> bool {
-        const ENFILE: i32 = 23;
-        const EMFILE: i32 = 24;
-        matches!(self, Error::Io(e) if matches!(e.raw_os_error(), Some(EMFILE | ENFILE)))
+        matches!(self, Error::Io(e) if io_out_of_descriptors(e))
     }
 
     /// `TooManyOpenFiles` for an error of [`Error::is_out_of_descriptors`], this error otherwise.
@@ -399,4 +397,11 @@ impl std::fmt::Display for StagedLimit {
             }
         }
     }
+}
+
+/// Whether `e` is `EMFILE` or `ENFILE`: the process or the system ran out of descriptors.
+pub(crate) fn io_out_of_descriptors(e: &std::io::Error) -> bool {
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    matches!(e.raw_os_error(), Some(EMFILE | ENFILE))
 }

@@ -109,7 +109,7 @@ impl Lender {
     }
 
     /// The budget for the sockets of a step.
-    pub(crate) fn budget_for(&self, step: usize) -> usize {
+    fn budget_for(&self, step: usize) -> usize {
         self.limit
             .saturating_sub(crate::fs::DESCRIPTOR_RESERVE as usize)
             .saturating_sub(step * LEND_STEP + LEND_HEADROOM)

@@ -77,7 +77,7 @@ pub(crate) async fn run(
                 // the store first puts idle streams' files at rest (a surge of connections
                 // can outrun the lookups that keep the streams within a lowered budget).
                 tracing::warn!(error = %e, "accept failed");
-                if matches!(e.raw_os_error(), Some(23 | 24)) {
+                if crate::error::io_out_of_descriptors(&e) {
                     let store = app.store.clone();
                     let shed = move || store.shed_stream_files(limits::SHED_ON_EMFILE);
                     if tokio::task::spawn_blocking(shed).await.unwrap_or(0) > 0 {
