@@ -318,3 +318,75 @@ async fn probes_are_answered_with_the_connection_cap_full() -> R {
     drop(held);
     Ok(())
 }
+
+/// A connection holds a read buffer only while a request is arriving on it: keep-alive
+/// connections between requests and SSE subscribers hold none of the memory budget's
+/// `connection_buffers`, nor do connections that have sent nothing yet, so ten thousand idle
+/// clients cost no buffers; one whose head is half sent holds one until its request is read
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_connections_reading_a_request_hold_a_read_buffer() -> R {
+    let s = Server::start().await?;
+    s.create("/buf/s", "text/plain").await?;
+    let buffers = "brook_memory_held_bytes{use=\"connection_buffers\"}";
+    let append = "POST /buf/s HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\n\
+                  Content-Length: 5\r\n\r\nhello";
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        let mut c = TcpStream::connect(addr(&s)).await?;
+        c.write_all(append.as_bytes()).await?;
+        assert!(answer(&mut c).await?.starts_with("HTTP/1.1 204"));
+        idle.push(c);
+    }
+    let mut tails = Vec::new();
+    for _ in 0..10 {
+        let mut c = TcpStream::connect(addr(&s)).await?;
+        c.write_all(b"GET /buf/s?offset=-1&live=sse HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await?;
+        assert!(answer(&mut c).await?.starts_with("HTTP/1.1 200"));
+        tails.push(c);
+    }
+    // Connections that have sent nothing yet hold none either (a new socket is reported
+    // readable before its first bytes arrive).
+    let mut silent = Vec::new();
+    for _ in 0..10 {
+        silent.push(TcpStream::connect(addr(&s)).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = metric(&s, buffers).await?;
+    assert!(
+        held < 1.0,
+        "{held} bytes held: idle, SSE and silent connections"
+    );
+    // Heads half sent: each of these connections holds a buffer until its request is whole.
+    let (head, rest) = append.split_at(30);
+    let mut partial = Vec::new();
+    for _ in 0..10 {
+        let mut c = TcpStream::connect(addr(&s)).await?;
+        c.write_all(head.as_bytes()).await?;
+        partial.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = metric(&s, buffers).await?;
+    assert!(
+        held >= 10.0 * 4096.0,
+        "ten requests arriving hold {held} bytes"
+    );
+    for c in &mut partial {
+        c.write_all(rest.as_bytes()).await?;
+        assert!(answer(c).await?.starts_with("HTTP/1.1 204"));
+    }
+    // Every connection still open, all of them between requests: no buffer held.
+    let held = metric(&s, buffers).await?;
+    assert!(
+        held < 1.0,
+        "{held} bytes held: after the partial heads were completed"
+    );
+    // The idle ones still serve their next request.
+    for c in idle.iter_mut().take(5) {
+        c.write_all(append.as_bytes()).await?;
+        assert!(answer(c).await?.starts_with("HTTP/1.1 204"));
+    }
+    assert_eq!(s.read_all("/buf/s").await?.len(), 5 * 35);
+    Ok(())
+}

@@ -82,6 +82,11 @@ impl Socket {
         ))
     }
 
+    /// Ready when a read may find bytes or the peer's end (see `h1::Io::poll_read_ready`).
+    pub(crate) fn read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.tcp.poll_read_ready(cx)
+    }
+
     /// Passes a write's outcome on, timing how long writes stay pending: a write that is still
     /// pending `stall_limit` after the first one that could not proceed fails with `TimedOut`.
     fn guard<T>(&mut self, cx: &mut Context<'_>, res: Poll<io::Result<T>>) -> Poll<io::Result<T>> {

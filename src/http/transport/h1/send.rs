@@ -34,6 +34,10 @@ pub(super) async fn respond<S: Io>(
     mut close: bool,
 ) -> io::Result<bool> {
     out.clear();
+    if out.capacity() == 0 {
+        // An idle connection gave its buffer back.
+        *out = super::spare::out_buf();
+    }
     // Whether the handler set `Content-Length` or `Date` itself (a typed head never does), and
     // an SSE body's seat at its stream's writer.
     let (status, mut body, declared, dated, seat) = match answer {
@@ -276,7 +280,10 @@ async fn send_body<S: Io>(
         {
             Poll::Ready(next) => next,
             Poll::Pending => {
-                let (wrote, yielded) = unyielding(queue.write(socket, out, &pieces)).await;
+                let (wrote, yielded) = {
+                    let write = std::pin::pin!(queue.write(socket, out, &pieces));
+                    unyielding(write).await
+                };
                 wrote?;
                 pieces.clear();
                 out.clear();
@@ -298,7 +305,7 @@ async fn send_body<S: Io>(
                             // unfinished chunk first. Meanwhile nothing is rendered here:
                             // the buffers go back (a parked subscriber may sleep for
                             // minutes) and are taken again by the next frame.
-                            *out = Vec::new();
+                            super::spare::give_out(std::mem::take(out));
                             pieces = Vec::new();
                             woken().await;
                             let rest = seat.reclaim();
@@ -361,16 +368,29 @@ async fn send_body<S: Io>(
 
 /// Runs `f` to its end; with its output, whether it ever returned `Pending` (the task was then
 /// polled again before it ended).
-async fn unyielding<F: Future>(f: F) -> (F::Output, bool) {
-    let mut f = std::pin::pin!(f);
-    let mut yielded = false;
-    let out = std::future::poll_fn(|cx| {
-        let r = f.as_mut().poll(cx);
-        yielded |= r.is_pending();
-        r
-    })
-    .await;
-    (out, yielded)
+fn unyielding<F: Future + Unpin>(f: F) -> Unyielding<F> {
+    Unyielding { f, yielded: false }
+}
+
+/// [`unyielding`]'s future: `f` held once (an `async fn` would hold it twice, as its argument
+/// and pinned), since this future is part of every SSE connection's.
+struct Unyielding<F> {
+    f: F,
+    yielded: bool,
+}
+
+impl<F: Future + Unpin> Future for Unyielding<F> {
+    type Output = (F::Output, bool);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.f).poll(cx) {
+            Poll::Ready(out) => Poll::Ready((out, self.yielded)),
+            Poll::Pending => {
+                self.yielded = true;
+                Poll::Pending
+            }
+        }
+    }
 }
 
 /// The body's next frame, polled only once the task is woken. Right after a poll that found
