@@ -63,3 +63,39 @@ pub(super) fn give_out(mut out: Vec<u8>) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Buf, Bytes};
+
+    use super::*;
+
+    fn kept() -> usize {
+        READ.with(|s| s.borrow().len())
+    }
+
+    /// A buffer whose request was copied out of it is kept for the next; one whose allocation
+    /// went with a body is not, and the kept ones are bounded.
+    #[test]
+    fn read_buffers_are_kept_when_nothing_else_holds_them() {
+        let before = kept();
+        let mut buf = read_buf();
+        buf.extend_from_slice(&[b'x'; 300]);
+        let head = Bytes::copy_from_slice(&buf[..200]);
+        buf.advance(300);
+        give_read(buf);
+        assert_eq!(kept(), before + 1, "a read buffer copied out of is kept");
+        let mut buf = read_buf();
+        assert_eq!(kept(), before);
+        assert_eq!(buf.capacity(), READ_BUF);
+        buf.extend_from_slice(&[b'y'; 5000]);
+        let body = buf.split_to(5000).freeze();
+        give_read(buf);
+        assert_eq!(kept(), before, "a buffer a body holds is not kept");
+        assert_eq!((head.len(), body.len()), (200, 5000));
+        for _ in 0..2 * KEEP {
+            give_read(BytesMut::with_capacity(READ_BUF));
+        }
+        assert_eq!(kept(), KEEP);
+    }
+}
