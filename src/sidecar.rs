@@ -223,7 +223,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut scratch = Vec::new();
         let mut long = state(1);
-        long.config.content_type = "x".repeat(2000);
+        std::sync::Arc::make_mut(&mut long.config).content_type = "x".repeat(2000);
         write_with(&mut scratch, dir.path(), 1, 10, &long).unwrap();
         // A shorter state next, to another stream's slot: nothing of the longer image leaks in.
         let other = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@
 //! `body`; the unit tests in `tests`.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::codec::{Dec, Enc};
@@ -72,7 +73,9 @@ pub(crate) struct ProducerState {
 /// Everything a stream is, besides its data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StreamState {
-    pub(crate) config: Config,
+    /// Fixed per incarnation, so one copy is shared by the stream's states (staged, applied)
+    /// and the stream itself.
+    pub(crate) config: Arc<Config>,
     /// First offset held by the stream's own segments (the fork point, or zero).
     pub(crate) base: Offset,
     pub(crate) tail: Offset,
@@ -162,7 +165,7 @@ impl StreamState {
     /// divergence point, or zero).
     pub(crate) fn new(config: Config, base: Offset) -> Self {
         StreamState {
-            config,
+            config: Arc::new(config),
             base,
             tail: base,
             closed: false,
@@ -486,7 +489,7 @@ impl StreamState {
             producer::decode_digests(d, &mut producers)?;
         }
         Some(StreamState {
-            config,
+            config: Arc::new(config),
             base,
             tail,
             closed,

@@ -102,7 +102,7 @@ impl Engine {
         for name in self.list("")? {
             let s = self.live(&name)?;
             let mut state = s.data.lock().state.clone();
-            state.config.fork = None;
+            std::sync::Arc::make_mut(&mut state.config).fork = None;
             state.forks.clear();
             state.soft_deleted = false;
             state.base = state.earliest;

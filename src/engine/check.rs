@@ -132,7 +132,7 @@ impl Engine {
         let name = sidecar::load(dir)
             .ok()
             .flatten()
-            .map(|sc| sc.state.config.name);
+            .map(|sc| sc.state.config.name.clone());
         if let Some(n) = &name {
             self.registry.lock().remove(n.as_str());
             self.names.remove(n)?;

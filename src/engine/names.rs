@@ -285,7 +285,7 @@ fn scan_sidecars(root: &Path) -> Result<BTreeSet<String>> {
     for top in tops.flatten() {
         for dir in std::fs::read_dir(top.path())?.flatten() {
             if let Some(sc) = sidecar::load(&dir.path())? {
-                set.insert(sc.state.config.name);
+                set.insert(sc.state.config.name.clone());
             }
         }
     }

@@ -426,7 +426,7 @@ impl Engine {
         }
         Ok(StreamName::new(name).ok().map(|n| StreamListing {
             name: n,
-            content_type: st.config.content_type,
+            content_type: st.config.content_type.clone(),
             tail: st.tail,
             closed: st.closed,
         }))

@@ -27,8 +27,8 @@ pub(crate) struct Stream {
     pub(super) dir: PathBuf,
     /// The journal shard all of this stream's records go to.
     pub(super) shard: usize,
-    /// The incarnation's fixed configuration (the same in every state below).
-    pub(super) config: Config,
+    /// The incarnation's fixed configuration (the same in every state below, shared).
+    pub(super) config: Arc<Config>,
     pub(super) incarnation: Incarnation,
     /// The content type is JSON: reads and positions work on whole messages.
     pub(super) json: bool,

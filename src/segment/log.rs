@@ -366,8 +366,9 @@ impl Segment {
     /// growing the files as needed (sparse lengths: the writer set their blocks aside before
     /// the batch, `segment/room.rs`).
     ///
-    /// `tight`: the store's write buffers are over their budget: a body that would start an
-    /// empty buffer is written through instead, and the buffer's memory given back.
+    /// `tight`: the store's write buffers are over their budget: a body that does not fit the
+    /// room the buffer has (all of it for an empty buffer) is written through with what the
+    /// buffer holds, and the buffer's memory given back.
     pub(super) fn write(&mut self, body: &Body, hold: bool, tight: bool) -> Result<()> {
         // The index grows first: once the body's bytes are written or buffered, only its
         // entries are left to add, so a failure cannot leave bytes buffered past `end`.
@@ -383,7 +384,10 @@ impl Segment {
             )?;
             self.log_cap = cap;
         }
-        let through = tight && !hold && self.unwritten.is_empty();
+        // Past the store's budget a buffer does not grow: a body that does not fit the room
+        // it has is written with what it holds, and the buffer is given back.
+        let through =
+            tight && !hold && self.unwritten.len() + body.data.len() > self.unwritten.capacity();
         if body.data.len() >= WRITE_THROUGH || through {
             self.flush_log()?;
             if through {

@@ -497,7 +497,8 @@ fn an_open_segment_holds_only_its_log_open() {
 
 /// The store's write buffers are bounded together: while they are over [`WRITE_BUFFERS`], an
 /// append that would start an empty buffer is written to the log at once and the buffer's
-/// memory given back; under it, appends buffer again. The count follows each set's buffers
+/// memory given back, and a buffer holding bytes takes only what fits its room (the append that
+/// does not fit is written with them); under it, appends buffer again. The count follows each set's buffers
 /// and leaves with the set.
 #[test]
 fn write_buffers_past_the_store_budget_write_through() {
@@ -543,7 +544,34 @@ fn write_buffers_past_the_store_budget_write_through() {
     // Room again: appends buffer.
     shared.buffered.fetch_sub(WRITE_BUFFERS, Ordering::Relaxed);
     add(&mut set, &mut expect, 20);
-    assert!(set.segs.last().unwrap().unwritten.capacity() > 0);
+    let room = set.segs.last().unwrap().unwritten.capacity();
+    assert!(room > 0);
+    // Past the budget again with bytes buffered: the buffer takes what fits its room and does
+    // not grow; the body that does not fit is written with the buffered bytes, and the buffer
+    // goes back.
+    shared.buffered.fetch_add(WRITE_BUFFERS, Ordering::Relaxed);
+    let mut i = 21;
+    loop {
+        let before = set.segs.last().unwrap().unwritten.len();
+        add(&mut set, &mut expect, i);
+        i += 1;
+        let s = set.segs.last().unwrap();
+        assert!(
+            s.unwritten.capacity() <= room,
+            "the buffer grew past the budget"
+        );
+        if s.unwritten.capacity() == 0 {
+            assert!(before > 0);
+            assert_eq!(
+                &log()[..expect.len()],
+                &expect[..],
+                "buffer and body written"
+            );
+            break;
+        }
+        assert!(i < 100, "the buffer never filled");
+    }
+    shared.buffered.fetch_sub(WRITE_BUFFERS, Ordering::Relaxed);
     let end = set.end();
     let got: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, expect);

@@ -325,7 +325,8 @@ fn producer_digests_are_the_write_identity() {
     // With a retention policy too, both follow the flags byte (the policy first) and both
     // survive.
     let mut both = s.clone();
-    both.config.retention = crate::RetentionPolicy::new().max_age(60).max_bytes(1 << 20);
+    std::sync::Arc::make_mut(&mut both.config).retention =
+        crate::RetentionPolicy::new().max_age(60).max_bytes(1 << 20);
     let mut e2 = Enc::default();
     both.encode(&mut e2);
     assert_eq!(StreamState::decode(&mut Dec::new(&e2.buf)), Some(both));
