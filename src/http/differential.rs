@@ -222,7 +222,7 @@ impl Http1Check {
             builder: self.builder.clone(),
             watcher: graceful.watcher(),
         };
-        let open = Open::count(&self.app, None);
+        let open = Open::count(&self.app, None, None);
         let serve = h1::serve_with(
             self.app.clone(),
             recorder.clone(),

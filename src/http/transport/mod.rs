@@ -88,6 +88,9 @@ pub(crate) async fn run(
                 continue;
             }
         };
+        // Every accepted socket is counted by the lender of descriptors, however it is served
+        // (refused ones too): the guard goes with the connection.
+        let lent = app.lender.as_ref().map(limits::Lender::socket);
         // A response head leaves in one `writev` (with the body when it is small or not mapped);
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
@@ -95,7 +98,8 @@ pub(crate) async fn run(
         if app.connections.load(Ordering::Relaxed) >= app.config.max_connections {
             app.edge.connections_refused.fetch_add(1, Ordering::Relaxed);
             let refusal = || limits::too_many_connections();
-            tokio::spawn(refuse_connection(app.clone(), stream, acceptor(), refusal));
+            let refused = refuse_connection(app.clone(), stream, acceptor(), refusal, lent);
+            tokio::spawn(refused);
             continue;
         }
         // A connection hyper serves (TLS, the admin listener, `hyper_http1`) holds its
@@ -112,13 +116,14 @@ pub(crate) async fn run(
                 let limit = app.budget.limit();
                 let refusal =
                     move || budget::over_budget(budget::Use::Buffers, limit).into_response();
-                tokio::spawn(refuse_connection(app.clone(), stream, acceptor(), refusal));
+                let refused = refuse_connection(app.clone(), stream, acceptor(), refusal, lent);
+                tokio::spawn(refused);
                 continue;
             }
         } else {
             None
         };
-        let open = Open::count(&app, held);
+        let open = Open::count(&app, held, lent);
         // The admin listener is plain HTTP/1.1 (a private address), whatever the main one is.
         if let Some(tls) = tls.as_ref().filter(|_| !admin_only) {
             tokio::spawn(serve_tls(
@@ -310,7 +315,7 @@ async fn serve_tls(
 
 /// Answers a connection the server cannot take (over `max_connections`, or past the memory
 /// budget) with `refusal` (after the TLS handshake, on a TLS listener) and closes it after at
-/// most [`limits::REFUSAL_GRACE`]. Liveness and readiness (`/__brook/live`, `/__brook/ready`,
+/// most [`limits::REFUSAL_GRACE`], its descriptor counted by `_lent` until then. Liveness and readiness (`/__brook/live`, `/__brook/ready`,
 /// `/__brook/health`) keep this way in: they are answered as on any connection, so a full
 /// server still tells its orchestrator how it is.
 async fn refuse_connection<F>(
@@ -318,12 +323,11 @@ async fn refuse_connection<F>(
     tcp: tokio::net::TcpStream,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     refusal: F,
+    _lent: Option<limits::Socket>,
 ) where
     F: Fn() -> Response + Clone + Send + Sync + 'static,
 {
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    // A refused connection holds its descriptor as long as this runs.
-    let _socket = app.lender.as_ref().map(limits::Lender::socket);
     let refuse = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
         let refusal = refusal.clone();
@@ -388,12 +392,16 @@ pub(crate) struct Open {
 }
 
 impl Open {
-    /// Counts a connection in.
-    pub(crate) fn count(app: &AppState, held: Option<budget::Lease>) -> Open {
+    /// Counts a connection in, with its lender's count of its socket (`lent`).
+    pub(crate) fn count(
+        app: &AppState,
+        held: Option<budget::Lease>,
+        lent: Option<limits::Socket>,
+    ) -> Open {
         app.connections.fetch_add(1, Ordering::Relaxed);
         Open {
             connections: app.connections.clone(),
-            _socket: app.lender.as_ref().map(limits::Lender::socket),
+            _socket: lent,
             _held: held,
         }
     }
