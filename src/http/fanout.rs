@@ -93,7 +93,7 @@ impl Feed for Tail {
             expect: Some(source.incarnation.clone()),
             whole_messages: false,
         };
-        let chunk = read_woken(&source.app, &source.name, &req).ok()?;
+        let chunk = read_woken(&source.app.store, &source.name, &req).ok()?;
         if !has_data(&chunk) {
             return None;
         }

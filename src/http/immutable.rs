@@ -98,7 +98,7 @@ pub(crate) async fn chunk(
         expect: Some(token),
         whole_messages: false,
     };
-    let mut chunk = read_chunk(app, &name, req).await?;
+    let mut chunk = read_chunk(&app.store, &name, req).await?;
     // The engine plans a read from its start and length alone, and the bytes below the tail
     // never change: an answer that ends there (or at a closed tail) is final for this URL.
     let fixed = !chunk.up_to_date || chunk.closed;

@@ -245,16 +245,16 @@ fn chunk_reply(status: StatusCode, chunk: &mut ReadChunk) -> Reply {
 /// Reads one chunk: on this worker when the engine can serve it without touching the disk,
 /// otherwise on the blocking pool.
 pub(super) async fn read_chunk(
-    app: &AppState,
+    store: &crate::Store,
     name: &StreamName,
     req: ReadRequest,
 ) -> Result<ReadChunk, ApiError> {
     // An open stream's verified range is read right here (index lookups and map slicing); the
     // rest goes to a blocking thread.
-    if let Some(read) = app.store.try_read(name, &req) {
+    if let Some(read) = store.try_read(name, &req) {
         return read.map_err(|e| ApiError::Store(e, Op::Read));
     }
-    let store = app.store.clone();
+    let store = store.clone();
     let name = name.clone();
     blocking(Op::Read, move || store.read(&name, &req)).await
 }
@@ -266,11 +266,11 @@ pub(super) async fn read_chunk(
 /// 1000 SSE subscribers would fill the pool's 512 threads and spend about a third of the CPU in
 /// futex calls.
 pub(super) fn read_woken(
-    app: &AppState,
+    store: &crate::Store,
     name: &StreamName,
     req: &ReadRequest,
 ) -> Result<ReadChunk, ApiError> {
-    app.store
+    store
         .read(name, req)
         .map_err(|e| ApiError::Store(e, Op::Read))
 }
@@ -309,7 +309,7 @@ async fn catch_up(
 ) -> Result<Answer, ApiError> {
     let from = p.from.unwrap_or(ReadFrom::Start);
     let mut chunk = read_chunk(
-        app,
+        &app.store,
         &name,
         ReadRequest {
             from,
@@ -368,7 +368,7 @@ async fn long_poll(
     let url = (&name, std::mem::discriminant(&from), at);
     let cursor = collapsing_cursor(p.cursor, SystemTime::now(), url);
     let mut chunk = read_chunk(
-        app,
+        &app.store,
         &name,
         ReadRequest {
             from,
@@ -423,7 +423,7 @@ async fn long_poll(
             expect: expect.clone(),
             whole_messages: p.whole_messages,
         };
-        chunk = read_woken(app, &name, &req)?;
+        chunk = read_woken(&app.store, &name, &req)?;
     }
 }
 

@@ -36,7 +36,7 @@ pub(super) async fn extend(
             expect: expect.cloned(),
             whole_messages: false,
         };
-        let Ok(more) = read_chunk(app, name, req).await else {
+        let Ok(more) = read_chunk(&app.store, name, req).await else {
             break;
         };
         if more.incarnation != chunk.incarnation || more.data_len == 0 || more.start != chunk.next {

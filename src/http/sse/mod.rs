@@ -15,7 +15,7 @@ use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -23,11 +23,12 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use tokio::sync::futures::OwnedNotified;
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
-use crate::Watch;
 use crate::headers::{InvalidHeader, parse_read_from};
 use crate::{Incarnation, Offset, ReadChunk, ReadFrom, ReadRequest, StreamName, is_json};
+use crate::{Store, Watch};
 
 mod render;
 
@@ -102,8 +103,12 @@ enum Woke {
     reason = "independent facts about one connection (JSON content, told up to date, ended, just woken, shutdown armed), each read on its own"
 )]
 struct Sse {
-    /// The server's shared state.
-    app: AppState,
+    /// The store read (not the whole server state: this is kept per subscriber).
+    store: Store,
+    /// Turns `true` when the server shuts down.
+    down: watch::Receiver<bool>,
+    /// How long the connection may stay silent before a keep-alive comment.
+    keepalive: Duration,
     /// The stream read.
     name: StreamName,
     /// The stream held for waiting on it (no lookup per wait).
@@ -173,9 +178,9 @@ impl Sse {
             whole_messages: false,
         };
         if std::mem::take(&mut self.woken) {
-            return read_woken(&self.app, &self.name, &req).ok();
+            return read_woken(&self.store, &self.name, &req).ok();
         }
-        read_chunk(&self.app, &self.name, req).await.ok()
+        read_chunk(&self.store, &self.name, req).await.ok()
     }
 
     /// A text event must be valid UTF-8 on its own: a chunk cut inside a character (only a
@@ -196,7 +201,7 @@ impl Sse {
             expect: Some(self.incarnation.clone()),
             whole_messages: false,
         };
-        read_chunk(&self.app, &self.name, req).await.ok()
+        read_chunk(&self.store, &self.name, req).await.ok()
     }
 
     /// The frame this connection's read at `next` would render now, if its stream's tail
@@ -313,7 +318,7 @@ impl Sse {
                 // connection's task, the same for every poll), so after that it is only looked
                 // at: polled again once it is set. The flag turns true before the signal is
                 // sent, so a connection that began after the signal sees the flag.
-                let down = *self.app.shutdown.borrow();
+                let down = *self.down.borrow();
                 if !self.shutdown_armed || down {
                     self.shutdown_armed = true;
                     if down || self.shutdown.as_mut().poll(cx).is_ready() {
@@ -326,7 +331,7 @@ impl Sse {
                 Poll::Pending
             })
             .await;
-            let keepalive = self.app.config.sse_keepalive;
+            let keepalive = self.keepalive;
             let (deadline, last_sent) = (self.deadline, self.last_sent);
             if let ControlFlow::Break(end) =
                 Self::after_wake(woke, &mut self.timer, deadline, last_sent, keepalive)
@@ -394,7 +399,7 @@ impl Sse {
     /// Notes a frame going out now; the timer's next stop is the keep-alive after it.
     fn sent(&mut self, now: Instant) {
         self.last_sent = now;
-        let next = (now + self.app.config.sse_keepalive).min(self.deadline);
+        let next = (now + self.keepalive).min(self.deadline);
         if self.timer.deadline() < now {
             self.timer.as_mut().reset(next);
         }
@@ -434,7 +439,7 @@ pub(super) async fn respond(
     let slot = app.live_reader(&name)?;
     // The first read happens before the response starts, so a missing stream is still a 404.
     let first = read_chunk(
-        app,
+        &app.store,
         &name,
         ReadRequest {
             from,
@@ -486,7 +491,9 @@ pub(super) async fn respond(
     );
     let handle = SeatHandle(seat.clone());
     let state = Sse {
-        app: app.clone(),
+        store: app.store.clone(),
+        down: app.shutdown.clone(),
+        keepalive: app.config.sse_keepalive,
         name,
         watch,
         tail,
