@@ -282,6 +282,112 @@ pub(crate) fn sigpipe_is_handled() -> bool {
     handler != libc::SIG_DFL
 }
 
+/// The smoothed round-trip time the kernel holds for a TCP socket (`TCP_INFO`'s `tcpi_rtt`),
+/// which for an accepted socket is measured on the handshake; `None` when unknown (zero: a
+/// socket accepted by a SYN cookie has no measurement) or when the call fails.
+#[cfg(feature = "http")]
+pub(crate) fn tcp_rtt(socket: std::os::fd::BorrowedFd<'_>) -> Option<std::time::Duration> {
+    use std::os::fd::AsRawFd;
+    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::tcp_info>()).ok()?;
+    #[expect(
+        unsafe_code,
+        reason = "getsockopt(2) of TCP_INFO into a zeroed tcp_info of the length passed"
+    )]
+    // SAFETY: `info` is valid and writable for `len` bytes; the kernel writes at most `len`
+    // bytes and sets `len` to what it wrote. A zeroed tcp_info is a valid value, so reading
+    // fields the kernel did not write (an older kernel's shorter struct) reads zeros.
+    let rtt = unsafe {
+        let ret = libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &raw mut len,
+        );
+        if ret != 0 {
+            return None;
+        }
+        info.assume_init().tcpi_rtt
+    };
+    (rtt > 0).then(|| std::time::Duration::from_micros(u64::from(rtt)))
+}
+
+/// Fixes a socket's send buffer at `bytes` (`SO_SNDBUF`: the kernel doubles the value for its
+/// bookkeeping, caps it at `net.core.wmem_max`, and stops growing the buffer on its own).
+#[cfg(feature = "http")]
+pub(crate) fn set_send_buffer(
+    socket: std::os::fd::BorrowedFd<'_>,
+    bytes: usize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value = libc::c_int::try_from(bytes)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    #[expect(
+        unsafe_code,
+        reason = "setsockopt(2) of SO_SNDBUF from a live c_int of the length passed"
+    )]
+    // SAFETY: `value` is a live c_int and `len` is its size; the kernel only reads it.
+    let ret = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&raw const value).cast(),
+            len,
+        )
+    };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A socket's send buffer as the kernel reports it (`SO_SNDBUF`: twice what was set).
+#[cfg(all(test, feature = "http"))]
+pub(crate) fn send_buffer(socket: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut value: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    #[expect(
+        unsafe_code,
+        reason = "getsockopt(2) of SO_SNDBUF into a live c_int of the length passed"
+    )]
+    // SAFETY: `value` is a live, writable c_int and `len` its size.
+    let ret = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&raw mut value).cast(),
+            &raw mut len,
+        )
+    };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    usize::try_from(value).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))
+}
+
+/// The largest send buffer a socket can be given with `SO_SNDBUF` and still be as large as the
+/// kernel would grow it on its own: the smaller of `net.core.wmem_max` and the third field of
+/// `net.ipv4.tcp_wmem`. `None` when either cannot be read (not Linux).
+#[cfg(feature = "http")]
+pub(crate) fn send_buffer_ceiling() -> Option<usize> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let wmem_max: usize = read("/proc/sys/net/core/wmem_max")?.trim().parse().ok()?;
+    let tcp_max: usize = read("/proc/sys/net/ipv4/tcp_wmem")?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()?;
+    Some(wmem_max.min(tcp_max))
+}
+
 /// Descriptors kept back from stream files for the journals, snapshots, listeners, logs and
 /// the embedding program, in [`stream_files_for_descriptors`].
 pub(crate) const DESCRIPTOR_RESERVE: u64 = 256;

@@ -18,7 +18,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use brook::http::{
-    AccessControl, JwtAlgorithm, JwtKey, ServerConfig, Tls, serve_starting, serve_with_admin,
+    AccessControl, JwtAlgorithm, JwtKey, SendBuffer, ServerConfig, Tls, serve_starting,
+    serve_with_admin,
 };
 use brook::{Durability, Error, Options, Store, TierOptions};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -338,9 +339,15 @@ struct ServeArgs {
     hyper_http1: bool,
     /// Write large catch-up bodies from the maps instead of sending them from the segment
     /// files with sendfile(2): for clients on the same machine (a proxy or cache in front on
-    /// loopback), which then read faster, at more server CPU per byte.
+    /// loopback), which then read somewhat faster, at more server CPU per byte.
     #[arg(long)]
     no_sendfile: bool,
+    /// Each connection's kernel send buffer: `auto` (a fixed buffer of the bandwidth-delay
+    /// product at 10 Gbit/s, at least 128 KiB, for peers a few milliseconds away or nearer; the
+    /// kernel's own growth for the rest), `os` (the kernel's growth for every connection), or
+    /// a size in bytes for every connection (at least 65536).
+    #[arg(long, default_value = "auto", value_name = "auto|os|BYTES", value_parser = parse_send_buffer)]
+    send_buffer: SendBuffer,
     /// With access control on, let anyone read the streams under this prefix without a token
     /// (repeatable).
     #[arg(long)]
@@ -513,6 +520,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         max_live_readers_per_stream: args.max_live_readers_per_stream,
         hyper_http1: args.hyper_http1,
         sendfile: !args.no_sendfile,
+        send_buffer: args.send_buffer,
         tls: tls.clone(),
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
         long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
@@ -644,6 +652,23 @@ fn access_control(args: &ServeArgs) -> Result<Option<AccessControl>, String> {
         access = access.with_public_read(prefix);
     }
     Ok(Some(access))
+}
+
+/// A `--send-buffer` value: `auto`, `os`, or at least [`SendBuffer::MIN`] bytes.
+fn parse_send_buffer(s: &str) -> Result<SendBuffer, String> {
+    match s {
+        "auto" => Ok(SendBuffer::Auto),
+        "os" => Ok(SendBuffer::Os),
+        _ => match s.parse::<usize>() {
+            Ok(bytes) if bytes >= SendBuffer::MIN => Ok(SendBuffer::Bytes(bytes)),
+            Ok(_) => Err(format!(
+                "a send buffer under {} bytes holds one loopback segment, and every send would \
+                 wait for the peer's delayed acknowledgement",
+                SendBuffer::MIN
+            )),
+            Err(_) => Err(format!("{s} is not auto, os or a size in bytes")),
+        },
+    }
 }
 
 /// A `--webhook-allow` value: a CIDR range, or one address.

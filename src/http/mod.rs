@@ -226,13 +226,55 @@ pub struct ServerConfig {
     /// it does not frame itself: see `transport/h1/`). For comparing the two; default false.
     pub hyper_http1: bool,
     /// Send large catch-up bodies on plain HTTP/1.1 from the segment files with `sendfile(2)`
-    /// (no copy through brook's memory, about half the server CPU per byte), or write them from
-    /// the maps when false. On loopback, where the kernel's work for the receiver falls on the
-    /// sending side's choice, a client on the same machine (a proxy or cache in front, a
-    /// benchmark) can fare better with writes: ds-bench's catch-up reads went from 1.58 to 2.15
-    /// GiB/s and their p99 at 32 readers from 2.4 s to 0.31 s (docs/benchmarks/ds-bench.md).
-    /// Default true.
+    /// (no copy through brook's memory, about 60% of the server CPU per byte), or write them
+    /// from the maps when false. On loopback, where the kernel's work for the receiver falls on
+    /// the sending side's choice, a client on the same machine (a proxy or cache in front, a
+    /// benchmark) can read somewhat faster with writes: ds-bench's catch-up reads at 32 readers,
+    /// 2.8-2.9 GiB/s with `sendfile` against 3.3-3.5 with writes, at 0.42-0.46 against 0.73
+    /// server cores (docs/benchmarks/ds-bench.md, sixth run). Default true.
     pub sendfile: bool,
+    /// How each accepted connection's kernel send buffer is sized (`--send-buffer`). Default
+    /// [`SendBuffer::Auto`].
+    pub send_buffer: SendBuffer,
+}
+
+/// How the server sizes each accepted connection's kernel send buffer (`SO_SNDBUF`), which
+/// bounds the bytes the kernel holds for the connection: sent and not yet acknowledged, and
+/// queued to send.
+///
+/// Left to itself, Linux grows a connection's send buffer up to `net.ipv4.tcp_wmem`'s maximum
+/// (4 MiB by default) as it sends. That is what a peer across the internet needs to be read at
+/// full speed, but for a peer on the same machine or rack, whose round trip is microseconds,
+/// megabytes queued per connection are memory that buys no speed and make many connections
+/// read by one busy client (a proxy, a cache, a benchmark) take turns unfairly: ds-bench's
+/// catch-up reads over loopback with 32 readers had a p99 six times their median
+/// (docs/benchmarks/ds-bench.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SendBuffer {
+    /// A connection whose handshake took under a few milliseconds gets a fixed buffer of its
+    /// bandwidth-delay product at 10 Gbit/s (the handshake's round trip times 1.25 GB/s), at
+    /// least [`SendBuffer::AUTO_MIN`]; one further away, or whose round trip the kernel did not
+    /// measure, keeps the kernel's growth. "A few" is where the product passes what the kernel
+    /// would grow the buffer to (`net.core.wmem_max` and `net.ipv4.tcp_wmem`'s maximum, the
+    /// smaller): 3.3 ms with 4 MiB; with stock Linux's 208 KiB `wmem_max`, only peers under 0.17
+    /// ms (loopback and a quiet rack) get a fixed buffer.
+    #[default]
+    Auto,
+    /// The kernel's own sizing for every connection.
+    Os,
+    /// This many bytes for every connection (at least [`SendBuffer::MIN`]; the kernel caps it at
+    /// `net.core.wmem_max`).
+    Bytes(usize),
+}
+
+impl SendBuffer {
+    /// The smallest buffer [`SendBuffer::Auto`] gives: 128 KiB, which the kernel doubles to
+    /// room for four 64 KiB loopback segments.
+    pub const AUTO_MIN: usize = 128 << 10;
+    /// The smallest buffer [`SendBuffer::Bytes`] sets: 64 KiB. Below it, over loopback (whose
+    /// segments are up to 64 KiB), the buffer holds a single segment and every send waits for
+    /// the receiver's delayed acknowledgement: a 32 KiB buffer read 16 MiB bodies at 30 MB/s.
+    pub const MIN: usize = 64 << 10;
 }
 
 impl Default for ServerConfig {
@@ -272,6 +314,7 @@ impl Default for ServerConfig {
             max_live_readers_per_stream: None,
             hyper_http1: false,
             sendfile: true,
+            send_buffer: SendBuffer::Auto,
         }
     }
 }

@@ -58,3 +58,25 @@ fn the_log_to_a_pipe_has_no_colour_codes() -> R {
     );
     Ok(())
 }
+
+/// `--send-buffer` takes `auto`, `os` or at least 64 KiB; anything else fails at once with a
+/// message naming the reason, before the data directory is created.
+#[test]
+fn a_bad_send_buffer_fails_before_the_data_directory_is_created() -> R {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    for (value, says) in [
+        ("32768", "delayed acknowledgement"),
+        ("big", "is not auto, os or a size in bytes"),
+    ] {
+        let out = serve("0", &data)
+            .args(["--send-buffer", value])
+            .stdin(Stdio::null())
+            .output()?;
+        assert!(!out.status.success(), "--send-buffer {value} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{value}: {stderr}");
+        assert!(!data.exists(), "the data directory was created");
+    }
+    Ok(())
+}

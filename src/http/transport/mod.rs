@@ -46,6 +46,7 @@ pub(crate) async fn run(
             "SIGPIPE has its default action: read bodies are copied to sockets, not sent with sendfile"
         );
     }
+    let send_buffers = socket::SendBuffers::new(app.config.send_buffer);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -94,6 +95,7 @@ pub(crate) async fn run(
         // A response head leaves in one `writev` (with the body when it is small or not mapped);
         // it must not wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
+        send_buffers.fit(&stream);
         let acceptor = || tls.as_ref().map(|t| t.acceptor.clone());
         if app.connections.load(Ordering::Relaxed) >= app.config.max_connections {
             app.edge.connections_refused.fetch_add(1, Ordering::Relaxed);

@@ -17,6 +17,9 @@
 //! the connection. Without it, a reader that never reads would hold its connection, and the
 //! frames queued for it, for as long as it likes.
 //!
+//! Each accepted socket's kernel send buffer is sized by [`SendBuffers::fit`] (see
+//! [`SendBuffer`](crate::http::SendBuffer)): a fixed bandwidth-delay product for near peers.
+//!
 //! An SSE connection parked at its stream's writer (`service/seat.rs`) is written by that writer's
 //! task through a second descriptor of the same socket ([`Socket::share`]), with non-blocking
 //! writes, while the connection's own task sleeps; the seat's lock decides which of the two
@@ -33,10 +36,61 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use crate::FileRange;
+use crate::http::SendBuffer;
 
 /// Mapped slices shorter than this are written (copied) with the slices around them: for a few
 /// kilobytes a copy costs less than a second system call.
 const SENDFILE_MIN: usize = 16 << 10;
+
+/// Bytes a connection can take per microsecond of round trip under [`SendBuffer::Auto`]:
+/// 10 Gbit/s.
+const AUTO_BYTES_PER_MICRO: u64 = 1_250;
+
+/// The send-buffer rule of a listener: the policy, and the largest buffer the kernel would
+/// grow one to, read once.
+pub(crate) struct SendBuffers {
+    /// The configured policy.
+    policy: SendBuffer,
+    /// See [`crate::fs::send_buffer_ceiling`].
+    ceiling: Option<usize>,
+}
+
+impl SendBuffers {
+    /// The rule for `policy` on this machine.
+    pub(crate) fn new(policy: SendBuffer) -> SendBuffers {
+        let ceiling = match policy {
+            SendBuffer::Auto => crate::fs::send_buffer_ceiling(),
+            SendBuffer::Os | SendBuffer::Bytes(_) => None,
+        };
+        SendBuffers { policy, ceiling }
+    }
+
+    /// Sizes an accepted socket's send buffer (nothing for [`SendBuffer::Os`], nor for a far
+    /// or unmeasured peer under [`SendBuffer::Auto`]); the size set, if any. A failure leaves
+    /// the kernel's sizing, which serves the connection as well, only less fairly.
+    pub(crate) fn fit(&self, tcp: &TcpStream) -> Option<usize> {
+        let bytes = match self.policy {
+            SendBuffer::Os => return None,
+            SendBuffer::Bytes(bytes) => bytes.max(SendBuffer::MIN),
+            SendBuffer::Auto => auto_size(crate::fs::tcp_rtt(tcp.as_fd()), self.ceiling)?,
+        };
+        crate::fs::set_send_buffer(tcp.as_fd(), bytes).ok()?;
+        Some(bytes)
+    }
+}
+
+/// The send buffer [`SendBuffer::Auto`] gives a peer `rtt` away when the kernel would grow one
+/// to at most `ceiling`: the bandwidth-delay product at [`AUTO_BYTES_PER_MICRO`], at least
+/// [`SendBuffer::AUTO_MIN`]; `None` (the kernel's sizing) when either is unknown or the product
+/// is past the ceiling.
+fn auto_size(rtt: Option<Duration>, ceiling: Option<usize>) -> Option<usize> {
+    let micros = u64::try_from(rtt?.as_micros()).unwrap_or(u64::MAX);
+    let product = micros.saturating_mul(AUTO_BYTES_PER_MICRO);
+    let bytes = usize::try_from(product)
+        .unwrap_or(usize::MAX)
+        .max(SendBuffer::AUTO_MIN);
+    (bytes <= ceiling?).then_some(bytes)
+}
 
 /// A served TCP connection (see the module doc).
 pub(crate) struct Socket {
@@ -331,6 +385,83 @@ mod tests {
                 if sendfile { mapped_large } else { 0 },
                 "sendfile {sendfile}, {from}..{to}"
             );
+        }
+        Ok(())
+    }
+
+    /// Under `Auto` a peer gets its bandwidth-delay product at 10 Gbit/s, at least 128 KiB, up
+    /// to what the kernel would grow the buffer to; unknown round trips and ceilings, and
+    /// products past the ceiling, keep the kernel's sizing.
+    #[test]
+    fn auto_size_is_the_bandwidth_delay_product_under_the_ceiling() {
+        let us = Duration::from_micros;
+        let four_mib = Some(4 << 20);
+        assert_eq!(auto_size(Some(us(18)), four_mib), Some(128 << 10));
+        assert_eq!(auto_size(Some(us(1_000)), four_mib), Some(1_250_000));
+        assert_eq!(auto_size(Some(us(3_000)), four_mib), Some(3_750_000));
+        assert_eq!(auto_size(Some(us(4_000)), four_mib), None);
+        assert_eq!(auto_size(None, four_mib), None);
+        assert_eq!(auto_size(Some(us(18)), None), None);
+        // Stock Linux: wmem_max 208 KiB.
+        assert_eq!(auto_size(Some(us(100)), Some(212_992)), Some(128 << 10));
+        assert_eq!(auto_size(Some(us(200)), Some(212_992)), None);
+        assert_eq!(auto_size(Some(us(18)), Some(100 << 10)), None);
+    }
+
+    /// On loopback `Auto` fixes the send buffer (the kernel reports twice what was set), `Os`
+    /// leaves it, and `Bytes` is raised to the 64 KiB floor.
+    #[tokio::test]
+    async fn near_peers_get_a_fixed_send_buffer() -> R {
+        let ceiling = crate::fs::send_buffer_ceiling().ok_or("no send-buffer ceiling")?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let mut accepted = Vec::new();
+        for policy in [SendBuffer::Auto, SendBuffer::Os, SendBuffer::Bytes(1_000)] {
+            let client = TcpStream::connect(listener.local_addr()?).await?;
+            let (server, _) = listener.accept().await?;
+            let before = crate::fs::send_buffer(server.as_fd())?;
+            let set = SendBuffers::new(policy).fit(&server);
+            let after = crate::fs::send_buffer(server.as_fd())?;
+            match policy {
+                SendBuffer::Auto if ceiling >= SendBuffer::AUTO_MIN => {
+                    // A loopback handshake is microseconds: the floor applies.
+                    assert_eq!(set, Some(SendBuffer::AUTO_MIN));
+                    assert_eq!(after, 2 * SendBuffer::AUTO_MIN);
+                }
+                SendBuffer::Auto => assert_eq!((set, after), (None, before)),
+                SendBuffer::Os => assert_eq!((set, after), (None, before)),
+                SendBuffer::Bytes(_) => {
+                    assert_eq!(set, Some(SendBuffer::MIN));
+                    assert_eq!(after, 2 * SendBuffer::MIN);
+                }
+            }
+            accepted.push((client, server));
+        }
+        Ok(())
+    }
+
+    /// Mapped bodies arrive intact by `sendfile` through the smallest send buffer `--send-buffer`
+    /// allows and through `Auto`'s.
+    #[tokio::test]
+    async fn sendfile_through_small_send_buffers_arrives_intact() -> R {
+        let dir = tempfile::tempdir()?;
+        let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 8 << 20)?;
+        let data = noise(3 << 20, 5);
+        for chunk in data.chunks(256 << 10) {
+            set.append(set.end(), &message(chunk))?;
+        }
+        let views = set
+            .read_local(0, data.len() as u64)?
+            .ok_or("range not held")?;
+        let expect: Vec<u8> = views.concat();
+        for policy in [SendBuffer::Bytes(SendBuffer::MIN), SendBuffer::Auto] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let client = TcpStream::connect(listener.local_addr()?).await?;
+            let (server, _) = listener.accept().await?;
+            SendBuffers::new(policy).fit(&server);
+            let socket = Socket::new(server, true, Duration::from_mins(1));
+            let (got, file_bytes) = send(socket, client, &views).await?;
+            assert!(got == expect, "bytes differ ({policy:?})");
+            assert_eq!(file_bytes, expect.len() as u64, "{policy:?}");
         }
         Ok(())
     }
