@@ -630,3 +630,61 @@ async fn a_subscriber_that_caught_up_is_served_again_at_once() -> R {
     }
     Ok(())
 }
+
+/// A parked subscriber holds no task (`transport/h1/park.rs`): forty subscribers at the tail
+/// add about one task to the runtime (their stream's writer), not forty, and they still get
+/// every event; once woken (a keep-alive, the stream's deletion) each is served again.
+#[tokio::test]
+async fn parked_subscribers_hold_no_task() -> R {
+    let s = Server::start_with(
+        Options::default(),
+        ServerConfig {
+            sse_max_duration: Duration::from_mins(2),
+            sse_keepalive: Duration::from_millis(300),
+            ..config()
+        },
+    )
+    .await?;
+    let p = "/fan/taskless";
+    s.create(p, "text/plain").await?;
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = tasks();
+    let mut subs = Vec::new();
+    for _ in 0..40 {
+        subs.push(Sub::open(&s, &format!("{p}?offset=-1&live=sse")).await?);
+    }
+    s.post(p, &[("content-type", "text/plain")], "m0;").await?;
+    for sub in &mut subs {
+        sub.until("m0;").await?;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let parked = tasks();
+    assert!(
+        parked < before + 5,
+        "{} tasks for 40 parked subscribers ({before} before)",
+        parked.saturating_sub(before)
+    );
+    // Keep-alives wake each one (a task for a moment), and new events still reach all.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    s.post(p, &[("content-type", "text/plain")], "m1;").await?;
+    for sub in &mut subs {
+        sub.until("m1;").await?;
+        assert!(
+            std::str::from_utf8(&sub.body)?.contains(": keep-alive\n\n"),
+            "no keep-alive"
+        );
+    }
+    let r = s.delete(p, &[]).await?;
+    assert_eq!(r.status, 204, "{}", r.text());
+    for sub in &mut subs {
+        let events = tokio::time::timeout(Duration::from_secs(5), sub.until_closed()).await??;
+        let (data, _, _) = payloads(&events, false)?;
+        assert_eq!(data.concat(), b"m0;m1;");
+    }
+    Ok(())
+}

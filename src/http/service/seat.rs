@@ -5,7 +5,8 @@
 //! (`fanout.rs`). Woken one by one, a thousand connections' tasks each paid a wake-up, a poll,
 //! their timer's and their stream's registrations and a trip through the body's layers for one
 //! `write`. Instead, a connection served by brook's own HTTP/1.1 loop on plain TCP *parks* at
-//! its stream's writer when it is told it is up to date, and its task sleeps: on each append
+//! its stream's writer when it is told it is up to date, and its task ends (the connection
+//! waits in its slot, `transport/h1/park.rs`, with no task until it is woken): on each append
 //! the writer task (one per stream incarnation with parked connections) renders the frame
 //! once, in its chunked framing, and writes it to every parked connection's socket that
 //! accepts it without waiting (one non-blocking `send` each, through a second descriptor of

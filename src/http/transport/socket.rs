@@ -22,8 +22,8 @@
 //!
 //! An SSE connection parked at its stream's writer (`service/seat.rs`) is written by that writer's
 //! task through a second descriptor of the same socket ([`Socket::share`]), with non-blocking
-//! writes, while the connection's own task sleeps; the seat's lock decides which of the two
-//! may write.
+//! writes, while the connection has no task of its own (`h1/park.rs`); the seat's lock decides
+//! which of the two may write.
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;

@@ -40,9 +40,10 @@
 //! served in order from the read buffer.
 //!
 //! An SSE body on plain TCP carries a seat at its stream's writer (`seat.rs`): once the body
-//! waits at the tail and what it sent has left, the loop parks the seat and sleeps, the writer
-//! writes the live frames straight to the socket, and any wake-up of the task takes the seat
-//! back before the loop writes or polls the body again.
+//! waits at the tail and what it sent has left, the loop parks the seat and its task ends,
+//! leaving the connection to the response's slot (`park.rs`); the writer writes the live frames
+//! straight to the socket, and the slot's first wake-up spawns a task that takes the seat back
+//! before it writes or polls the body again, then serves the connection on.
 //!
 //! Timeouts are hyper's: waiting for a request's head (an idle keep-alive connection included)
 //! is bounded by [`ServerConfig::header_read_timeout`](super::ServerConfig::header_read_timeout),
@@ -51,6 +52,7 @@
 
 mod handoff;
 mod head;
+mod park;
 mod send;
 mod spare;
 
@@ -82,7 +84,7 @@ use handoff::handoff;
 pub(crate) use head::unread;
 use head::{Lines, parse, request, unparsable, uri_too_long};
 pub(crate) use send::extend_hex;
-use send::respond;
+use send::{Answered, ParkedBody, respond};
 
 /// The largest request head (request line and headers) this loop reads; a longer one is
 /// answered `431` problem+json (as are heads over the handler's 64 KiB of header bytes).
@@ -212,32 +214,92 @@ pub(crate) fn serve<S: Io>(
 
 /// [`serve`], each request answered by `handler` (`app` gives the timeouts, the shutdown signal
 /// and the metrics of the loop's own refusals).
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn's future keeps its arguments twice (as captures and as locals)"
-)]
 pub(crate) fn serve_with<S: Io, H: Handler>(
     app: Arc<AppState>,
     handler: H,
-    mut socket: S,
+    socket: S,
     fallback: Fallback,
     open: Open,
     alive: watch::Receiver<()>,
 ) -> impl Future<Output = ()> + Send {
-    // An `async` block, not an `async fn`: the arguments are kept once, not also as locals.
+    let held = Held {
+        buf: BytesMut::new(),
+        lines: Vec::new(),
+        spare: HeaderMap::new(),
+        room: Lease::empty(&app.budget, Use::Buffers),
+    };
+    let conn = Conn {
+        app,
+        handler,
+        socket,
+        fallback,
+        open,
+        alive,
+        held,
+    };
+    serve_from(conn, None)
+}
+
+/// A connection served by this loop: what it is made of between two requests, and while its
+/// SSE response is parked without a task (`park.rs`).
+struct Conn<S, H> {
+    /// The server.
+    app: Arc<AppState>,
+    /// What answers its requests.
+    handler: H,
+    /// The connection's IO.
+    socket: S,
+    /// What hands it to hyper.
+    fallback: Fallback,
+    /// Counts the connection while it lives.
+    open: Open,
+    /// Tells shutdown the connection still lives.
+    alive: watch::Receiver<()>,
+    /// Its buffers and header map.
+    held: Held,
+}
+
+/// Ends the connection's task with its SSE response parked: the first wake-up of the
+/// response's slot spawns a task that resumes it ([`serve_from`]).
+fn park<S: Io, H: Handler>(conn: Conn<S, H>, parked: ParkedBody) {
+    let slot = parked.slot.clone();
+    let parked = Box::new(parked);
+    slot.park(Box::new(move |runtime| {
+        runtime.spawn(serve_from(conn, Some(parked)));
+    }));
+}
+
+/// Serves `conn`, first finishing its `parked` response if it has one, until the peer closes
+/// it, a timeout ends it, the server shuts down, a request hands it to hyper, or its SSE
+/// response parks without a task.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future keeps its arguments twice (as captures and as locals)"
+)]
+fn serve_from<S: Io, H: Handler>(
+    mut conn: Conn<S, H>,
+    parked: Option<Box<ParkedBody>>,
+) -> impl Future<Output = ()> + Send {
+    // An `async` block, not an `async fn`: the arguments are kept once, not also as locals
+    // (and the connection's parts are used in place, not moved into locals of their own).
     async move {
-        let mut held = Held {
-            buf: BytesMut::new(),
-            lines: Vec::new(),
-            spare: HeaderMap::new(),
-            room: Lease::empty(&app.budget, Use::Buffers),
-        };
         // Taken when a response is written (see `respond`).
         let mut out = Vec::new();
+        if let Some(parked) = parked {
+            // Boxed: a resumed response's state need not be part of every connection's future.
+            match Box::pin(send::resume(&mut conn.socket, &mut out, *parked)).await {
+                Ok(Answered::Sent(false)) => {}
+                Ok(Answered::Parked(parked)) => return park(conn, parked),
+                _ => return,
+            }
+            if conn.held.buf.capacity() == 0 {
+                spare::give_out(std::mem::take(&mut out));
+            }
+        }
         // One timer for the connection: it fires at most once per `header_read_timeout`, and
         // then checks how long the current head has been awaited (see `read_head`).
-        let mut timer = Box::pin(tokio::time::sleep(app.config.header_read_timeout));
-        let mut rx = app.shutdown.clone();
+        let mut timer = Box::pin(tokio::time::sleep(conn.app.config.header_read_timeout));
+        let mut rx = conn.app.shutdown.clone();
         let mut shutting_down = std::pin::pin!(async move {
             // `wait_for` fails only when the sender is gone, which the app state keeps alive.
             let _ = rx.wait_for(|down| *down).await;
@@ -246,10 +308,10 @@ pub(crate) fn serve_with<S: Io, H: Handler>(
             // The request is read and answered by the handler in a future of its own, so its
             // locals and the response writer's share their room in this one.
             let next = take_request(
-                &app,
-                &handler,
-                &mut socket,
-                &mut held,
+                &conn.app,
+                &conn.handler,
+                &mut conn.socket,
+                &mut conn.held,
                 timer.as_mut(),
                 shutting_down.as_mut(),
             )
@@ -257,43 +319,56 @@ pub(crate) fn serve_with<S: Io, H: Handler>(
             match next {
                 Next::Answer(res, is_head, cors, close) => {
                     let sent = respond(
-                        &mut socket,
+                        &mut conn.socket,
                         &mut out,
-                        &app.budget,
+                        &conn.app.budget,
                         res,
                         is_head,
                         cors,
                         close,
                     );
                     match sent.await {
-                        Ok(closes) if !closes => {}
+                        Ok(Answered::Sent(false)) => {}
+                        Ok(Answered::Parked(parked)) => return park(conn, parked),
                         _ => return,
                     }
                 }
                 Next::End => return,
                 Next::Handoff => {
-                    let Ok(lease) = app.budget.lease(Use::Buffers, super::HYPER_CONNECTION_HELD)
-                    else {
-                        let e = crate::http::budget::over_budget(Use::Buffers, app.budget.limit());
-                        return Box::pin(refuse(&handler, &app.budget, &mut socket, &mut out, e))
-                            .await;
+                    let budget = &conn.app.budget;
+                    let Ok(lease) = budget.lease(Use::Buffers, super::HYPER_CONNECTION_HELD) else {
+                        let e = crate::http::budget::over_budget(Use::Buffers, budget.limit());
+                        let (handler, socket) = (&conn.handler, &mut conn.socket);
+                        return Box::pin(refuse(handler, budget, socket, &mut out, e)).await;
                     };
+                    let Conn {
+                        handler,
+                        socket,
+                        fallback,
+                        open,
+                        alive,
+                        held,
+                        ..
+                    } = conn;
                     let Held { buf, room, .. } = held;
                     drop(room);
                     let open = (open, lease);
                     return Box::pin(handoff(handler, socket, buf, fallback, open, alive)).await;
                 }
                 Next::Refuse(e) => {
-                    return Box::pin(refuse(&handler, &app.budget, &mut socket, &mut out, e)).await;
+                    let (handler, budget) = (&conn.handler, &conn.app.budget);
+                    let socket = &mut conn.socket;
+                    return Box::pin(refuse(handler, budget, socket, &mut out, e)).await;
                 }
                 Next::RefuseUnread(refused) => {
-                    let (budget, socket, out) = (&app.budget, &mut socket, &mut out);
-                    return Box::pin(refuse_unread(&handler, budget, socket, out, refused)).await;
+                    let (handler, budget) = (&conn.handler, &conn.app.budget);
+                    let (socket, out) = (&mut conn.socket, &mut out);
+                    return Box::pin(refuse_unread(handler, budget, socket, out, refused)).await;
                 }
             }
             // Between requests the connection holds no buffers: the output buffer goes back too
             // unless pipelined bytes wait.
-            if held.buf.capacity() == 0 {
+            if conn.held.buf.capacity() == 0 {
                 spare::give_out(std::mem::take(&mut out));
             }
         }

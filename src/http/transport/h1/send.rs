@@ -15,15 +15,40 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use super::Io;
+use super::park::{Forward, Slot};
 use crate::http::budget::{Budget, Lease, Use};
 use crate::http::reply::{self, Answer};
 use crate::http::service::seat::{Parking, Seat, SeatHandle};
+
+/// What became of a response.
+pub(super) enum Answered {
+    /// Sent whole: whether the connection is to be closed after it.
+    Sent(bool),
+    /// An SSE body parked at its stream's writer, to be resumed by the first wake-up of its
+    /// slot (`park.rs`).
+    Parked(ParkedBody),
+}
+
+/// What is left of a parked SSE response: its body, its seat (lent the socket), its queue and
+/// whether the connection closes after it, and the slot its wake-ups go to.
+pub(super) struct ParkedBody {
+    /// The body.
+    body: Body,
+    /// The seat at the stream's writer.
+    seat: Lent,
+    /// The write-ahead queue's lease and deadline.
+    queue: Queue,
+    /// The connection closes after the response.
+    close: bool,
+    /// Where the response's wake-ups go.
+    pub(super) slot: Arc<Slot>,
+}
 
 /// Writes `answer` (no body for a `HEAD` request) with the headers every response carries (and
 /// the CORS ones when `cors`: see [`reply::common_headers`]), and `Connection: close` when
 /// `close`. A typed head ([`Answer::Typed`]) is written straight from its fields; a built
 /// response's from its map. Returns whether the connection is to be closed after it (asked, or
-/// the response said so).
+/// the response said so), or the SSE body parked without a task (`park.rs`).
 pub(super) async fn respond<S: Io>(
     socket: &mut S,
     out: &mut Vec<u8>,
@@ -32,7 +57,7 @@ pub(super) async fn respond<S: Io>(
     is_head: bool,
     cors: bool,
     mut close: bool,
-) -> io::Result<bool> {
+) -> io::Result<Answered> {
     out.clear();
     if out.capacity() == 0 {
         // An idle connection gave its buffer back.
@@ -83,7 +108,7 @@ pub(super) async fn respond<S: Io>(
     out.extend_from_slice(b"\r\n");
     if !may_have_body {
         socket.write_all(out).await?;
-        return Ok(close);
+        return Ok(Answered::Sent(close));
     }
     // An SSE body's writes are given up at the connection's end, however full the socket is.
     let deadline = seat
@@ -97,13 +122,83 @@ pub(super) async fn respond<S: Io>(
             seat.enable(tcp);
             Lent(seat)
         });
-    let queue = Queue {
+    let mut queue = Queue {
         lease: Lease::empty(budget, Use::Queued),
         deadline,
     };
-    let seat = seat.as_ref().map(|l| &l.0);
-    send_body(socket, out, &mut body, chunked, seat, queue).await?;
-    Ok(close)
+    let Some(seat) = seat else {
+        send_body(socket, out, &mut body, chunked, None, &mut queue).await?;
+        return Ok(Answered::Sent(close));
+    };
+    // A seated body is polled with its slot's waker from the start, so that everything it
+    // waits for wakes the slot, with or without a task (`park.rs`). Boxed: only SSE responses
+    // on plain TCP have a seat, and every connection's future would hold this one's room.
+    let parked = ParkedBody {
+        body,
+        seat,
+        queue,
+        close,
+        slot: Slot::new(),
+    };
+    Box::pin(send_seated(socket, out, parked, false)).await
+}
+
+/// Sends a seated SSE body with its slot's waker (see [`respond`]), first taking the seat back
+/// and writing the rest of a chunk the writer left unfinished when `resumed`.
+async fn send_seated<S: Io>(
+    socket: &mut S,
+    out: &mut Vec<u8>,
+    parked: ParkedBody,
+    resumed: bool,
+) -> io::Result<Answered> {
+    let ParkedBody {
+        mut body,
+        seat,
+        mut queue,
+        close,
+        slot,
+    } = parked;
+    let sent = {
+        let send = std::pin::pin!(async {
+            if resumed {
+                let rest = seat.0.reclaim();
+                if !rest.is_empty() {
+                    queue.write(socket, &[], &[Piece::Data(rest)]).await?;
+                }
+                out.clear();
+            }
+            send_body(socket, out, &mut body, true, Some(&seat.0), &mut queue).await
+        });
+        Forward::new(&slot, send).await?
+    };
+    Ok(match sent {
+        Flow::Ended => Answered::Sent(close),
+        Flow::Parked => Answered::Parked(ParkedBody {
+            body,
+            seat,
+            queue,
+            close,
+            slot,
+        }),
+    })
+}
+
+/// Resumes a parked SSE response at its slot's wake-up: takes the seat back, writes the rest of
+/// a chunk the writer left unfinished, then sends the body on as [`respond`] did.
+pub(super) async fn resume<S: Io>(
+    socket: &mut S,
+    out: &mut Vec<u8>,
+    parked: ParkedBody,
+) -> io::Result<Answered> {
+    send_seated(socket, out, parked, true).await
+}
+
+/// How [`send_body`] stopped.
+enum Flow {
+    /// The body ended and all of it was written.
+    Ended,
+    /// The body was parked at its stream's writer: the connection's task may end.
+    Parked,
 }
 
 /// A seat lent the connection's socket, taken back when the response ends, however it ends.
@@ -252,7 +347,8 @@ impl Queue {
 /// up to [`QUEUE_MAX`] bytes (or what the memory budget spares); when the body has to wait for
 /// its next frame (SSE), what is ready leaves first. Chunked framing when `chunked`. With a
 /// `seat` (an SSE body on plain TCP), a body that asked to park is parked once what was ready
-/// has left, and taken back at the task's next wake-up, before anything else is written
+/// has left, and [`Flow::Parked`] returned: the connection is resumed ([`resume`]) at the
+/// first wake-up of its slot, which takes the seat back before anything else is written
 /// (`seat.rs`). Writes still waiting at `queue`'s deadline end the connection.
 async fn send_body<S: Io>(
     socket: &mut S,
@@ -260,8 +356,8 @@ async fn send_body<S: Io>(
     body: &mut Body,
     chunked: bool,
     seat: Option<&Arc<Seat>>,
-    mut queue: Queue,
-) -> io::Result<()> {
+    queue: &mut Queue,
+) -> io::Result<Flow> {
     let mut pieces: Vec<Piece> = Vec::with_capacity(4);
     pieces.push(Piece::Out(0, out.len()));
     let mut queued = 0usize;
@@ -301,18 +397,13 @@ async fn send_body<S: Io>(
                             woken().await;
                         } else {
                             // The stream's writer writes the body's live frames until the
-                            // task wakes; then the task takes them over, the rest of an
+                            // slot is woken; then a task takes them over, the rest of an
                             // unfinished chunk first. Meanwhile nothing is rendered here:
                             // the buffers go back (a parked subscriber may sleep for
-                            // minutes) and are taken again by the next frame.
+                            // minutes) and are taken again by the next frame, and the
+                            // connection's task ends.
                             super::spare::give_out(std::mem::take(out));
-                            pieces = Vec::new();
-                            woken().await;
-                            let rest = seat.reclaim();
-                            if !rest.is_empty() {
-                                let rest = [Piece::Data(rest)];
-                                queue.write(socket, &[], &rest).await?;
-                            }
+                            return Ok(Flow::Parked);
                         }
                     }
                     // After a write that had to wait, at once: a wake-up may be spent.
@@ -363,7 +454,8 @@ async fn send_body<S: Io>(
         out.extend_from_slice(b"0\r\n\r\n");
         pieces.push(Piece::Out(from, out.len()));
     }
-    queue.write(socket, out, &pieces).await
+    queue.write(socket, out, &pieces).await?;
+    Ok(Flow::Ended)
 }
 
 /// Runs `f` to its end; with its output, whether it ever returned `Pending` (the task was then
