@@ -318,20 +318,28 @@ impl Segment {
         usize::from(self.log.is_some())
     }
 
-    /// Puts the segment at rest: its buffered bytes and entries written, then its log and its
-    /// read map closed. The index map stays (reads of the index need no descriptor), and so
-    /// does every count, so [`Segment::wake`] reopens one file and reads nothing. False, with
-    /// the log kept, when something stays buffered.
+    /// Puts the segment at rest: its buffered bytes written, its log and its read map closed,
+    /// then its buffered index entries written. The index map stays (reads of the index need
+    /// no descriptor), and so does every count, so [`Segment::wake`] reopens one file and reads
+    /// nothing. False, with the log kept, when bytes stay buffered.
+    ///
+    /// The log is closed before the index is opened to write its entries, so a process out of
+    /// descriptors can still put its streams at rest (the accept loop does, when a connection
+    /// cannot be accepted for want of one): the index takes the descriptor the log gave back.
+    /// Should the index still not open, the segment rests with its entries buffered (reads find
+    /// them there, and the next flush, a checkpoint's or the segment's own when it wakes, writes
+    /// them), and the error is returned.
     pub(super) fn rest(&mut self) -> Result<bool> {
-        self.flush()?;
-        if self.pending() > 0 || !self.idx_pending.is_empty() {
+        self.flush_log()?;
+        if self.pending() > 0 {
             return Ok(false);
         }
         self.unwritten = Vec::new();
-        self.idx_pending = Vec::new();
         self.read_map = None;
         self.writeback = None;
         self.log = None;
+        self.flush()?;
+        self.idx_pending = Vec::new();
         Ok(true)
     }
 

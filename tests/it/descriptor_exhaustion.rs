@@ -395,3 +395,99 @@ async fn streams_at_rest_keep_descriptors_bounded_and_lose_nothing() -> R {
     let _ = served.child.wait();
     Ok(())
 }
+
+/// `brook serve` on `dir` under an open-file limit of `nofile`, with the stream files' budget
+/// given (so the server lends the streams no descriptors: only a failed `accept` sheds them).
+fn serve_fixed_files(nofile: u32, files: u32, dir: &std::path::Path) -> R<Served> {
+    let script = format!(
+        "ulimit -n {nofile} && exec \"$0\" serve --host 127.0.0.1 --port 0 --max-connections 5000 \
+         --max-stream-files {files} --data-dir \"$1\"",
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script, env!("CARGO_BIN_EXE_brook")])
+        .arg(dir);
+    spawn_serve(cmd)
+}
+
+/// How many sockets the process `pid` holds.
+fn sockets(pid: u32) -> R<usize> {
+    let mut n = 0;
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        if let Ok(target) = std::fs::read_link(fd?.path())
+            && target.to_string_lossy().starts_with("socket:")
+        {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// A surge of connections that runs the server out of descriptors while idle streams hold
+/// theirs: the accept that fails puts idle streams at rest (their segment files closed), so the
+/// server goes on accepting connections past what fit beside the open files, and the streams
+/// lose nothing (each reopens its files at its next read). The streams were just written, so
+/// each has index entries to write as it rests: it writes them with the descriptor its log
+/// gives back (before, resting needed a descriptor first, and out of descriptors no stream
+/// could rest: 168 sockets here, and every stream's files still open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surge_of_connections_puts_idle_streams_at_rest() -> R {
+    const NOFILE: usize = 300;
+    const STREAMS: usize = 120;
+    let dir = tempfile::tempdir()?;
+    let mut served = serve_fixed_files(NOFILE as u32, 250, dir.path())?;
+    let base = format!("http://{}", served.addr);
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()?;
+    for i in 0..STREAMS {
+        let put = client
+            .put(format!("{base}/surge/{i}"))
+            .header("content-type", "text/plain")
+            .body(format!("s{i},"))
+            .send()
+            .await?;
+        assert_eq!(put.status().as_u16(), 201);
+    }
+    let files = |text: &str| metric::<f64>(text, "brook_stream_files").unwrap_or(f64::NAN);
+    let metrics = format!("{base}/__brook/metrics");
+    let before = files(&client.get(&metrics).send().await?.text().await?);
+    assert!(
+        before >= STREAMS as f64,
+        "{before} stream files open before the surge"
+    );
+    // More connections than the server has descriptors: those it cannot accept wait in the
+    // listen backlog, and each failed accept sheds stream files to take more of them.
+    let addr: std::net::SocketAddr = served.addr.parse()?;
+    let pid = served.child.id();
+    let mut hogs = Vec::new();
+    for _ in 0..NOFILE + 100 {
+        if let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            hogs.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = sockets(pid)?;
+    drop(hogs);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = files(&client.get(&metrics).send().await?.text().await?);
+    let mut lost = Vec::new();
+    for i in 0..STREAMS {
+        let got = client.get(format!("{base}/surge/{i}")).send().await?;
+        let (status, body) = (got.status().as_u16(), got.text().await?);
+        if (status, body.as_str()) != (200, format!("s{i},").as_str()) {
+            lost.push((i, status, body));
+        }
+    }
+    let _ = served.child.kill();
+    let _ = served.child.wait();
+    assert!(
+        held > NOFILE - STREAMS,
+        "{held} sockets held with {STREAMS} streams' files open under {NOFILE} descriptors"
+    );
+    assert!(
+        after < before / 2.0,
+        "stream files {before} before the surge, {after} after"
+    );
+    assert!(lost.is_empty(), "{lost:?}");
+    Ok(())
+}
