@@ -61,6 +61,7 @@ pub(crate) async fn run(
     // these settings; every connection it serves holds a receiver of `alive` until it ends.
     let fallback = Arc::new(builder.clone());
     let (alive_tx, alive) = watch::channel(());
+    let mut failed = AcceptFailures::default();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -77,7 +78,7 @@ pub(crate) async fn run(
                 // the connections already open, and try again shortly. Out of descriptors,
                 // the store first puts idle streams' files at rest (a surge of connections
                 // can outrun the lookups that keep the streams within a lowered budget).
-                tracing::warn!(error = %e, "accept failed");
+                failed.note(&e);
                 if crate::error::io_out_of_descriptors(&e) {
                     let store = app.store.clone();
                     let shed = move || store.shed_stream_files(limits::SHED_ON_EMFILE);
@@ -413,5 +414,54 @@ impl Drop for Open {
     /// Counts the connection out.
     fn drop(&mut self) {
         self.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The log of failed accepts: the first failure, then at most one line a second saying how many
+/// failed since (out of descriptors, the loop retries every 20 ms and would log 50 lines a
+/// second for as long as it lasts).
+#[derive(Default)]
+struct AcceptFailures {
+    /// When a failure was last logged.
+    logged: Option<std::time::Instant>,
+    /// Failures since then.
+    since: u64,
+}
+
+impl AcceptFailures {
+    /// Counts `e`, and logs it unless a failure was logged less than a second ago.
+    fn note(&mut self, e: &std::io::Error) {
+        let now = std::time::Instant::now();
+        if self
+            .logged
+            .is_some_and(|at| now.duration_since(at) < Duration::from_secs(1))
+        {
+            self.since += 1;
+            return;
+        }
+        let before = std::mem::take(&mut self.since);
+        tracing::warn!(error = %e, failed_since_last_logged = before, "accept failed");
+        self.logged = Some(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A burst of failed accepts logs the first one and counts the rest for the next line.
+    #[test]
+    fn a_burst_of_failed_accepts_is_logged_once() {
+        let mut failed = AcceptFailures::default();
+        let e = std::io::Error::from_raw_os_error(libc::EMFILE);
+        for _ in 0..50 {
+            failed.note(&e);
+        }
+        assert!(failed.logged.is_some());
+        assert_eq!(failed.since, 49);
+        // A second later the next failure is logged with the count, which starts again.
+        failed.logged = failed.logged.map(|at| at - Duration::from_secs(2));
+        failed.note(&e);
+        assert_eq!(failed.since, 0);
     }
 }
