@@ -460,7 +460,9 @@ mod tests {
         assert!(failed.logged.is_some());
         assert_eq!(failed.since, 49);
         // A second later the next failure is logged with the count, which starts again.
-        failed.logged = failed.logged.map(|at| at - Duration::from_secs(2));
+        failed.logged = failed
+            .logged
+            .and_then(|at| at.checked_sub(Duration::from_secs(2)));
         failed.note(&e);
         assert_eq!(failed.since, 0);
     }
