@@ -461,7 +461,14 @@ mod tests {
             let socket = Socket::new(server, true, Duration::from_mins(1));
             let (got, file_bytes) = send(socket, client, &views).await?;
             assert!(got == expect, "bytes differ ({policy:?})");
-            assert_eq!(file_bytes, expect.len() as u64, "{policy:?}");
+            // By `sendfile`, all but at most the last piece under `SENDFILE_MIN` of each view
+            // (a call that sends part of a view leaves a rest that small to `writev`).
+            let least = expect.len() - views.len() * SENDFILE_MIN;
+            assert!(
+                file_bytes >= least as u64,
+                "{file_bytes} of {} bytes by sendfile ({policy:?})",
+                expect.len()
+            );
         }
         Ok(())
     }
