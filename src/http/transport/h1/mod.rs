@@ -263,9 +263,10 @@ struct Conn<S, H> {
 /// response's slot spawns a task that resumes it ([`serve_from`]).
 fn park<S: Io, H: Handler>(conn: Conn<S, H>, parked: ParkedBody) {
     let slot = parked.slot.clone();
-    let parked = Box::new(parked);
+    // One allocation while parked (the closure holds the connection and the response); the
+    // response is boxed for the resumed task only.
     slot.park(Box::new(move |runtime| {
-        runtime.spawn(serve_from(conn, Some(parked)));
+        runtime.spawn(serve_from(conn, Some(Box::new(parked))));
     }));
 }
 

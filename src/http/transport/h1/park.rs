@@ -43,15 +43,22 @@ enum State {
     Parked(Resume),
 }
 
+impl State {
+    /// A task runs, or is about to, and has not polled yet.
+    const fn starting() -> State {
+        State::Running {
+            waker: None,
+            woken: false,
+        }
+    }
+}
+
 impl Slot {
     /// A slot for a response whose task runs now, on the current runtime.
     pub(super) fn new() -> Arc<Slot> {
         Arc::new(Slot {
             runtime: tokio::runtime::Handle::current(),
-            state: Mutex::new(State::Running {
-                waker: None,
-                woken: false,
-            }),
+            state: Mutex::new(State::starting()),
         })
     }
 
@@ -60,10 +67,7 @@ impl Slot {
     pub(super) fn park(&self, resume: Resume) {
         let mut state = self.state.lock();
         if matches!(*state, State::Running { woken: true, .. }) {
-            *state = State::Running {
-                waker: None,
-                woken: false,
-            };
+            *state = State::starting();
             drop(state);
             resume(&self.runtime);
             return;
@@ -74,26 +78,14 @@ impl Slot {
     /// Whether a task is to be started (the connection was parked), with the resume to run.
     fn wake_up(&self) -> Option<Resume> {
         let mut state = self.state.lock();
-        match &mut *state {
-            State::Running { waker, woken } => {
-                *woken = true;
-                if let Some(waker) = waker {
+        match std::mem::replace(&mut *state, State::starting()) {
+            State::Parked(resume) => Some(resume),
+            State::Running { waker, .. } => {
+                if let Some(waker) = &waker {
                     waker.wake_by_ref();
                 }
+                *state = State::Running { waker, woken: true };
                 None
-            }
-            State::Parked(_) => {
-                let parked = std::mem::replace(
-                    &mut *state,
-                    State::Running {
-                        waker: None,
-                        woken: false,
-                    },
-                );
-                match parked {
-                    State::Parked(resume) => Some(resume),
-                    State::Running { .. } => None,
-                }
             }
         }
     }
