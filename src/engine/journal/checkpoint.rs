@@ -263,17 +263,24 @@ impl Shard {
         }
     }
 
-    /// Removes the journal files that start before `lsn` and syncs the journal directory;
-    /// returns the bytes they held.
+    /// Removes the journal files that start before `lsn`, oldest first, each removal made
+    /// durable before the next; returns the bytes they held.
+    ///
+    /// One sync for all would let a power cut keep some removals and undo others (the kernel
+    /// promises no order among unsynced directory changes), and bring back an old file with
+    /// the files after it gone: a journal with a hole, whose records past the hole are in no
+    /// file. Removed in order, what can come back is the newest of them, which ends where the
+    /// kept journal starts (recovery replays it again, harmlessly). There are two files to drop
+    /// when Sync mode switched to a prepared file since the last checkpoint, rarely more.
     pub(in crate::engine) fn drop_journal_before(&self, lsn: u64) -> Result<u64> {
         let mut dropped = 0u64;
         for (base, path) in journal::list_files(&self.dir)? {
             if base < lsn {
                 dropped += std::fs::metadata(&path).map_or(0, |m| m.len());
                 fs::remove_file(&path)?;
+                fs::sync_dir(&self.dir).map_err(|e| self.sync_failed(e))?;
             }
         }
-        fs::sync_dir(&self.dir).map_err(|e| self.sync_failed(e))?;
         Ok(dropped)
     }
 
