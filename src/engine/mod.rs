@@ -299,7 +299,7 @@ impl Engine {
         registry.retain(|_, s| !s.data.lock().deleted);
         for s in registry.values() {
             if let Some(segs) = s.data.lock().segs.as_mut() {
-                segs.end_replay();
+                segs.end_replay()?;
                 segs.count_in(&counters.stream_files);
             }
         }

@@ -103,6 +103,27 @@ fn logs_after(dir: &Path, after: u64) -> Result<Vec<u64>> {
     Ok(bases)
 }
 
+/// Removes the segment files at `bases`, logs that are none of the stream's segments (started
+/// by a roll whose records never became durable), and syncs `dir` if there were any, so that a
+/// power cut after the stream has grown past that base again cannot bring the old log back
+/// inside a segment's range. (Replay would remove it again, see [`SegmentSet::end_replay`], and
+/// a checkpoint's `syncfs` makes the removal durable anyway: the sync costs nothing when there
+/// is nothing to remove, which is every open but the first after a crash.)
+fn remove_strays(dir: &Path, bases: &[u64]) -> Result<()> {
+    if bases.is_empty() {
+        return Ok(());
+    }
+    for &b in bases {
+        fs::remove_file(&log_path(dir, b))?;
+        match fs::remove_file(&idx_path(dir, b)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
+    fs::sync_dir(dir)?;
+    Ok(())
+}
+
 impl SegmentSet {
     /// Creates the first segment of a new stream at `base`.
     pub(crate) fn create(dir: &Path, base: Offset, segment_bytes: u64) -> Result<SegmentSet> {
@@ -195,15 +216,16 @@ impl SegmentSet {
             let _ = fs::remove_file(&idx_path(dir, b));
         }
         let mut segs: Vec<Segment> = Vec::new();
+        let mut past_end = Vec::new();
         for &b in &bases[first..] {
             if segs.is_empty() || b < end.bytes {
                 let cold_len = cold.iter().find(|c| c.0 == b).map(|c| c.1);
                 segs.push(Segment::open(&shared, b, cold_len)?);
             } else if !replaying {
-                fs::remove_file(&log_path(dir, b))?;
-                let _ = fs::remove_file(&idx_path(dir, b));
+                past_end.push(b);
             }
         }
+        remove_strays(dir, &past_end)?;
         if segs.is_empty() {
             return Err(Error::corrupt(dir, "stream has no segment"));
         }
@@ -350,18 +372,22 @@ impl SegmentSet {
         out
     }
 
-    /// Recovery's replay is over: later rolls start empty logs, and the segment files past the
-    /// last segment (a roll whose placed appends replay did not adopt) are removed.
-    pub(crate) fn end_replay(&mut self) {
+    /// Recovery's replay is over: later rolls start empty logs, and the segment logs on disk
+    /// that are not this set's are removed, durably (see [`remove_strays`]): past the last
+    /// segment, a roll whose placed appends replay did not adopt; between two segments, a log
+    /// that replay passed over because no record starts at its base (a roll of the writer's
+    /// whose records a power cut took, or a log an earlier removal left behind).
+    pub(crate) fn end_replay(&mut self) -> Result<()> {
         if !std::mem::take(&mut self.replaying) {
-            return;
+            return Ok(());
         }
         self.ahead = Vec::new();
-        let last = self.segs.last().map_or(0, |s| s.base.bytes);
-        for b in logs_after(&self.dir, last).unwrap_or_default() {
-            let _ = fs::remove_file(&log_path(&self.dir, b));
-            let _ = fs::remove_file(&idx_path(&self.dir, b));
-        }
+        let first = self.segs.first().map_or(0, |s| s.base.bytes);
+        let strays: Vec<u64> = logs_after(&self.dir, first)?
+            .into_iter()
+            .filter(|&b| !self.segs.iter().any(|s| s.base.bytes == b))
+            .collect();
+        remove_strays(&self.dir, &strays)
     }
 
     /// Checks the newest message's bytes against its index CRC.

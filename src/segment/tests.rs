@@ -281,7 +281,7 @@ fn replay_adopts_placed_bytes_where_the_writer_put_them() {
     // Replay ended before the roll: its log goes with the end of replay.
     let rolled = log_path(dir.path(), after_b.bytes);
     assert!(rolled.exists());
-    set.end_replay();
+    set.end_replay().unwrap();
     assert!(!rolled.exists());
     assert!(!idx_path(dir.path(), after_b.bytes).exists());
 }

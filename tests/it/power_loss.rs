@@ -387,6 +387,51 @@ fn a_journal_file_stranded_before_a_hole_is_not_replayed() -> R {
     Ok(())
 }
 
+/// Found by the long mode (seed 249): a segment log that is none of the stream's segments (a
+/// roll whose records a power cut took, whose removal at the next open a second cut undid) was
+/// left inside a segment's range. Replay rolls exactly where the logs on disk say the writer
+/// did, and passes over a log at an offset where no record starts; it removed only the logs
+/// past the last segment, so this one stayed, and the stream did not open ("segment file is
+/// missing") once a checkpoint recorded an end past it. Replay now removes every log that is
+/// not one of the stream's segments, and syncs the directory after removing any.
+#[test]
+fn a_stray_segment_log_that_replay_passes_over_is_removed() -> R {
+    let dir = tempfile::tempdir()?;
+    let n = name("pl/passed-over");
+    let options = || {
+        Options::default()
+            .with_journal_shards(1)
+            .with_durability(Durability::Sync)
+            .with_segment_bytes(4096)
+    };
+    let store = Store::open(dir.path(), options())?;
+    store.create(&n, CreateOptions::with_content_type("text/plain"))?;
+    let mut all = Vec::new();
+    // Messages at 0, 3000 and 6000: the second fills the first segment, the third rolls.
+    for b in [b'a', b'b', b'c'] {
+        let body = vec![b; 3000];
+        store.append(&n, AppendRequest::new(body.clone()))?;
+        all.extend(body);
+    }
+    let image = crate::util::crash_image(store, dir.path())?;
+    let sdir = crate::util::files_under(&image.path().join("streams"))?
+        .into_iter()
+        .find(|p| p.ends_with("00000000000000006000.log"))
+        .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+        .ok_or("the third message did not roll to a segment at 6000")?;
+    // Inside the second message: no record starts there.
+    let stray = sdir.join("00000000000000004000.log");
+    std::fs::write(&stray, vec![b'x'; 64])?;
+    let store = Store::open(image.path(), options())?;
+    assert!(read_to_tail(&store, &n, None)?.0 == all);
+    assert!(!stray.exists(), "replay removed the log it passed over");
+    drop(store);
+    // Loaded from its sidecar, whose end is past 4000.
+    let store = Store::open(image.path(), options())?;
+    assert!(read_to_tail(&store, &n, None)?.0 == all);
+    Ok(())
+}
+
 /// The body of append `id` (one message), padded to a size chosen by the id, so that appends
 /// fill segments and journals, and checkpoints start on their own (in the background).
 fn body(json: bool, id: u64) -> String {
