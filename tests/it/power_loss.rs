@@ -16,7 +16,8 @@
 //! (each generation runs on the store the last one recovered).
 //!
 //! `BROOK_SIM_SEED=<n>` replays one seed; `BROOK_SIM_SEEDS=<n>` runs seeds `0..n` (the long
-//! mode: `BROOK_SIM_SEEDS=1000 cargo test --all-features --test it power_loss`).
+//! mode: `BROOK_SIM_SEEDS=1000 cargo test --all-features --test it power_loss`), and
+//! `BROOK_SIM_SEEDS=<a>..<b>` seeds `a..b`.
 
 use std::collections::HashMap;
 
@@ -114,11 +115,15 @@ fn seeds() -> Vec<u64> {
     {
         return vec![s];
     }
-    if let Some(n) = std::env::var("BROOK_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return (0..n).collect();
+    if let Ok(spec) = std::env::var("BROOK_SIM_SEEDS") {
+        // `n` runs seeds 0..n, `a..b` seeds a..b.
+        let range = match spec.split_once("..") {
+            Some((a, b)) => a.parse().ok().zip(b.parse().ok()),
+            None => spec.parse().ok().map(|n| (0, n)),
+        };
+        if let Some((a, b)) = range {
+            return (a..b).collect();
+        }
     }
     CI_SEEDS.collect()
 }
