@@ -79,13 +79,10 @@ fn client(timeout: Duration, allow: Arc<[ipnet::IpNet]>) -> reqwest::Result<reqw
 }
 
 async fn run(ctx: Ctx, timeout: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let client = match client(timeout, ctx.allow.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "webhook delivery disabled: no HTTP client");
-            return;
-        }
-    };
+    // Built for the first job, not at start: building it loads the system's certificate
+    // authorities (the CA bundle parsed, some 20 million instructions and a few hundred KiB
+    // kept), which a server that never delivers a webhook does not need.
+    let mut http: Option<reqwest::Client> = None;
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
         let Some(store) = ctx.store() else {
@@ -102,7 +99,17 @@ async fn run(ctx: Ctx, timeout: Duration, mut shutdown: tokio::sync::watch::Rece
             Vec::new()
         };
         for job in jobs {
-            tokio::spawn(deliver(ctx.clone(), client.clone(), permits.clone(), job));
+            let c = match &http {
+                Some(c) => c.clone(),
+                None => match client(timeout, ctx.allow.clone()) {
+                    Ok(c) => http.insert(c).clone(),
+                    Err(e) => {
+                        tracing::error!(error = %e, "webhook delivery disabled: no HTTP client");
+                        return;
+                    }
+                },
+            };
+            tokio::spawn(deliver(ctx.clone(), c, permits.clone(), job));
         }
         tokio::select! {
             () = listener => {}
