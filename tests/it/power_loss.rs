@@ -288,6 +288,19 @@ fn two_journal_files(root: &std::path::Path) -> Res<(Store, StreamName, Vec<Stri
     Ok((store, n, files))
 }
 
+/// Opens the store at `root` and checks that the stream `n` holds just what its new
+/// incarnation was given (see [`two_journal_files`]).
+fn open_with_new_incarnation(root: &std::path::Path, n: &StreamName, context: &str) -> Res<Store> {
+    let store = Store::open(root, Options::default().with_journal_shards(1))?;
+    let (data, _) = read_to_tail(&store, n, None)?;
+    assert!(
+        data == b"new;",
+        "{context}: read {} bytes, not the new incarnation's 4",
+        data.len()
+    );
+    Ok(store)
+}
+
 /// The journal files in `dir`, by name (which sorts by base LSN).
 fn journal_files(dir: &std::path::Path) -> Res<Vec<String>> {
     let mut out = Vec::new();
@@ -342,13 +355,8 @@ fn a_power_cut_while_a_checkpoint_drops_journal_files_leaves_no_hole() -> R {
             "seed {seed}: a hole in the journal: {before:?} became {after:?}"
         );
         brought_back += old.len();
-        let store = Store::open(&root, Options::default().with_journal_shards(1))?;
-        let (data, _) = read_to_tail(&store, &n, None)?;
-        assert!(
-            data == b"new;",
-            "seed {seed}: read {} bytes, not the new incarnation's 4; {before:?} became {after:?}",
-            data.len()
-        );
+        let context = format!("seed {seed}, {before:?} became {after:?}");
+        open_with_new_incarnation(&root, &n, &context)?;
     }
     assert!(
         brought_back > 0,
@@ -374,13 +382,7 @@ fn a_journal_file_stranded_before_a_hole_is_not_replayed() -> R {
     assert!(!oldest.exists(), "the checkpoint dropped {}", before[0]);
     drop(store);
     std::fs::write(&oldest, &kept)?;
-    let store = Store::open(&root, Options::default().with_journal_shards(1))?;
-    let (data, _) = read_to_tail(&store, &n, None)?;
-    assert!(
-        data == b"new;",
-        "read {} bytes, not the new incarnation's 4",
-        data.len()
-    );
+    let store = open_with_new_incarnation(&root, &n, "the stranded file put back")?;
     store.append(&n, AppendRequest::new("more;"))?;
     drop(store);
     let store = Store::open(&root, Options::default().with_journal_shards(1))?;
