@@ -4,7 +4,7 @@
 //! state durable in sidecars, so each journal is replayed at most once.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -219,6 +219,14 @@ pub(super) fn replay_shard(
                 )?;
                 fs::sync_all(&f, path)?;
             }
+        } else if scanned.end_lsn > scanned.base_lsn {
+            // Its batches may never have been synced (Buffered mode, or a crash between a
+            // batch's write and its sync), and the file recovery starts next says that the file
+            // before it was synced whole (no FLAG_PREV_UNSYNCED): make that true before it
+            // exists, or a power cut during this open could leave this file short of the next
+            // one's start (taken for a file stranded by a checkpoint) or torn inside it.
+            let f = File::open(path)?;
+            fs::sync_data(&f, path)?;
         }
         if i == 0 || scanned.base_lsn >= end {
             end = end.max(scanned.base_lsn);

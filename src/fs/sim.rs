@@ -204,6 +204,15 @@ impl Disk {
         self.inner.lock().cut = true;
     }
 
+    /// The process died (with the power on) and starts again: seam calls work again, and what
+    /// was not durable when it died is still not durable (the page cache kept it), for a power
+    /// cut later to take.
+    pub fn restart(&self) {
+        let mut g = self.inner.lock();
+        g.cut = false;
+        g.cut_after = None;
+    }
+
     /// Whether the power is cut.
     pub fn is_cut(&self) -> bool {
         self.inner.lock().cut
