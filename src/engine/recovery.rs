@@ -151,27 +151,12 @@ pub(super) fn replay_shard(
     for (_, path) in &files {
         scans.push(journal::scan(path, id as u32)?);
     }
-    // A file that ends cleanly short of where the next file starts, when the next one says
-    // its predecessor was synced whole (no FLAG_PREV_UNSYNCED), is not that predecessor: the
-    // files in between were dropped by a checkpoint, which drops every file before its
-    // rotation point, and this one's removal did not survive a power cut. Every file up to it
-    // is obsolete; replaying it would bring back state the missing files changed (a stream
-    // deleted and created again there would come back as its old incarnation). Checkpoints
-    // drop files in order, each removal synced (`Shard::drop_journal_before`), so only a data
-    // directory from an older build can show this; the recovery checkpoint removes them.
-    let stranded = (0..scans.len().saturating_sub(1)).rev().find(|&t| {
-        let (this, next) = (&scans[t], &scans[t + 1]);
-        !this.torn && this.end_lsn < next.base_lsn && next.flags & journal::FLAG_PREV_UNSYNCED == 0
-    });
-    if let Some(t) = stranded {
-        for (_, path) in files.drain(..=t) {
-            tracing::warn!(
-                file = %path.display(),
-                "skipping a journal file left behind by a checkpoint's interrupted removal"
-            );
-        }
-        scans.drain(..=t);
-    }
+    // A hole between two files whose later one says its predecessor was synced whole is
+    // replayed across, not taken for a sign that the files before it are obsolete: besides
+    // a checkpoint's removals (which `Shard::drop_journal_before` makes durable one by one, so
+    // that no hole is left), a power cut can undo the rename of a prepared file that held
+    // nothing acknowledged yet (its name is synced before its first batch is answered) while
+    // keeping the file started after it, and everything before that hole is needed.
     // A file that is not the newest but ends torn, or short of where the next file starts:
     // an unsynced Buffered rotation when the next file says so (then this file's tail and
     // every later file were never synced, and the journal ends here), else a torn end is a
@@ -224,7 +209,7 @@ pub(super) fn replay_shard(
             // batch's write and its sync), and the file recovery starts next says that the file
             // before it was synced whole (no FLAG_PREV_UNSYNCED): make that true before it
             // exists, or a power cut during this open could leave this file short of the next
-            // one's start (taken for a file stranded by a checkpoint) or torn inside it.
+            // one's start or torn inside it.
             let f = File::open(path)?;
             fs::sync_data(&f, path)?;
         }

@@ -380,35 +380,6 @@ fn a_power_cut_while_a_checkpoint_drops_journal_files_leaves_no_hole() -> R {
     Ok(())
 }
 
-/// The recovery side of the test above, for data directories written before the fix: a
-/// checkpoint's removal of the older of two dropped files did not survive, the newer one's did.
-/// Recovery skips the file stranded before the hole (the checkpoint made all of it durable)
-/// instead of replaying it across the hole.
-#[test]
-fn a_journal_file_stranded_before_a_hole_is_not_replayed() -> R {
-    let tmp = tempfile::tempdir()?;
-    let root = tmp.path().canonicalize()?.join("store");
-    std::fs::create_dir_all(&root)?;
-    let (store, n, before) = two_journal_files(&root)?;
-    let jdir = root.join("journal").join("00");
-    let oldest = jdir.join(&before[0]);
-    let kept = std::fs::read(&oldest)?;
-    store.checkpoint()?;
-    assert!(!oldest.exists(), "the checkpoint dropped {}", before[0]);
-    drop(store);
-    std::fs::write(&oldest, &kept)?;
-    let store = open_with_new_incarnation(&root, &n, "the stranded file put back")?;
-    store.append(&n, AppendRequest::new("more;"))?;
-    drop(store);
-    let store = Store::open(&root, Options::default().with_journal_shards(1))?;
-    assert_eq!(read_to_tail(&store, &n, None)?.0, b"new;more;");
-    assert!(
-        !oldest.exists(),
-        "the recovery checkpoint removed the stranded file"
-    );
-    Ok(())
-}
-
 /// Found by the long mode (seed 249): a segment log that is none of the stream's segments (a
 /// roll whose records a power cut took, whose removal at the next open a second cut undid) was
 /// left inside a segment's range. Replay rolls exactly where the logs on disk say the writer
