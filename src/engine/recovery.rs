@@ -151,16 +151,15 @@ pub(super) fn replay_shard(
     for (_, path) in &files {
         scans.push(journal::scan(path, id as u32)?);
     }
-    // A hole between two files whose later one says its predecessor was synced whole is
-    // replayed across, not taken for a sign that the files before it are obsolete: besides
-    // a checkpoint's removals (which `Shard::drop_journal_before` makes durable one by one, so
-    // that no hole is left), a power cut can undo the rename of a prepared file that held
-    // nothing acknowledged yet (its name is synced before its first batch is answered) while
-    // keeping the file started after it, and everything before that hole is needed.
-    // A file that is not the newest but ends torn, or short of where the next file starts:
-    // an unsynced Buffered rotation when the next file says so (then this file's tail and
-    // every later file were never synced, and the journal ends here), else a torn end is a
-    // damaged synced record.
+    // Where one file ends and the next begins, two things can be found. A gap (the later
+    // file says its predecessor was synced whole) is replayed across: a checkpoint's removals
+    // leave none (`Shard::drop_journal_before` makes them durable one by one), and a power cut
+    // that undid the rename of a prepared file holding nothing acknowledged (its name is
+    // synced before its first batch is answered) while keeping the file started after it
+    // leaves a gap whose earlier files are all still needed. A file that ends torn, or short
+    // of where the next starts, is an unsynced Buffered rotation when the next file says so
+    // (its tail and every later file were never synced, and the journal ends there), and
+    // otherwise a damaged synced record.
     let unsynced_end = |t: usize| {
         let (this, next) = (&scans[t], &scans[t + 1]);
         (this.torn || this.end_lsn < next.base_lsn) && next.flags & journal::FLAG_PREV_UNSYNCED != 0

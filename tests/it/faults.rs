@@ -3,32 +3,16 @@
 //! could not write); a full disk on a journal write or a checkpoint refuses writes cleanly, and
 //! the store takes writes again once the fault is gone, without a restart.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use brook::sim::{Disk, Kind};
 use brook::*;
 
-use crate::util::{R, name, read_to_tail, typed};
+use crate::util::{R, name, read_to_tail, typed, watched};
 
 const EIO: i32 = 5;
 const ENOSPC: i32 = 28;
-
-/// A fresh data directory (canonical, as the seam matches paths) in `tmp`.
-fn store_dir(tmp: &tempfile::TempDir) -> std::io::Result<PathBuf> {
-    let root = tmp.path().canonicalize()?.join("store");
-    std::fs::create_dir_all(&root)?;
-    Ok(root)
-}
-
-/// A fresh data directory watched by the simulated disk; the directory lives as long as the
-/// returned guard.
-fn watched() -> std::io::Result<(tempfile::TempDir, PathBuf, std::sync::Arc<Disk>)> {
-    let tmp = tempfile::tempdir()?;
-    let root = store_dir(&tmp)?;
-    let disk = Disk::install(&root)?;
-    Ok((tmp, root, disk))
-}
 
 fn open(root: &Path) -> brook::Result<Store> {
     Store::open(root, Options::default().with_journal_shards(1))

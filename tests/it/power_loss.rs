@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use brook::sim::Disk;
 use brook::*;
 
-use crate::util::{R, Rng, name, read_to_tail};
+use crate::util::{R, Rng, name, read_to_tail, watched};
 
 /// The seeds CI runs (each several generations).
 const CI_SEEDS: std::ops::Range<u64> = 0..24;
@@ -342,10 +342,7 @@ fn journal_files(dir: &std::path::Path) -> Res<Vec<String>> {
 fn a_power_cut_while_a_checkpoint_drops_journal_files_leaves_no_hole() -> R {
     let mut brought_back = 0;
     for seed in 0..12 {
-        let tmp = tempfile::tempdir()?;
-        let root = tmp.path().canonicalize()?.join("store");
-        std::fs::create_dir_all(&root)?;
-        let disk = Disk::install(&root)?;
+        let (_tmp, root, disk) = watched()?;
         let (store, n, before) = two_journal_files(&root)?;
         // The checkpoint's rotation starts a third file; the directory sync of its drop fails,
         // and the power goes with it.
@@ -446,10 +443,7 @@ fn a_power_cut_while_the_store_reopens_after_a_crash_keeps_a_prefix() -> R {
         .collect();
     let mut full = 0;
     for call in 1..=24 {
-        let tmp = tempfile::tempdir()?;
-        let root = tmp.path().canonicalize()?.join("store");
-        std::fs::create_dir_all(&root)?;
-        let disk = Disk::install(&root)?;
+        let (_tmp, root, disk) = watched()?;
         // Made durable by a checkpoint: the stream exists whatever happens after.
         let store = Store::open(&root, buffered())?;
         store.create(&n, CreateOptions::with_content_type("text/plain"))?;

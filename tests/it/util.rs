@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: crash images, a small seeded RNG, reading whole streams.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use brook::*;
 
@@ -15,6 +16,16 @@ pub fn typed(content_type: &str) -> CreateOptions {
 /// A stream name known to be valid.
 pub fn name(s: &str) -> StreamName {
     StreamName::new(s).expect("valid name")
+}
+
+/// A fresh data directory (canonical, as the simulated disk matches paths) watched by the
+/// simulated disk; the directory lives as long as the returned guard.
+pub fn watched() -> std::io::Result<(tempfile::TempDir, PathBuf, Arc<brook::sim::Disk>)> {
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path().canonicalize()?.join("store");
+    std::fs::create_dir_all(&root)?;
+    let disk = brook::sim::Disk::install(&root)?;
+    Ok((tmp, root, disk))
 }
 
 /// Copies a directory tree, skipping files that vanish while it runs (a background thread of a
