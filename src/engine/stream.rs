@@ -198,7 +198,15 @@ impl Stream {
             sc.state.base
         };
         let cold = crate::tier::manifest::cold_segments(&dir, &sc.state.config.incarnation)?;
-        let segs = SegmentSet::open(&dir, start, sc.state.tail, segment_bytes, &cold, replaying)?;
+        let segs = SegmentSet::open(
+            &dir,
+            start,
+            sc.state.earliest,
+            sc.state.tail,
+            segment_bytes,
+            &cold,
+            replaying,
+        )?;
         Ok(Some(Stream::new(
             sc.state,
             dir,

@@ -221,6 +221,32 @@ impl Segment {
         }
     }
 
+    /// Takes this freshly opened segment to run up to `next` (the next segment's base, or the
+    /// stream's end), checking its index against that: its message count, end and the entry of
+    /// its last message. `dir` names the files in errors.
+    pub(super) fn reach(&mut self, dir: &Path, next: Offset) -> Result<()> {
+        if next.bytes < self.base.bytes || next.messages < self.base.messages {
+            return Err(Error::corrupt(dir, "segments out of order"));
+        }
+        self.count = next.messages - self.base.messages;
+        self.idx_written = self.count;
+        self.end = next.bytes;
+        let idx_entries = (self.idx_map.len() as u64 - IDX_HEADER) / ENTRY;
+        if self.count > idx_entries || self.end - self.base.bytes > self.log_cap {
+            return Err(Error::corrupt(
+                idx_path(dir, self.base.bytes),
+                "index or log shorter than the stream",
+            ));
+        }
+        if self.count > 0 && self.entry_end(self.count - 1) != self.end {
+            return Err(Error::corrupt(
+                idx_path(dir, self.base.bytes),
+                "index disagrees with the stream's length",
+            ));
+        }
+        Ok(())
+    }
+
     /// Index entry `i`'s bytes: from the file, or from `idx_pending` when not written yet.
     fn entry(&self, i: u64) -> Option<&[u8]> {
         let (bytes, at) = match i.checked_sub(self.idx_written) {

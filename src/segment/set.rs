@@ -15,7 +15,7 @@ use crate::name::Offset;
 use crate::state::Body;
 
 use super::log::Segment;
-use super::{ENTRY, IDX_HEADER, MapSlice, Piece, idx_path, log_path, parse_log_name};
+use super::{MapSlice, Piece, idx_path, log_path, parse_log_name};
 
 /// The segments of one stream, from its base (fork point or zero) to its applied end.
 pub(crate) struct SegmentSet {
@@ -167,18 +167,24 @@ impl SegmentSet {
     }
 
     /// Opens a stream's segments, valid from `start` (its base, or the retained start when
-    /// retention may have reclaimed segments) to `end`. `cold` lists the sealed segments the
-    /// cold tier holds, as (base byte position, log length): one whose local log is missing
-    /// opens cold (its index must be here).
+    /// retention may have reclaimed segments) to `end`; `earliest` is the stream's retained
+    /// start. `cold` lists the sealed segments the cold tier holds, as (base byte position, log
+    /// length): one whose local log is missing opens cold (its index must be here).
     ///
     /// Segment files that start at or after `end` (other than the first) hold nothing durable and
     /// are removed (kept while `replaying`: see [`SegmentSet::end_replay`]); so are those wholly
     /// before the segment holding `start`, which retention reclaimed (a power loss may keep
-    /// some of those removals and undo others). The last message is checked against its index
-    /// entry.
+    /// some of those removals and undo others). A stream with forks is opened from its base,
+    /// as retention reclaims nothing while forks exist; but it may have reclaimed segments
+    /// before its first fork was made, and a power loss during that reclaim may bring back an
+    /// older log without a newer one. So segments that do not join up with the next one, where
+    /// that next one starts at or before `earliest`, are left out (readers never reach them,
+    /// and a fork starts at or after the earliest offset of its time). The last message is
+    /// checked against its index entry.
     pub(crate) fn open(
         dir: &Path,
         start: Offset,
+        earliest: Offset,
         end: Offset,
         segment_bytes: u64,
         cold: &[(u64, u64)],
@@ -230,28 +236,22 @@ impl SegmentSet {
             return Err(Error::corrupt(dir, "stream has no segment"));
         }
         let n = segs.len();
+        let mut apart = 0;
         for i in 0..n {
             let next = if i + 1 < n { segs[i + 1].base } else { end };
-            let s = &mut segs[i];
-            if next.bytes < s.base.bytes || next.messages < s.base.messages {
-                return Err(Error::corrupt(dir, "segments out of order"));
+            match segs[i].reach(dir, next) {
+                Err(_) if i + 1 < n && next.bytes <= earliest.bytes => apart = i + 1,
+                other => other?,
             }
-            s.count = next.messages - s.base.messages;
-            s.idx_written = s.count;
-            s.end = next.bytes;
-            let idx_entries = (s.idx_map.len() as u64 - IDX_HEADER) / ENTRY;
-            if s.count > idx_entries || s.end - s.base.bytes > s.log_cap {
-                return Err(Error::corrupt(
-                    idx_path(dir, s.base.bytes),
-                    "index or log shorter than the stream",
-                ));
-            }
-            if s.count > 0 && s.entry_end(s.count - 1) != s.end {
-                return Err(Error::corrupt(
-                    idx_path(dir, s.base.bytes),
-                    "index disagrees with the stream's length",
-                ));
-            }
+        }
+        if apart > 0 {
+            tracing::warn!(
+                dir = %dir.display(),
+                from = segs[0].base.bytes,
+                to = segs[apart].base.bytes,
+                "segments before the retained start that do not join the stream's are left out (a reclaim a power loss undid in part)"
+            );
+            segs.drain(..apart);
         }
         let ahead = match (replaying, segs.last()) {
             (true, Some(last)) => logs_after(dir, last.base.bytes)?,

@@ -8,6 +8,24 @@ use set::WRITE_BUFFERS;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
+/// Opens the segments in `dir` from the start (no retention) to `end`.
+fn open_whole(
+    dir: &std::path::Path,
+    end: Offset,
+    segment_bytes: u64,
+    replaying: bool,
+) -> Result<SegmentSet> {
+    SegmentSet::open(
+        dir,
+        Offset::ZERO,
+        Offset::ZERO,
+        end,
+        segment_bytes,
+        &[],
+        replaying,
+    )
+}
+
 fn body(msgs: &[&[u8]]) -> Body {
     let mut data = Vec::new();
     let mut ends = Vec::new();
@@ -98,13 +116,13 @@ fn append_read_roll_reopen() {
     assert_eq!(set.offset_at(late + 1), Offset::new(150, late + 1));
     assert_eq!(set.next_boundary_after(late + 1), Some(late + m));
     drop(set);
-    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096, &[], false).unwrap();
+    let mut set = open_whole(dir.path(), end, 4096, false).unwrap();
     let got: Vec<u8> = set.read_local(100, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, &expect[100..]);
     // Reopening at an earlier end (a checkpoint before a crash) drops later segments.
     let early = Offset::new(10, 420);
     drop(set);
-    let set = SegmentSet::open(dir.path(), Offset::ZERO, early, 4096, &[], false).unwrap();
+    let set = open_whole(dir.path(), early, 4096, false).unwrap();
     assert_eq!(set.end(), early);
     assert_eq!(set.segs.len(), 1);
 }
@@ -140,14 +158,7 @@ fn the_write_buffer_never_grows_past_a_flush() {
     let got: Vec<u8> = set.read_local(0, end).unwrap().unwrap().concat();
     assert_eq!(got, expect);
     drop(set);
-    let set = SegmentSet::open(
-        dir.path(),
-        Offset::ZERO,
-        Offset::new(60, end),
-        1 << 20,
-        &[],
-        false,
-    );
+    let set = open_whole(dir.path(), Offset::new(60, end), 1 << 20, false);
     let got: Vec<u8> = set.unwrap().read_local(0, end).unwrap().unwrap().concat();
     assert_eq!(got, expect, "dropping the set wrote what was buffered");
 }
@@ -200,7 +211,7 @@ fn index_entries_are_written_at_a_flush() {
     );
     let end = set.end();
     drop(set);
-    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false).unwrap();
+    let mut set = open_whole(dir.path(), end, 1 << 20, false).unwrap();
     assert_eq!(set.end(), Offset::new(4099, 4102));
     assert!(set.is_boundary(4101) && set.is_boundary(5));
     let got: Vec<u8> = set.read_local(0, 6).unwrap().unwrap().concat();
@@ -219,7 +230,7 @@ fn a_damaged_last_message_is_reported() {
     let f = OpenOptions::new().write(true).open(&log).unwrap();
     f.write_all_at(b"W", 5).unwrap();
     assert!(matches!(
-        SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false),
+        open_whole(dir.path(), end, 1 << 20, false),
         Err(Error::Corrupt { .. })
     ));
 }
@@ -255,7 +266,7 @@ fn replay_adopts_placed_bytes_where_the_writer_put_them() {
     all.extend_from_slice(&b.data);
     all.extend_from_slice(&c.data);
     for size in [4096, 1 << 20] {
-        let mut set = SegmentSet::open(dir.path(), Offset::ZERO, after_a, size, &[], true).unwrap();
+        let mut set = open_whole(dir.path(), after_a, size, true).unwrap();
         let got = set.adopt(after_a, &b.ends, placed(&b)).unwrap();
         assert_eq!(got.map(|g| g.data), Some(b.data.clone()), "size {size}");
         let got = set.adopt(after_b, &c.ends, placed(&c)).unwrap();
@@ -266,7 +277,7 @@ fn replay_adopts_placed_bytes_where_the_writer_put_them() {
         assert_eq!(set.message_ranges(0, end.bytes).len(), 4);
     }
     // Bytes that fail the CRC, or lie past the log's end, are not adopted.
-    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, after_a, 4096, &[], true).unwrap();
+    let mut set = open_whole(dir.path(), after_a, 4096, true).unwrap();
     let wrong = Placed {
         crc: placed(&b).crc ^ 1,
         ..placed(&b)
@@ -318,7 +329,7 @@ fn held_placed_bodies_reach_the_log_in_order() {
     let log = std::fs::read(log_path(dir.path(), 0)).unwrap();
     assert_eq!(&log[..all.len()], &all[..]);
     drop(set);
-    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, at, 1 << 20, &[], false).unwrap();
+    let mut set = open_whole(dir.path(), at, 1 << 20, false).unwrap();
     let read: Vec<u8> = set.read_local(0, at.bytes).unwrap().unwrap().concat();
     assert_eq!(read, all);
 }
@@ -364,7 +375,7 @@ fn room_made_for_a_batch_rolls_ahead_and_allocates_what_the_batch_writes() {
     assert_eq!(set.segs.len(), 3);
     let end = set.end();
     drop(set);
-    let mut set = SegmentSet::open(dir.path(), Offset::ZERO, end, 8192, &[], false).unwrap();
+    let mut set = open_whole(dir.path(), end, 8192, false).unwrap();
     let got: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got.len() as u64, end.bytes);
     assert!(got.ends_with(b"next"));
@@ -422,7 +433,7 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     assert!(set.rest().unwrap());
     drop(set);
     assert_eq!(files.get(), 0, "a dropped set leaves the count");
-    let mut reopened = SegmentSet::open(dir.path(), Offset::ZERO, end, 4096, &[], false).unwrap();
+    let mut reopened = open_whole(dir.path(), end, 4096, false).unwrap();
     let got: Vec<u8> = reopened.read_local(0, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, expect);
     // A log cut short behind the store's back while the set rests.
@@ -475,8 +486,7 @@ fn an_open_segment_holds_only_its_log_open() {
     let end = set.end();
     drop(set);
     assert_eq!(fds_under(dir.path()), 0);
-    let mut reopened =
-        SegmentSet::open(dir.path(), Offset::ZERO, end, 1 << 20, &[], false).unwrap();
+    let mut reopened = open_whole(dir.path(), end, 1 << 20, false).unwrap();
     assert_eq!(fds_under(dir.path()), 1, "a reopened segment");
     let got: Vec<u8> = reopened.read_local(0, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, expect);
