@@ -306,6 +306,9 @@ impl Disk {
                 Change::Mkdir { path } => {
                     if path.is_dir() {
                         std::fs::remove_dir_all(&path)?;
+                        // What was put back in it went with it: an older create of the same
+                        // name must not find it there.
+                        restored.retain(|p, _| !p.starts_with(&path));
                         out.undone.push(format!("mkdir {}", path.display()));
                     }
                 }
@@ -319,8 +322,17 @@ impl Disk {
                         && from.parent().is_some_and(Path::is_dir);
                     if back {
                         std::fs::rename(&to, &from)?;
-                        if let Some(ino) = restored.remove(&to) {
-                            restored.insert(from.clone(), ino);
+                        // The file, or everything put back in the directory, moves with it.
+                        let moved: Vec<PathBuf> = restored
+                            .keys()
+                            .filter(|p| p.starts_with(&to))
+                            .cloned()
+                            .collect();
+                        for p in moved {
+                            if let (Some(ino), Ok(rel)) = (restored.remove(&p), p.strip_prefix(&to))
+                            {
+                                restored.insert(from.join(rel), ino);
+                            }
                         }
                         if let Some(s) = displaced {
                             put_back(&to, &s, &mut rng, &mut restored)?;

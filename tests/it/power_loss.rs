@@ -204,7 +204,12 @@ fn run(seed: u64) -> Res<()> {
         } else {
             String::new()
         };
-        let loss = disk.power_loss(sim.rng.next())?;
+        let loss = disk.power_loss(sim.rng.next()).map_err(|e| {
+            format!(
+                "generation {generation}: the power loss{restart}: {e}\n{}",
+                sim.log.join("\n")
+            )
+        })?;
         disk.uninstall();
         sim.log.push(format!(
             "cut ({}), in doubt: {doubt:?}{restart}; torn {} files, undid {:?}, kept {}",
