@@ -94,10 +94,16 @@ impl Drop for SegmentSet {
 
 /// The bases of the segment logs in `dir` past `after`, ascending.
 fn logs_after(dir: &Path, after: u64) -> Result<Vec<u64>> {
+    let mut bases = logs_in(dir)?;
+    bases.retain(|&b| b > after);
+    Ok(bases)
+}
+
+/// The bases of every segment log in `dir`, ascending.
+fn logs_in(dir: &Path) -> Result<Vec<u64>> {
     let mut bases: Vec<u64> = std::fs::read_dir(dir)?
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(parse_log_name))
-        .filter(|&b| b > after)
         .collect();
     bases.sort_unstable();
     Ok(bases)
@@ -211,15 +217,21 @@ impl SegmentSet {
             .iter()
             .rposition(|&b| b <= start.bytes && b < end.bytes)
             .unwrap_or(0);
-        for &b in &bases[..first] {
-            let _ = fs::remove_file(&log_path(dir, b));
-            let _ = fs::remove_file(&idx_path(dir, b));
-        }
-        // An index before the first segment kept, whose log is gone: a reclaim cut short between
-        // its two steps (logs are removed, durably, before their indexes).
-        let kept = bases.get(first).copied().unwrap_or(0);
-        for b in indexes.into_iter().filter(|&b| b < kept) {
-            let _ = fs::remove_file(&idx_path(dir, b));
+        // Not while replaying: the sidecar that says where the stream starts may be one a
+        // checkpoint wrote but had not synced when the process died, which a power cut before
+        // recovery's own checkpoint can still take; the older sidecar then needs these
+        // segments. `end_replay` removes them once that checkpoint made the state durable.
+        if !replaying {
+            for &b in &bases[..first] {
+                let _ = fs::remove_file(&log_path(dir, b));
+                let _ = fs::remove_file(&idx_path(dir, b));
+            }
+            // An index before the first segment kept, whose log is gone: a reclaim cut short
+            // between its two steps (logs are removed, durably, before their indexes).
+            let kept = bases.get(first).copied().unwrap_or(0);
+            for b in indexes.into_iter().filter(|&b| b < kept) {
+                let _ = fs::remove_file(&idx_path(dir, b));
+            }
         }
         let mut segs: Vec<Segment> = Vec::new();
         let mut past_end = Vec::new();
@@ -372,21 +384,20 @@ impl SegmentSet {
         out
     }
 
-    /// Recovery's replay is over: later rolls start empty logs, and the segment logs on disk
-    /// that are not this set's are removed, durably (see [`remove_strays`]): past the last
-    /// segment, a roll whose placed appends replay did not adopt; between two segments, a log
-    /// that replay passed over because no record starts at its base (a roll of the writer's
-    /// whose records a power cut took, or a log an earlier removal left behind).
+    /// Recovery's replay is over and its checkpoint made the stream's state durable: later
+    /// rolls start empty logs, and the segment logs on disk that are not this set's are
+    /// removed, durably (see [`remove_strays`]): before the first segment, what retention
+    /// reclaimed (`open` leaves them while replaying); past the last segment, a roll whose
+    /// placed appends replay did not adopt; between two segments, a log that replay passed
+    /// over because no record starts at its base (a roll of the writer's whose records a power
+    /// cut took, or a log an earlier removal left behind).
     pub(crate) fn end_replay(&mut self) -> Result<()> {
         if !std::mem::take(&mut self.replaying) {
             return Ok(());
         }
         self.ahead = Vec::new();
-        let first = self.segs.first().map_or(0, |s| s.base.bytes);
-        let strays: Vec<u64> = logs_after(&self.dir, first)?
-            .into_iter()
-            .filter(|&b| !self.segs.iter().any(|s| s.base.bytes == b))
-            .collect();
+        let mut strays = logs_in(&self.dir)?;
+        strays.retain(|&b| !self.segs.iter().any(|s| s.base.bytes == b));
         remove_strays(&self.dir, &strays)
     }
 

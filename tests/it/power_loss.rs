@@ -538,6 +538,68 @@ fn a_power_cut_while_the_store_reopens_after_a_crash_keeps_a_prefix() -> R {
     Ok(())
 }
 
+/// Found by the restart mode (seed 2657): a checkpoint wrote the sidecar recording a stream's
+/// retention, and the process died before the sync that makes it durable. The restart's replay
+/// loaded the stream from that sidecar (the page cache had it) and removed the segments before
+/// the retained start; a power cut before recovery's own checkpoint took the new sidecar, and
+/// with the older one, whose stream starts in those segments, the stream did not open
+/// ("segment file is missing"). Replay now leaves them, and removes them once recovery's
+/// checkpoint made the state durable. The process dies at each of the checkpoint's first seam
+/// calls, and the power goes at each of the reopen's.
+#[test]
+fn a_power_cut_while_the_store_reopens_keeps_the_segments_its_durable_sidecar_needs() -> R {
+    let sync = || {
+        Options::default()
+            .with_journal_shards(1)
+            .with_durability(Durability::Sync)
+            .with_segment_bytes(4096)
+    };
+    let n = name("pl/trimmed");
+    let mut trimmed = 0;
+    for died in 1..=10 {
+        for cut in 1..=20 {
+            let (_tmp, root, disk) = watched()?;
+            let store = Store::open(&root, sync())?;
+            store.create(&n, CreateOptions::with_content_type("text/plain"))?;
+            // Three segments of two 3000-byte messages each, in a sidecar.
+            let mut tail = Offset::ZERO;
+            for i in 0..6 {
+                let body = format!("{i}{}", "x".repeat(2999));
+                tail = store.append(&n, AppendRequest::new(body))?.tail;
+            }
+            store.checkpoint()?;
+            store.publish_snapshot(&n, PublishSnapshot::new(tail, &b"s"[..]))?;
+            store.set_retention(&n, &RetentionRequest::to(tail))?;
+            store.append(&n, AppendRequest::new("after;"))?;
+            // The process dies in the checkpoint that records the retention.
+            disk.cut_after(died);
+            let _ = store.checkpoint();
+            disk.cut();
+            drop(store);
+            disk.restart();
+            disk.cut_after(cut);
+            drop(Store::open(&root, sync()));
+            disk.power_loss(died * 100 + cut)?;
+            disk.uninstall();
+            let store = Store::open(&root, sync()).map_err(|e| {
+                format!("died at call {died}, power cut at the reopen's call {cut}: {e}")
+            })?;
+            let (data, _) = read_to_tail(&store, &n, None)
+                .map_err(|e| format!("died at call {died}, power cut at call {cut}: {e}"))?;
+            assert!(
+                data.ends_with(b"after;"),
+                "died at {died}, cut at {cut}: read {} bytes",
+                data.len()
+            );
+            if data == b"after;" {
+                trimmed += 1;
+            }
+        }
+    }
+    assert!(trimmed > 0, "retention never took effect");
+    Ok(())
+}
+
 /// The body of append `id` (one message), padded to a size chosen by the id, so that appends
 /// fill segments and journals, and checkpoints start on their own (in the background).
 fn body(json: bool, id: u64) -> String {
