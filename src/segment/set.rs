@@ -390,15 +390,31 @@ impl SegmentSet {
     /// reclaimed (`open` leaves them while replaying); past the last segment, a roll whose
     /// placed appends replay did not adopt; between two segments, a log that replay passed
     /// over because no record starts at its base (a roll of the writer's whose records a power
-    /// cut took, or a log an earlier removal left behind).
+    /// cut took, or a log an earlier removal left behind); and the indexes of none of them.
     pub(crate) fn end_replay(&mut self) -> Result<()> {
         if !std::mem::take(&mut self.replaying) {
             return Ok(());
         }
         self.ahead = Vec::new();
+        let ours = |b: u64| self.segs.iter().any(|s| s.base.bytes == b);
         let mut strays = logs_in(&self.dir)?;
-        strays.retain(|&b| !self.segs.iter().any(|s| s.base.bytes == b));
-        remove_strays(&self.dir, &strays)
+        strays.retain(|&b| !ours(b));
+        remove_strays(&self.dir, &strays)?;
+        // Indexes left without their logs: a reclaim removes logs first, durably, then the
+        // indexes, and may have been cut short between the two.
+        for e in std::fs::read_dir(&*self.dir)?.flatten() {
+            let name = e.file_name();
+            let base = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".idx")?.parse::<u64>().ok());
+            if let Some(b) = base.filter(|&b| !ours(b)) {
+                match fs::remove_file(&idx_path(&self.dir, b)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Checks the newest message's bytes against its index CRC.
