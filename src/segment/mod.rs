@@ -83,6 +83,11 @@ pub(crate) fn parse_log_name(name: &str) -> Option<u64> {
     name.strip_suffix(".log")?.parse().ok()
 }
 
+/// The base of an index file's name (`{base:020}.idx`).
+pub(crate) fn parse_idx_name(name: &str) -> Option<u64> {
+    name.strip_suffix(".idx")?.parse().ok()
+}
+
 /// A segment's write buffer is written to its log once it holds this much: the bound on the
 /// memory a stream's unwritten appends take.
 const FLUSH_AT: usize = 16 << 10;

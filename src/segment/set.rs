@@ -15,7 +15,7 @@ use crate::name::Offset;
 use crate::state::Body;
 
 use super::log::Segment;
-use super::{MapSlice, Piece, idx_path, log_path, parse_log_name};
+use super::{MapSlice, Piece, idx_path, log_path, parse_idx_name, parse_log_name};
 
 /// The segments of one stream, from its base (fork point or zero) to its applied end.
 pub(crate) struct SegmentSet {
@@ -205,7 +205,7 @@ impl SegmentSet {
             let name = name.to_str();
             if let Some(b) = name.and_then(parse_log_name) {
                 bases.push(b);
-            } else if let Some(b) = name.and_then(|n| n.strip_suffix(".idx")?.parse::<u64>().ok()) {
+            } else if let Some(b) = name.and_then(parse_idx_name) {
                 indexes.push(b);
             }
         }
@@ -404,9 +404,7 @@ impl SegmentSet {
         // indexes, and may have been cut short between the two.
         for e in std::fs::read_dir(&*self.dir)?.flatten() {
             let name = e.file_name();
-            let base = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".idx")?.parse::<u64>().ok());
+            let base = name.to_str().and_then(parse_idx_name);
             if let Some(b) = base.filter(|&b| !ours(b)) {
                 match fs::remove_file(&idx_path(&self.dir, b)) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),

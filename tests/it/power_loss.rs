@@ -398,12 +398,7 @@ fn a_power_cut_while_retention_reclaims_segments_leaves_a_forked_stream_readable
         let store = Store::open(&root, options(true))?;
         let (n, f) = (name("pl/reclaimed"), name("pl/fork"));
         store.create(&n, CreateOptions::with_content_type("text/plain"))?;
-        // Three segments of two 3000-byte messages each (4 KiB segments).
-        let mut tail = Offset::ZERO;
-        for i in 0..6 {
-            let body = format!("{i}{}", "x".repeat(2999));
-            tail = store.append(&n, AppendRequest::new(body))?.tail;
-        }
+        let tail = three_segments(&store, &n)?;
         store.publish_snapshot(&n, PublishSnapshot::new(tail, &b"s"[..]))?;
         store.set_retention(&n, &RetentionRequest::to(tail))?;
         store.create(&f, CreateOptions::new().fork(ForkFrom::tail(n.clone())))?;
@@ -514,13 +509,7 @@ fn a_power_cut_while_the_store_reopens_after_a_crash_keeps_a_prefix() -> R {
             store.append(&n, AppendRequest::new(m.to_vec()))?;
         }
         // The process dies: nothing more reaches the files.
-        disk.cut();
-        drop(store);
-        disk.restart();
-        disk.cut_after(call);
-        drop(Store::open(&root, buffered()));
-        disk.power_loss(call)?;
-        disk.uninstall();
+        crash_then_cut_the_reopen(&disk, store, &root, buffered(), call, call)?;
         let store = Store::open(&root, buffered())
             .map_err(|e| format!("power cut at the reopen's seam call {call}: {e}"))?;
         let (data, _) = read_to_tail(&store, &n, None)?;
@@ -561,12 +550,7 @@ fn a_power_cut_while_the_store_reopens_keeps_the_segments_its_durable_sidecar_ne
             let (_tmp, root, disk) = watched()?;
             let store = Store::open(&root, sync())?;
             store.create(&n, CreateOptions::with_content_type("text/plain"))?;
-            // Three segments of two 3000-byte messages each, in a sidecar.
-            let mut tail = Offset::ZERO;
-            for i in 0..6 {
-                let body = format!("{i}{}", "x".repeat(2999));
-                tail = store.append(&n, AppendRequest::new(body))?.tail;
-            }
+            let tail = three_segments(&store, &n)?;
             store.checkpoint()?;
             store.publish_snapshot(&n, PublishSnapshot::new(tail, &b"s"[..]))?;
             store.set_retention(&n, &RetentionRequest::to(tail))?;
@@ -574,13 +558,7 @@ fn a_power_cut_while_the_store_reopens_keeps_the_segments_its_durable_sidecar_ne
             // The process dies in the checkpoint that records the retention.
             disk.cut_after(died);
             let _ = store.checkpoint();
-            disk.cut();
-            drop(store);
-            disk.restart();
-            disk.cut_after(cut);
-            drop(Store::open(&root, sync()));
-            disk.power_loss(died * 100 + cut)?;
-            disk.uninstall();
+            crash_then_cut_the_reopen(&disk, store, &root, sync(), cut, died * 100 + cut)?;
             let store = Store::open(&root, sync()).map_err(|e| {
                 format!("died at call {died}, power cut at the reopen's call {cut}: {e}")
             })?;
@@ -597,6 +575,37 @@ fn a_power_cut_while_the_store_reopens_keeps_the_segments_its_durable_sidecar_ne
         }
     }
     assert!(trimmed > 0, "retention never took effect");
+    Ok(())
+}
+
+/// Six 3000-byte messages in `n`: three segments of two (with 4 KiB segments). The tail.
+fn three_segments(store: &Store, n: &StreamName) -> Res<Offset> {
+    let mut tail = Offset::ZERO;
+    for i in 0..6 {
+        let body = format!("{i}{}", "x".repeat(2999));
+        tail = store.append(n, AppendRequest::new(body))?.tail;
+    }
+    Ok(tail)
+}
+
+/// The process of `store` dies (nothing more reaches the files), starts again on `root` with
+/// `options`, and the power goes at that start's `cut`th seam call; the directory is then left
+/// as the power loss chosen by `seed` leaves it, unwatched.
+fn crash_then_cut_the_reopen(
+    disk: &Disk,
+    store: Store,
+    root: &std::path::Path,
+    options: Options,
+    cut: u64,
+    seed: u64,
+) -> Res<()> {
+    disk.cut();
+    drop(store);
+    disk.restart();
+    disk.cut_after(cut);
+    drop(Store::open(root, options));
+    disk.power_loss(seed)?;
+    disk.uninstall();
     Ok(())
 }
 
