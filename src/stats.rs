@@ -179,6 +179,9 @@ pub(crate) struct Counters {
     pub(crate) journal_sync: AtomicHistogram,
     /// See [`Stats::checkpoint_seconds`].
     pub(crate) checkpoint: AtomicHistogram,
+    /// Checkpoints that have recorded their streams' sidecars (and so made those streams
+    /// closable): what tells the registry's eviction that a scan may find something new.
+    pub(crate) sidecars_written: AtomicU64,
     /// See [`Stats::retention`].
     pub(crate) retention: crate::retention::RetentionCounters,
     /// The descriptors the streams' segment files hold (see [`Stats::stream_files`]).
@@ -198,6 +201,7 @@ impl Default for Counters {
             batch_records: AtomicHistogram::new(BATCH_BOUNDS),
             journal_sync: AtomicHistogram::new(LATENCY_BOUNDS),
             checkpoint: AtomicHistogram::new(LATENCY_BOUNDS),
+            sidecars_written: AtomicU64::new(0),
             retention: crate::retention::RetentionCounters::default(),
             stream_files: std::sync::Arc::default(),
         }

@@ -121,6 +121,8 @@ pub(crate) struct Engine {
     registry: Mutex<HashMap<String, Arc<Stream>>>,
     /// Streams registered so far (changed only under `registry`): see `registry`'s lookup.
     registered: AtomicU64,
+    /// The last eviction scan, if it fell short of its target (taken under `registry`).
+    short_scan: Mutex<Option<registry::ShortScan>>,
     /// The descriptors the streams' segment files may hold now: `max_stream_files` at the
     /// open, changed by [`Engine::set_max_stream_files`] (a server lends it what its
     /// connections do not use).
@@ -333,6 +335,7 @@ impl Engine {
             _lock: lock,
             registry: Mutex::new(registry),
             registered: AtomicU64::new(0),
+            short_scan: Mutex::new(None),
             stream_file_budget,
             open_file_limit,
             shards,

@@ -90,3 +90,56 @@ fn concurrent_first_lookups_of_a_closed_stream_share_one_stream() -> R {
     }
     Ok(())
 }
+
+/// A cap of 64 (target 56, and a scan known to find nothing is skipped for up to 4 opens) with
+/// checkpoints far apart: 60 checkpointed streams held by watches and 10 written ones take the
+/// registry past the cap, where no scan can close anything. A checkpoint makes the 10
+/// closable, and the very next open closes them, though the last scan was 2 opens before. Once
+/// the watches go, the registry is back under its target within 4 opens.
+#[test]
+fn streams_past_the_cap_close_once_a_checkpoint_or_their_release_lets_them() -> R {
+    let dir = tempfile::tempdir()?;
+    let opts = Options::default()
+        .with_max_open_streams(64)
+        .with_checkpoint_bytes(1 << 30);
+    let store = Store::open(dir.path(), opts)?;
+    let n = |i: usize| name(&format!("past/{i}"));
+    let write = |i: usize| -> brook::Result<()> {
+        store.create(&n(i), text("text/plain"))?;
+        store.append(&n(i), AppendRequest::new(format!("{i}")))?;
+        Ok(())
+    };
+    let mut held = Vec::new();
+    for i in 0..60 {
+        write(i)?;
+        if i % 20 == 19 {
+            // Below the dirty-stream bound (a checkpoint per 32 written streams).
+            store.checkpoint()?;
+        }
+        held.push(store.watch(&n(i))?);
+    }
+    for i in 60..70 {
+        write(i)?;
+    }
+    assert_eq!(store.stats().open_streams, 70, "nothing closable yet");
+    store.checkpoint()?;
+    write(70)?;
+    assert_eq!(
+        store.stats().open_streams,
+        61,
+        "the checkpoint made the ten written streams closable, and the next open closed them"
+    );
+    drop(held);
+    for i in 71..75 {
+        write(i)?;
+    }
+    let open = store.stats().open_streams;
+    assert!(
+        open <= 56 + 3,
+        "released streams closed within 4 opens: {open} open"
+    );
+    for i in 0..75 {
+        assert_eq!(read_all(&store, &n(i))?, format!("{i}").as_bytes());
+    }
+    Ok(())
+}

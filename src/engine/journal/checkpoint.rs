@@ -319,6 +319,10 @@ impl Shard {
             d.generation = generation;
             d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
         }
+        // Its streams are closable now: the registry's eviction may scan again.
+        self.counters
+            .sidecars_written
+            .fetch_add(1, Ordering::Release);
         // 6d [sync]. The sidecars become durable; only then may the journal they replace go.
         fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;
         // 6e. Drop the replaced journal files, durably.
