@@ -397,19 +397,24 @@ impl SegmentSet {
         }
         self.ahead = Vec::new();
         let ours = |b: u64| self.segs.iter().any(|s| s.base.bytes == b);
-        let mut strays = logs_in(&self.dir)?;
-        strays.retain(|&b| !ours(b));
-        remove_strays(&self.dir, &strays)?;
-        // Indexes left without their logs: a reclaim removes logs first, durably, then the
-        // indexes, and may have been cut short between the two.
+        let (mut logs, mut indexes) = (Vec::new(), Vec::new());
         for e in std::fs::read_dir(&*self.dir)?.flatten() {
             let name = e.file_name();
-            let base = name.to_str().and_then(parse_idx_name);
-            if let Some(b) = base.filter(|&b| !ours(b)) {
-                match fs::remove_file(&idx_path(&self.dir, b)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                    _ => {}
-                }
+            let Some(name) = name.to_str() else { continue };
+            if let Some(b) = parse_log_name(name) {
+                logs.extend((!ours(b)).then_some(b));
+            } else if let Some(b) = parse_idx_name(name) {
+                indexes.extend((!ours(b)).then_some(b));
+            }
+        }
+        logs.sort_unstable();
+        remove_strays(&self.dir, &logs)?;
+        // Indexes left without their logs: a reclaim removes logs first, durably, then the
+        // indexes, and may have been cut short between the two.
+        for b in indexes.into_iter().filter(|b| logs.binary_search(b).is_err()) {
+            match fs::remove_file(&idx_path(&self.dir, b)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
             }
         }
         Ok(())
