@@ -411,7 +411,10 @@ impl SegmentSet {
         remove_strays(&self.dir, &logs)?;
         // Indexes left without their logs: a reclaim removes logs first, durably, then the
         // indexes, and may have been cut short between the two.
-        for b in indexes.into_iter().filter(|b| logs.binary_search(b).is_err()) {
+        for b in indexes
+            .into_iter()
+            .filter(|b| logs.binary_search(b).is_err())
+        {
             match fs::remove_file(&idx_path(&self.dir, b)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}
