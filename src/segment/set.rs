@@ -94,19 +94,33 @@ impl Drop for SegmentSet {
 
 /// The bases of the segment logs in `dir` past `after`, ascending.
 fn logs_after(dir: &Path, after: u64) -> Result<Vec<u64>> {
-    let mut bases = logs_in(dir)?;
+    let (mut bases, _) = segment_files(dir)?;
     bases.retain(|&b| b > after);
+    bases.sort_unstable();
     Ok(bases)
 }
 
-/// The bases of every segment log in `dir`, ascending.
-fn logs_in(dir: &Path) -> Result<Vec<u64>> {
-    let mut bases: Vec<u64> = std::fs::read_dir(dir)?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(parse_log_name))
-        .collect();
-    bases.sort_unstable();
-    Ok(bases)
+/// The bases of the segment logs and of the index files in `dir`, in directory order.
+fn segment_files(dir: &Path) -> Result<(Vec<u64>, Vec<u64>)> {
+    let (mut logs, mut indexes) = (Vec::new(), Vec::new());
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_str();
+        if let Some(b) = name.and_then(parse_log_name) {
+            logs.push(b);
+        } else if let Some(b) = name.and_then(parse_idx_name) {
+            indexes.push(b);
+        }
+    }
+    Ok((logs, indexes))
+}
+
+/// Removes the index file at `base`, if there is one.
+fn remove_index(dir: &Path, base: u64) -> Result<()> {
+    match fs::remove_file(&idx_path(dir, base)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Removes the segment files at `bases`, logs that are none of the stream's segments (started
@@ -121,10 +135,7 @@ fn remove_strays(dir: &Path, bases: &[u64]) -> Result<()> {
     }
     for &b in bases {
         fs::remove_file(&log_path(dir, b))?;
-        match fs::remove_file(&idx_path(dir, b)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
+        remove_index(dir, b)?;
     }
     fs::sync_dir(dir)?;
     Ok(())
@@ -197,18 +208,7 @@ impl SegmentSet {
         replaying: bool,
     ) -> Result<SegmentSet> {
         let shared: Arc<Path> = Arc::from(dir);
-        let mut bases = Vec::new();
-        let mut indexes = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_str();
-            if let Some(b) = name.and_then(parse_log_name) {
-                bases.push(b);
-            } else if let Some(b) = name.and_then(parse_idx_name) {
-                indexes.push(b);
-            }
-        }
+        let (mut bases, indexes) = segment_files(dir)?;
         bases.extend(cold.iter().map(|c| c.0).filter(|b| *b < end.bytes));
         bases.sort_unstable();
         bases.dedup();
@@ -396,28 +396,17 @@ impl SegmentSet {
             return Ok(());
         }
         self.ahead = Vec::new();
-        let ours = |b: u64| self.segs.iter().any(|s| s.base.bytes == b);
-        let (mut logs, mut indexes) = (Vec::new(), Vec::new());
-        for e in std::fs::read_dir(&*self.dir)?.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some(b) = parse_log_name(name) {
-                logs.extend((!ours(b)).then_some(b));
-            } else if let Some(b) = parse_idx_name(name) {
-                indexes.extend((!ours(b)).then_some(b));
-            }
-        }
+        let ours = |b: &u64| self.segs.iter().any(|s| s.base.bytes == *b);
+        let (mut logs, mut indexes) = segment_files(&self.dir)?;
+        logs.retain(|b| !ours(b));
+        indexes.retain(|b| !ours(b));
         logs.sort_unstable();
         remove_strays(&self.dir, &logs)?;
         // Indexes left without their logs: a reclaim removes logs first, durably, then the
         // indexes, and may have been cut short between the two.
-        for b in indexes
-            .into_iter()
-            .filter(|b| logs.binary_search(b).is_err())
-        {
-            match fs::remove_file(&idx_path(&self.dir, b)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
+        for b in indexes {
+            if logs.binary_search(&b).is_err() {
+                remove_index(&self.dir, b)?;
             }
         }
         Ok(())
