@@ -130,17 +130,7 @@ pub(super) fn apply(
             if let Some(segs) = d.segs.as_mut().filter(|_| reclaim) {
                 after.extend(segs.retain(to.bytes));
             }
-            let keep: Vec<Offset> = d.state.snapshots.iter().map(|s| s.offset).collect();
-            if let Ok(rd) = std::fs::read_dir(&stream.dir) {
-                for e in rd.flatten() {
-                    let n = e.file_name();
-                    if let Some(o) = n.to_str().and_then(parse_snapshot_file)
-                        && !keep.contains(&o)
-                    {
-                        after.push(e.path());
-                    }
-                }
-            }
+            after.extend(snapshots_behind(&stream.dir, &d.state.snapshots, *to));
         }
         Record::ForkRef { fork, add, .. } => {
             if *add {
@@ -152,6 +142,34 @@ pub(super) fn apply(
     }
     d.applied_lsn = lsn;
     Ok(true)
+}
+
+/// The snapshot blobs in `dir` that a retention move to `to` made obsolete: those at an offset
+/// before `to` that `kept` (the stream's snapshots once the move is applied) no longer lists.
+///
+/// Only offsets before `to` are candidates. A blob is made durable before its record is
+/// queued, so while a retention record is applied (by the writer, or by replay after a crash)
+/// the directory may already hold the blobs of snapshots whose records come after it. Those
+/// are never before `to`: a snapshot is published only at or past the stream's earliest offset
+/// and past every snapshot before it, and retention stops at or before the latest snapshot or
+/// moves the earliest offset to `to` itself, so every later publication is at or past `to`.
+pub(super) fn snapshots_behind(
+    dir: &Path,
+    kept: &[crate::types::SnapshotInfo],
+    to: Offset,
+) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(parse_snapshot_file)
+                .is_some_and(|o| o.bytes < to.bytes && !kept.iter().any(|s| s.offset == o))
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 /// The last component of a stream directory (its key), naming its trash directory.

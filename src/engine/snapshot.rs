@@ -91,6 +91,14 @@ impl Engine {
         {
             if existing.digest == digest && existing.content_type == ct {
                 let info = existing.clone();
+                // The same content again puts back a blob the stream lists but lost (a
+                // published snapshot must stay readable), before answering as the first did.
+                let path = s.dir.join(snapshot_file(info.offset));
+                if !path.exists() {
+                    tmp.persist(&path)?;
+                    sync_blob_dirs(&s.dir)?;
+                    tracing::warn!(stream = %name, offset = %info.offset, "a missing snapshot blob was restored by its republication");
+                }
                 return self.republished(&s, core, info);
             }
             return Err(Error::SnapshotConflict);
@@ -120,7 +128,7 @@ impl Engine {
             len,
         };
         tmp.persist(&s.dir.join(snapshot_file(canonical)))?;
-        fs::sync_dir(&s.dir)?;
+        sync_blob_dirs(&s.dir)?;
         core.state.apply_snapshot(&info);
         let t = self.shards[s.shard].push(&s, s.snapshot_record(info.clone()))?;
         core.last_lsn = t.lsn;
@@ -186,15 +194,27 @@ impl Engine {
         .ok_or(Error::SnapshotNotFound)?;
         // A request that would answer 404 without Stream-Incarnation still does (the seed).
         s.check_expect(expect)?;
-        let data = match crate::segment::blob_view(&s.dir.join(snapshot_file(info.offset))) {
-            // Retention removed it since `visible()`.
+        let path = s.dir.join(snapshot_file(info.offset));
+        let data = match crate::segment::blob_view(&path) {
+            // Retention removed it since `visible()` (its files go only after the stream's
+            // state stopped listing it), or it is missing: a published snapshot the state
+            // still lists is never answered as absent, which would let a bootstrap serve the
+            // messages after it without it.
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::SnapshotNotFound);
+                let listed = s
+                    .visible()
+                    .snapshots
+                    .iter()
+                    .any(|x| x.offset == info.offset);
+                return Err(if listed {
+                    Error::corrupt(&path, "a published snapshot's blob is missing")
+                } else {
+                    Error::SnapshotNotFound
+                });
             }
             other => other?,
         };
         // The blob is served only if it is still the one published (its length and digest).
-        let path = s.dir.join(snapshot_file(info.offset));
         if data.len() as u64 != info.len
             || snapshot_digest(&info.content_type, &data) != info.digest
         {
@@ -286,6 +306,22 @@ impl Engine {
         t.wait()?;
         Ok(info)
     }
+}
+
+/// Makes a blob just renamed into stream directory `dir` durable: the directory, and the two
+/// above it (`streams/{k0}` and `streams`). A stream's directory is otherwise made durable by
+/// the next checkpoint's `syncfs` (its create record rebuilds it after a crash), so a power
+/// loss before then could take a new stream's directory, and the blob in it, along, while the
+/// snapshot's record survives in the journal.
+fn sync_blob_dirs(dir: &Path) -> Result<()> {
+    fs::sync_dir(dir)?;
+    let mut up = dir.parent();
+    for _ in 0..2 {
+        let Some(d) = up else { break };
+        fs::sync_dir(d)?;
+        up = d.parent();
+    }
+    Ok(())
 }
 
 /// Copies `blob` into `out` and returns its length, refusing (`TooLarge`, naming it `what`)

@@ -207,3 +207,56 @@ fn bad_retention_limits_are_refused() -> R {
     p.stop()?;
     Ok(())
 }
+
+/// Found by a kill -9 loop (issue 50): publish snapshot S1, move retention to it, publish S2
+/// (204), SIGKILL, restart. The restarted server lost S2's blob while HEAD still named S2 as the
+/// latest: `GET {s}/snapshot/{S2}` answered 404 and `GET {s}/bootstrap` 200 with an empty
+/// snapshot part and only the messages after the retention point. S2 must read back, and
+/// bootstrap must start from it.
+#[test]
+fn a_snapshot_published_after_a_retention_move_survives_sigkill() -> R {
+    let data = tempfile::tempdir()?;
+    let (a, addr) = serve_every(data.path(), "3600000", &["--durability", "sync"])?;
+    let r = http(
+        &addr,
+        "PUT",
+        "/r/snap",
+        &[("Content-Type", "application/octet-stream")],
+        b"",
+    )?;
+    assert_eq!(r.status, 201, "{}", r.text());
+    append(&addr, "/r/snap", 0, 2)?;
+    let put = |path: &str, body: &[u8]| -> R {
+        let r = http(&addr, "PUT", path, &[("Content-Type", "text/plain")], body)?;
+        assert_eq!(r.status, 204, "PUT {path}: {}", r.text());
+        Ok(())
+    };
+    put(&format!("/r/snap/snapshot/{}", at(1)), b"state after one")?;
+    put(&format!("/r/snap/retention/{}", at(1)), b"")?;
+    put(&format!("/r/snap/snapshot/{}", at(2)), b"state after two")?;
+    a.crash()?;
+
+    let (_b, addr) = serve_every(data.path(), "3600000", &["--durability", "sync"])?;
+    let head = http(&addr, "HEAD", "/r/snap", &[], b"")?;
+    assert_eq!(head.header("stream-snapshot-offset"), Some(at(2).as_str()));
+    for path in [
+        "/r/snap/snapshot".to_owned(),
+        format!("/r/snap/snapshot/{}", at(2)),
+    ] {
+        let r = http(&addr, "GET", &path, &[], b"")?;
+        assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+        assert_eq!(r.body, b"state after two", "GET {path}");
+    }
+    let r = http(&addr, "GET", "/r/snap/bootstrap", &[], b"")?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.text();
+    assert!(
+        body.contains("state after two"),
+        "bootstrap without its snapshot: {body}"
+    );
+    assert!(
+        !body.contains("00000001;"),
+        "bootstrap served a message behind its snapshot"
+    );
+    Ok(())
+}
