@@ -80,7 +80,10 @@ enum Command {
     Cat(CatArgs),
     /// Print what is appended to a stream from now on (or from OFFSET), until it is closed or
     /// interrupted.
-    #[command(after_help = "Example:\n  brook tail --url http://127.0.0.1:4437 demo/orders")]
+    #[command(
+        after_help = "Examples:\n  brook tail --url http://127.0.0.1:4437 demo/orders\n  \
+                            BROOK_URL=https://brook.internal:4437 BROOK_TOKEN=brk_... brook tail demo/orders"
+    )]
     Tail(CatArgs),
     /// Print a stream's metadata: content type, tail, closure, incarnation, expiry, snapshot.
     #[command(after_help = "Example:\n  brook head --data-dir ./data demo/orders")]

@@ -42,6 +42,8 @@ mod stream;
 mod subscription;
 mod types;
 
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+
 pub use error::{Error, Result};
 pub use outbox::{Outbox, PublishSummary, Published};
 pub use prefix_count::{Commit, PrefixCount};
@@ -62,6 +64,9 @@ pub use types::{
 pub struct Client {
     http: reqwest::Client,
     base: String,
+    /// `Bearer <token>` for the `Authorization` header of every request, when set (marked
+    /// sensitive, so `Debug` does not print it).
+    auth: Option<HeaderValue>,
 }
 
 impl Client {
@@ -108,7 +113,47 @@ impl Client {
         Ok(Client {
             http,
             base: base_url.trim_end_matches('/').to_owned(),
+            auth: None,
         })
+    }
+
+    /// The same client, sending `Authorization: Bearer <token>` on every request it makes and
+    /// every request of the [`StreamHandle`]s and [`SubscriptionHandle`]s it hands out from now
+    /// on: for a server with access control (`brook serve --auth-tokens` or `--auth-jwt-key`).
+    /// A subscription request that carries its own token (a wake's claim token, in
+    /// [`SubscriptionHandle::ack`]) sends that one instead.
+    ///
+    /// Refused with [`Error::InvalidArgument`] when `token` is empty or holds whitespace or
+    /// control characters (the message does not repeat the token).
+    ///
+    /// ```no_run
+    /// # fn run() -> brook::client::Result<()> {
+    /// let token = std::env::var("BROOK_TOKEN").unwrap_or_default();
+    /// let client = brook::client::Client::new("https://streams.example.com")?
+    ///     .with_bearer_token(&token)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_bearer_token(mut self, token: &str) -> Result<Client> {
+        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::InvalidArgument(
+                "the bearer token is empty or holds whitespace or control characters".into(),
+            ));
+        }
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            Error::InvalidArgument("the bearer token is not a valid header value".into())
+        })?;
+        value.set_sensitive(true);
+        self.auth = Some(value);
+        Ok(self)
+    }
+
+    /// A request to `url` with the bearer token, when one is set.
+    fn request(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
+        let rb = self.http.request(method, url);
+        match &self.auth {
+            Some(a) => rb.header(AUTHORIZATION, a.clone()),
+            None => rb,
+        }
     }
 
     /// The base URL, without a trailing slash.
@@ -120,14 +165,14 @@ impl Client {
     /// `"/chat/room-1"`). Makes no request; every handle tracks its own incarnation.
     pub fn stream(&self, path: &str) -> StreamHandle {
         let url = format!("{}/{}", self.base, path.trim_start_matches('/'));
-        StreamHandle::new(self.http.clone(), url)
+        StreamHandle::new(self.http.clone(), url, self.auth.clone())
     }
 
     /// A handle on the subscription `id` under the base URL, which is the stream root
     /// (`{base}/__ds/subscriptions/{id}`). Makes no request.
     pub fn subscription(&self, id: &str) -> SubscriptionHandle {
         let url = format!("{}/__ds/subscriptions/{id}", self.base);
-        SubscriptionHandle::new(self.http.clone(), url)
+        SubscriptionHandle::new(self.http.clone(), url, self.auth.clone())
     }
 
     /// One page of a brook server's listing (`GET {base}/__brook/streams`, brook's extension,
@@ -147,8 +192,10 @@ impl Client {
             query.push(("after", a.to_owned()));
         }
         let res = self
-            .http
-            .get(format!("{}/__brook/streams", self.base))
+            .request(
+                reqwest::Method::GET,
+                format!("{}/__brook/streams", self.base),
+            )
             .query(&query)
             .send()
             .await
@@ -172,8 +219,10 @@ impl Client {
     /// The server's webhook signing keys (`{base}/__ds/jwks.json`), for [`verify_webhook`].
     pub async fn webhook_jwks(&self) -> Result<serde_json::Value> {
         let res = self
-            .http
-            .get(format!("{}/__ds/jwks.json", self.base))
+            .request(
+                reqwest::Method::GET,
+                format!("{}/__ds/jwks.json", self.base),
+            )
             .send()
             .await
             .map_err(Error::Transport)?;

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures_util::Stream;
-use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 
 use crate::Incarnation;
@@ -33,6 +33,8 @@ use super::types::{
 pub struct StreamHandle {
     http: reqwest::Client,
     url: String,
+    /// The client's `Authorization` value (`Bearer <token>`), if it has one.
+    auth: Option<HeaderValue>,
     incarnation: Arc<Mutex<Option<Incarnation>>>,
 }
 
@@ -70,10 +72,15 @@ fn next_offset(h: &HeaderMap) -> Result<Position> {
 }
 
 impl StreamHandle {
-    pub(crate) fn new(http: reqwest::Client, url: String) -> StreamHandle {
+    pub(crate) fn new(
+        http: reqwest::Client,
+        url: String,
+        auth: Option<HeaderValue>,
+    ) -> StreamHandle {
         StreamHandle {
             http,
             url,
+            auth,
             incarnation: Arc::new(Mutex::new(None)),
         }
     }
@@ -124,6 +131,9 @@ impl StreamHandle {
     /// A request to the stream carrying the tracked incarnation (or `explicit`).
     fn request(&self, method: Method, explicit: Option<&Incarnation>) -> RequestBuilder {
         let mut rb = self.http.request(method, &self.url);
+        if let Some(a) = &self.auth {
+            rb = rb.header(AUTHORIZATION, a.clone());
+        }
         if let Some(inc) = explicit.cloned().or_else(|| self.incarnation()) {
             rb = rb.header(STREAM_INCARNATION, inc.as_str());
         }

@@ -147,6 +147,8 @@ impl Claim {
 pub struct SubscriptionHandle {
     http: reqwest::Client,
     url: String,
+    /// The client's `Authorization` value (`Bearer <token>`), if it has one.
+    auth: Option<reqwest::header::HeaderValue>,
 }
 
 /// Whether `e` is the protocol error `code`.
@@ -155,8 +157,12 @@ pub fn is_code(e: &Error, code: &str) -> bool {
 }
 
 impl SubscriptionHandle {
-    pub(crate) fn new(http: reqwest::Client, url: String) -> Self {
-        SubscriptionHandle { http, url }
+    pub(crate) fn new(
+        http: reqwest::Client,
+        url: String,
+        auth: Option<reqwest::header::HeaderValue>,
+    ) -> Self {
+        SubscriptionHandle { http, url, auth }
     }
 
     async fn send(
@@ -169,6 +175,8 @@ impl SubscriptionHandle {
         let mut req = self.http.request(method, format!("{}{suffix}", self.url));
         if let Some(t) = token {
             req = req.bearer_auth(t);
+        } else if let Some(a) = &self.auth {
+            req = req.header(reqwest::header::AUTHORIZATION, a.clone());
         }
         if let Some(b) = body {
             req = req

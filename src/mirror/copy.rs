@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::value::RawValue;
 
@@ -16,7 +16,7 @@ use crate::headers::{
 };
 
 use super::state::{Pending, Progress, path_for};
-use super::{MirrorError, MirrorOptions, join};
+use super::{MirrorError, MirrorOptions, Side, join};
 
 /// The producer id of every mirror append.
 pub(crate) const PRODUCER: &str = "brook-mirror";
@@ -32,6 +32,10 @@ pub(crate) struct Context {
     pub(crate) source: Url,
     /// The destination's base URL.
     pub(crate) dest: Url,
+    /// The `Authorization` value for the source, when it has a token.
+    pub(crate) source_auth: Option<HeaderValue>,
+    /// The `Authorization` value for the destination, when it has a token.
+    pub(crate) dest_auth: Option<HeaderValue>,
     /// The run's options.
     pub(crate) opts: MirrorOptions,
     /// Ursula buckets already created in this run.
@@ -57,6 +61,8 @@ pub(crate) fn shorten(body: &[u8]) -> String {
 
 /// A response read whole.
 struct Answer {
+    /// The server that sent it.
+    side: Side,
     /// Its status.
     status: StatusCode,
     /// Its headers.
@@ -76,8 +82,11 @@ impl Answer {
         self.h(name) == Some("true")
     }
 
-    /// The refusal this answer is, for `what`.
+    /// The refusal this answer is, for `what` (a 401 is [`MirrorError::Unauthorized`]).
     fn refused(&self, what: &str) -> MirrorError {
+        if self.status == StatusCode::UNAUTHORIZED {
+            return MirrorError::unauthorized(self.side, what, &self.body);
+        }
         MirrorError::Refused {
             what: what.to_owned(),
             status: self.status.as_u16(),
@@ -86,9 +95,10 @@ impl Answer {
     }
 }
 
-/// Sends one request and reads the whole response.
+/// Sends one request to `side` (with its token, if any) and reads the whole response.
 async fn send(
     ctx: &Context,
+    side: Side,
     method: Method,
     url: Url,
     headers: &[(&str, String)],
@@ -96,6 +106,13 @@ async fn send(
 ) -> Result<Answer, MirrorError> {
     let what = format!("{method} {url}");
     let mut req = ctx.http.request(method, url);
+    let auth = match side {
+        Side::Source => &ctx.source_auth,
+        Side::Destination => &ctx.dest_auth,
+    };
+    if let Some(a) = auth {
+        req = req.header(AUTHORIZATION, a.clone());
+    }
     for (k, v) in headers {
         req = req.header(*k, v);
     }
@@ -113,6 +130,7 @@ async fn send(
         .await
         .map_err(|e| MirrorError::Transport(what, e.to_string()))?;
     Ok(Answer {
+        side,
         status,
         headers,
         body,
@@ -135,7 +153,7 @@ struct SourceInfo {
 
 /// HEAD of the source stream.
 async fn source_info(ctx: &Context, url: &Url) -> Result<SourceInfo, MirrorError> {
-    let a = send(ctx, Method::HEAD, url.clone(), &[], None).await?;
+    let a = send(ctx, Side::Source, Method::HEAD, url.clone(), &[], None).await?;
     if a.status != StatusCode::OK {
         return Err(a.refused(&format!("HEAD {url}")));
     }
@@ -207,7 +225,7 @@ async fn read(
         q.append_pair("offset", from);
     }
     let what = format!("GET {u}");
-    let a = send(ctx, Method::GET, u, &[], None).await?;
+    let a = send(ctx, Side::Source, Method::GET, u, &[], None).await?;
     match a.status {
         StatusCode::OK => Ok(Chunk {
             next: a
@@ -282,6 +300,7 @@ impl StreamCopy<'_> {
         ];
         let a = send(
             self.ctx,
+            Side::Destination,
             Method::POST,
             self.dst.clone(),
             &headers,
@@ -435,7 +454,7 @@ impl StreamCopy<'_> {
             return self.p.save(&self.state, false);
         };
         let src = join(&self.src, &format!("snapshot/{at}"));
-        let blob = send(self.ctx, Method::GET, src.clone(), &[], None).await?;
+        let blob = send(self.ctx, Side::Source, Method::GET, src.clone(), &[], None).await?;
         if blob.status != StatusCode::OK {
             return Err(blob.refused(&format!("GET {src}")));
         }
@@ -446,6 +465,7 @@ impl StreamCopy<'_> {
         let dst = join(&self.dst, &format!("snapshot/{dest_at}"));
         let put = send(
             self.ctx,
+            Side::Destination,
             Method::PUT,
             dst.clone(),
             &[(CONTENT_TYPE.as_str(), ct)],
@@ -468,6 +488,7 @@ impl StreamCopy<'_> {
     async fn close(&mut self) -> Result<(), MirrorError> {
         let a = send(
             self.ctx,
+            Side::Destination,
             Method::POST,
             self.dst.clone(),
             &[
@@ -503,7 +524,7 @@ async fn ensure_bucket(ctx: &Context, bucket: &str) -> Result<(), MirrorError> {
         return Ok(());
     }
     let url = join(&ctx.dest, bucket);
-    let a = send(ctx, Method::PUT, url.clone(), &[], None).await?;
+    let a = send(ctx, Side::Destination, Method::PUT, url.clone(), &[], None).await?;
     if !(a.status.is_success() || a.status == StatusCode::CONFLICT) {
         return Err(a.refused(&format!("PUT {url} (bucket)")));
     }
@@ -524,9 +545,12 @@ pub(crate) async fn mirror_stream(ctx: &Context, name: &str) -> Result<Copied, M
         }
         Some(p) => p,
         None => {
-            let head = send(ctx, Method::HEAD, dst.clone(), &[], None).await?;
-            if head.status != StatusCode::NOT_FOUND {
+            let head = send(ctx, Side::Destination, Method::HEAD, dst.clone(), &[], None).await?;
+            if head.status.is_success() {
                 return Err(MirrorError::Foreign(dst.to_string()));
+            }
+            if head.status != StatusCode::NOT_FOUND {
+                return Err(head.refused(&format!("HEAD {dst}")));
             }
             let from = info.earliest.clone().unwrap_or_else(|| "-1".to_owned());
             let p = Progress::new(info.incarnation.clone(), from);
@@ -564,7 +588,15 @@ pub(crate) async fn mirror_stream(ctx: &Context, name: &str) -> Result<Copied, M
     if !c.p.created {
         let mut headers = vec![(CONTENT_TYPE.as_str(), info.content_type.clone())];
         headers.extend(info.expiry.iter().cloned());
-        let a = send(ctx, Method::PUT, c.dst.clone(), &headers, None).await?;
+        let a = send(
+            ctx,
+            Side::Destination,
+            Method::PUT,
+            c.dst.clone(),
+            &headers,
+            None,
+        )
+        .await?;
         if !matches!(a.status, StatusCode::CREATED | StatusCode::OK) {
             return Err(a.refused(&format!("PUT {}", c.dst)));
         }
@@ -579,7 +611,21 @@ pub(crate) async fn mirror_stream(ctx: &Context, name: &str) -> Result<Copied, M
     }
     // brook answers with Stream-Incarnation; Ursula has snapshots but no incarnations.
     c.dest_snapshots = mapped.bucket.is_some() || {
-        let head = send(ctx, Method::HEAD, c.dst.clone(), &[], None).await?;
+        let head = send(
+            ctx,
+            Side::Destination,
+            Method::HEAD,
+            c.dst.clone(),
+            &[],
+            None,
+        )
+        .await?;
+        if matches!(
+            head.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        ) {
+            return Err(head.refused(&format!("HEAD {}", c.dst)));
+        }
         head.h(STREAM_INCARNATION).is_some()
     };
     if let Some(pending) = c.p.pending.clone() {

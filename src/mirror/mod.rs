@@ -22,6 +22,10 @@
 //! sources answer `boundary=message` (a read ends on a message boundary) and are copied one
 //! message per append. Other sources are copied a chunk per append: every byte, in messages
 //! as the source's reads cut them.
+//!
+//! **Access control.** [`MirrorOptions::source_token`] and [`MirrorOptions::dest_token`] are
+//! sent as `Authorization: Bearer` to their own server only; a 401 from either ends the run with
+//! [`MirrorError::Unauthorized`], which says which server refused.
 
 mod copy;
 mod names;
@@ -32,16 +36,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::Url;
+use reqwest::header::{AUTHORIZATION, HeaderValue};
 
 pub use names::{Mapped, NameMap};
 
 /// What [`run`] copies, from where to where.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` output shows whether each token is set, never the token.
+#[derive(Clone)]
 pub struct MirrorOptions {
     /// The source server's base URL (stream `a/b` is `{source}/a/b`).
     pub source: String,
     /// The destination server's base URL.
     pub dest: String,
+    /// A bearer token sent (`Authorization: Bearer <token>`) on every request to the source,
+    /// for a source with access control: it needs `read` on the streams copied, and, when the
+    /// names come from brook's listing, `admin` on `/`.
+    pub source_token: Option<String>,
+    /// A bearer token sent on every request to the destination: it needs `read`, `write` and
+    /// `admin` on the destination streams. Never sent to the source, nor the source's to it.
+    pub dest_token: Option<String>,
     /// Copy only streams whose names start with this (without a leading `/`).
     pub prefix: Option<String>,
     /// A file naming the streams to copy, one a line, instead of the source's
@@ -59,6 +73,43 @@ pub struct MirrorOptions {
     pub poll: Duration,
     /// Streams copied at once.
     pub jobs: usize,
+}
+
+impl std::fmt::Debug for MirrorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |t: &Option<String>| t.as_ref().map(|_| "<hidden>");
+        f.debug_struct("MirrorOptions")
+            .field("source", &self.source)
+            .field("dest", &self.dest)
+            .field("source_token", &hidden(&self.source_token))
+            .field("dest_token", &hidden(&self.dest_token))
+            .field("prefix", &self.prefix)
+            .field("streams_file", &self.streams_file)
+            .field("follow", &self.follow)
+            .field("names", &self.names)
+            .field("state_dir", &self.state_dir)
+            .field("poll", &self.poll)
+            .field("jobs", &self.jobs)
+            .finish()
+    }
+}
+
+/// One end of a mirror: the server copied from or the one copied to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The server streams are copied from.
+    Source,
+    /// The server streams are copied to.
+    Destination,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Source => "source",
+            Side::Destination => "destination",
+        })
+    }
 }
 
 /// What a [`run`] did.
@@ -121,6 +172,59 @@ pub enum MirrorError {
     /// The `--streams` file cannot be read.
     #[error("cannot read the stream list {0}: {1}")]
     StreamList(PathBuf, String),
+    /// A token in the options cannot be sent (empty, or whitespace or control characters in
+    /// it).
+    #[error("the {0} token is empty or holds whitespace or control characters")]
+    Token(Side),
+    /// A server answered 401: no token, or one it does not accept (unknown, malformed,
+    /// expired). It stops the whole run, since every other request to that server would be
+    /// refused the same way.
+    #[error("{what}: the {side} server answered 401{}{}", code.as_deref().map(|c| format!(" {c}")).unwrap_or_default(), detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Unauthorized {
+        /// Which server refused.
+        side: Side,
+        /// The request.
+        what: String,
+        /// The problem+json `code` (`UNAUTHORIZED`, `INVALID_TOKEN`, `TOKEN_EXPIRED` from
+        /// brook), if the body had one.
+        code: Option<String>,
+        /// The problem+json `detail`, if the body had one.
+        detail: Option<String>,
+    },
+}
+
+impl MirrorError {
+    /// The 401 of `side` to `what`, with the problem+json `code` and `detail` of `body`.
+    pub(crate) fn unauthorized(side: Side, what: &str, body: &[u8]) -> MirrorError {
+        let problem: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+        let text = |k: &str| {
+            problem
+                .as_ref()
+                .and_then(|p| p.get(k))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        MirrorError::Unauthorized {
+            side,
+            what: what.to_owned(),
+            code: text("code"),
+            detail: text("detail"),
+        }
+    }
+}
+
+/// The `Authorization` value for `token` (marked sensitive), checked.
+fn bearer(side: Side, token: Option<&str>) -> Result<Option<HeaderValue>, MirrorError> {
+    let Some(token) = token else {
+        return Ok(None);
+    };
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(MirrorError::Token(side));
+    }
+    let mut v =
+        HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| MirrorError::Token(side))?;
+    v.set_sensitive(true);
+    Ok(Some(v))
 }
 
 /// A base URL, checked, without a trailing `/`.
@@ -163,6 +267,7 @@ const LIST_PAGE: usize = 1000;
 async fn list_source(
     http: &reqwest::Client,
     source: &Url,
+    auth: Option<&HeaderValue>,
     prefix: &str,
 ) -> Result<Vec<String>, MirrorError> {
     let mut names = Vec::new();
@@ -178,8 +283,11 @@ async fn list_source(
             }
         }
         let what = format!("GET {url}");
-        let res = http
-            .get(url)
+        let mut req = http.get(url);
+        if let Some(a) = auth {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
+        let res = req
             .send()
             .await
             .map_err(|e| MirrorError::Transport(what.clone(), e.to_string()))?;
@@ -188,6 +296,16 @@ async fn list_source(
             .bytes()
             .await
             .map_err(|e| MirrorError::Transport(what.clone(), e.to_string()))?;
+        if status == 401 {
+            return Err(MirrorError::unauthorized(Side::Source, &what, &body));
+        }
+        if status == 403 {
+            return Err(MirrorError::Refused {
+                what: format!("{what} (the listing needs admin on /; or give --streams FILE)"),
+                status,
+                body: copy::shorten(&body),
+            });
+        }
         if status != 200 {
             return Err(MirrorError::Refused {
                 what: format!("{what} (a source without brook's listing needs --streams FILE)"),
@@ -235,12 +353,13 @@ fn parse_listing(body: &[u8]) -> Result<(Vec<String>, Option<String>), String> {
 async fn discover(
     http: &reqwest::Client,
     source: &Url,
+    auth: Option<&HeaderValue>,
     opts: &MirrorOptions,
 ) -> Result<Vec<String>, MirrorError> {
     let prefix = opts.prefix.as_deref().unwrap_or("").trim_start_matches('/');
     let names = match &opts.streams_file {
         Some(f) => read_stream_list(f)?,
-        None => list_source(http, source, prefix).await?,
+        None => list_source(http, source, auth, prefix).await?,
     };
     Ok(names
         .into_iter()
@@ -253,11 +372,16 @@ async fn discover(
 /// to the tail it had when its copy began (or failed); with `follow` it keeps following until
 /// the process is stopped, reading the listing again every `poll`.
 ///
+/// A 401 from either server ([`MirrorError::Unauthorized`]) ends the run with that error: the
+/// other streams' copies stop where they are (and resume from their progress files).
+///
 /// Durable when it returns: every append it reports was acknowledged by the destination; the
 /// progress files name a lower bound of what the destination holds.
 pub async fn run(opts: MirrorOptions) -> Result<MirrorReport, MirrorError> {
     let source = base_url(&opts.source)?;
     let dest = base_url(&opts.dest)?;
+    let source_auth = bearer(Side::Source, opts.source_token.as_deref())?;
+    let dest_auth = bearer(Side::Destination, opts.dest_token.as_deref())?;
     std::fs::create_dir_all(&opts.state_dir)
         .map_err(|e| MirrorError::State(opts.state_dir.clone(), e.to_string()))?;
     let http = reqwest::Client::builder()
@@ -268,6 +392,8 @@ pub async fn run(opts: MirrorOptions) -> Result<MirrorReport, MirrorError> {
         http,
         source,
         dest,
+        source_auth,
+        dest_auth,
         opts,
         buckets: tokio::sync::Mutex::new(std::collections::HashSet::new()),
     });
@@ -276,7 +402,7 @@ pub async fn run(opts: MirrorOptions) -> Result<MirrorReport, MirrorError> {
     let mut tasks = tokio::task::JoinSet::new();
     let jobs = Arc::new(tokio::sync::Semaphore::new(ctx.opts.jobs.max(1)));
     loop {
-        let names = discover(&ctx.http, &ctx.source, &ctx.opts).await?;
+        let names = discover(&ctx.http, &ctx.source, ctx.source_auth.as_ref(), &ctx.opts).await?;
         for name in names {
             if !started.insert(name.clone()) {
                 continue;
@@ -299,7 +425,7 @@ pub async fn run(opts: MirrorOptions) -> Result<MirrorReport, MirrorError> {
             tokio::select! {
                 () = &mut deadline => break,
                 done = tasks.join_next(), if !tasks.is_empty() => {
-                    if let Some(done) = done { tally(&mut report, done); }
+                    if let Some(done) = done { tally(&mut report, done)?; }
                 }
             }
         }
@@ -308,16 +434,17 @@ pub async fn run(opts: MirrorOptions) -> Result<MirrorReport, MirrorError> {
         }
     }
     while let Some(done) = tasks.join_next().await {
-        tally(&mut report, done);
+        tally(&mut report, done)?;
     }
     Ok(report)
 }
 
-/// Adds one stream's outcome to `report`.
+/// Adds one stream's outcome to `report`; a 401 is returned instead, to end the run (the
+/// `JoinSet` dropped with it aborts the other copies).
 fn tally(
     report: &mut MirrorReport,
     done: Result<(String, Result<copy::Copied, MirrorError>), tokio::task::JoinError>,
-) {
+) -> Result<(), MirrorError> {
     match done {
         Ok((_, Ok(c))) => {
             report.streams += 1;
@@ -325,12 +452,14 @@ fn tally(
             report.bytes += c.bytes;
             report.snapshots += c.snapshots;
         }
+        Ok((_, Err(e @ MirrorError::Unauthorized { .. }))) => return Err(e),
         Ok((name, Err(e))) => {
             tracing::warn!("mirror: {name}: {e}");
             report.failed.push((name, e.to_string()));
         }
         Err(e) => report.failed.push(("?".into(), e.to_string())),
     }
+    Ok(())
 }
 
 #[cfg(test)]

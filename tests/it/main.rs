@@ -2,6 +2,8 @@
 
 mod checkpoint_many;
 #[cfg(feature = "http")]
+mod cli_auth;
+#[cfg(feature = "http")]
 mod cli_serve;
 #[cfg(all(feature = "client", feature = "http"))]
 mod client_crash;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use brook::mirror::{MirrorOptions, NameMap};
+use brook::mirror::{MirrorError, MirrorOptions, NameMap, Side};
 
 /// `brook mirror`'s arguments.
 #[derive(clap::Args)]
@@ -12,6 +12,25 @@ pub(crate) struct MirrorArgs {
     source: String,
     /// The destination server's base URL.
     dest: String,
+    /// Send `Authorization: Bearer TOKEN` on every request to the destination (it needs read,
+    /// write and admin on the streams written there); never sent to the source.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "BROOK_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+    /// Send `Authorization: Bearer TOKEN` on every request to the source (it needs read on the
+    /// streams copied, and admin on `/` for brook's listing unless --streams is given); never
+    /// sent to the destination.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "BROOK_SOURCE_TOKEN",
+        hide_env_values = true
+    )]
+    source_token: Option<String>,
     /// Copy only streams whose names start with this.
     #[arg(long)]
     prefix: Option<String>,
@@ -50,9 +69,13 @@ pub(crate) fn run(args: MirrorArgs) -> Result<(), String> {
         (true, None) => NameMap::Ursula,
         (true, Some(b)) => NameMap::UrsulaBucket(b),
     };
+    // An empty `BROOK_TOKEN=` is no token.
+    let token = |t: Option<String>| t.filter(|t| !t.is_empty());
     let opts = MirrorOptions {
         source: args.source,
         dest: args.dest,
+        source_token: token(args.source_token),
+        dest_token: token(args.token),
         prefix: args.prefix,
         streams_file: args.streams,
         follow: args.follow,
@@ -72,7 +95,7 @@ pub(crate) fn run(args: MirrorArgs) -> Result<(), String> {
                 () = super::shutdown_signal() => Ok(None),
             }
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| explain(&e))?;
     let Some(report) = report else {
         tracing::info!("mirror stopped; run it again to continue");
         return Ok(());
@@ -99,4 +122,32 @@ pub(crate) fn run(args: MirrorArgs) -> Result<(), String> {
             list.join("\n")
         ))
     }
+}
+
+/// The message for a mirror error: a 401 names the flag and variable that give that server's
+/// token (the server's own detail names the `Authorization` header).
+fn explain(e: &MirrorError) -> String {
+    let MirrorError::Unauthorized {
+        side,
+        what,
+        code,
+        detail,
+    } = e
+    else {
+        return e.to_string();
+    };
+    let (flag, var) = match side {
+        Side::Source => ("--source-token", "BROOK_SOURCE_TOKEN"),
+        Side::Destination => ("--token", "BROOK_TOKEN"),
+    };
+    // brook's detail for a missing token names the header; the others say what is wrong.
+    let why = match (code.as_deref(), detail.as_deref()) {
+        (Some("UNAUTHORIZED") | None, _) | (_, None) => String::new(),
+        (Some(_), Some(d)) => format!(": {d}"),
+    };
+    let code = code.as_deref().map(|c| format!(" {c}")).unwrap_or_default();
+    format!(
+        "{what}: the {side} server answered 401{code}{why}: give it a valid token with {flag} \
+         TOKEN or the {var} environment variable"
+    )
 }

@@ -20,23 +20,27 @@ pub enum Target {
 
 /// A server a command reads through brook's own client, on a runtime of the command's own.
 pub struct Remote {
-    /// The client for the server's base URL.
+    /// The client for the server's base URL (with the bearer token, when one was given).
     client: Client,
+    /// Whether a bearer token is sent (what a 401 tells the user depends on it).
+    token: bool,
     /// Runs the client's requests (one at a time: a command is sequential).
     runtime: tokio::runtime::Runtime,
 }
 
 impl Target {
     /// The target the flags name: `--data-dir` (which must hold a store) or `--url`, whose
-    /// certificate is verified against `ca_cert` when given (else the Mozilla roots).
+    /// certificate is verified against `ca_cert` when given (else the Mozilla roots) and which
+    /// is sent `token` as a bearer token when given.
     pub fn open(
         dir: Option<&Path>,
         url: Option<&str>,
         ca_cert: Option<&Path>,
+        token: Option<&str>,
     ) -> Result<Target, String> {
         match (dir, url) {
             (Some(dir), None) => open_store(dir).map(Target::Dir),
-            (None, Some(url)) => Remote::open(url, ca_cert).map(Target::Url),
+            (None, Some(url)) => Remote::open(url, ca_cert, token).map(Target::Url),
             _ => Err("give exactly one of --data-dir DIR and --url URL".to_owned()),
         }
     }
@@ -44,8 +48,8 @@ impl Target {
 
 impl Remote {
     /// A client for `url` (`http://` or `https://`), trusting only the CA certificates in the
-    /// PEM file `ca_cert` when given.
-    fn open(url: &str, ca_cert: Option<&Path>) -> Result<Remote, String> {
+    /// PEM file `ca_cert` when given, sending `token` as a bearer token when given.
+    fn open(url: &str, ca_cert: Option<&Path>, token: Option<&str>) -> Result<Remote, String> {
         let client = match ca_cert {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|e| {
@@ -56,11 +60,57 @@ impl Remote {
             }
             None => Client::new(url).map_err(|e| format!("--url {url}: {e}"))?,
         };
+        let client = match token {
+            Some(t) => client
+                .with_bearer_token(t)
+                .map_err(|e| format!("--token (or BROOK_TOKEN): {e}"))?,
+            None => client,
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-        Ok(Remote { client, runtime })
+        Ok(Remote {
+            client,
+            token: token.is_some(),
+            runtime,
+        })
+    }
+
+    /// A client error as one line for the user: a 401 says how to give a token (the server's
+    /// own detail names the `Authorization` header, which the command line sets through
+    /// `--token`); anything else as [`describe`] tells it.
+    fn describe(&self, e: &client::Error) -> String {
+        match e {
+            client::Error::Http {
+                status: 401,
+                code,
+                detail,
+            } => {
+                let code = code.as_deref();
+                let tagged = code.map(|c| format!(" {c}")).unwrap_or_default();
+                if !self.token {
+                    format!(
+                        "the server needs a bearer token (401{tagged}): give one with \
+                         --token TOKEN or the BROOK_TOKEN environment variable"
+                    )
+                } else if code == Some("UNAUTHORIZED") {
+                    "the server saw no token (401 UNAUTHORIZED) though --token or BROOK_TOKEN \
+                     gave one: does a proxy in between drop the Authorization header?"
+                        .to_owned()
+                } else {
+                    format!(
+                        "the server did not accept the token (401{tagged}{}): check the token \
+                         given with --token or BROOK_TOKEN",
+                        detail
+                            .as_deref()
+                            .map(|d| format!(": {d}"))
+                            .unwrap_or_default()
+                    )
+                }
+            }
+            _ => describe(e),
+        }
     }
 }
 
@@ -142,7 +192,7 @@ pub fn ls(target: &Target, prefix: &str, long: bool, out: &mut impl Write) -> Re
                 let page = remote
                     .runtime
                     .block_on(remote.client.list_page(prefix, after.as_deref(), 1000))
-                    .map_err(|e| format!("listing failed: {}", describe(&e)))?;
+                    .map_err(|e| format!("listing failed: {}", remote.describe(&e)))?;
                 let entries = page
                     .streams
                     .into_iter()
@@ -237,7 +287,7 @@ fn cat_url(
     out: &mut impl Write,
 ) -> Result<(), String> {
     let stream = remote.client.stream(name.as_str());
-    let failed = |e: client::Error| format!("{}: {}", name.as_str(), describe(&e));
+    let failed = |e: client::Error| format!("{}: {}", name.as_str(), remote.describe(&e));
     remote.runtime.block_on(async {
         let mut req = Read::from(position(from));
         let mut cursor: Option<String> = None;
@@ -313,7 +363,7 @@ pub fn head(target: &Target, stream: &str, out: &mut impl Write) -> Result<(), S
             let i = remote
                 .runtime
                 .block_on(remote.client.stream(name.as_str()).head())
-                .map_err(|e| format!("{}: {}", name.as_str(), describe(&e)))?;
+                .map_err(|e| format!("{}: {}", name.as_str(), remote.describe(&e)))?;
             lines.push(("name", name.as_str().to_owned()));
             if let Some(ct) = i.content_type {
                 lines.push(("content-type", ct));
