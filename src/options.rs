@@ -33,6 +33,7 @@ pub struct Options {
     pub(crate) max_open_streams: usize,
     pub(crate) max_stream_files: usize,
     pub(crate) max_append_bytes: usize,
+    pub(crate) max_append_messages: usize,
     pub(crate) max_read_bytes: u64,
     pub(crate) max_snapshot_bytes: u64,
     pub(crate) retention_default: crate::RetentionPolicy,
@@ -64,6 +65,7 @@ impl Default for Options {
             max_open_streams: 4096,
             max_stream_files: 8192,
             max_append_bytes: 64 << 20,
+            max_append_messages: 100_000,
             max_read_bytes: 8 << 20,
             max_snapshot_bytes: 128 << 20,
             retention_default: crate::RetentionPolicy::default(),
@@ -155,6 +157,17 @@ impl Options {
         self
     }
 
+    /// Most messages one JSON append (or create) may carry: a top-level array is split into
+    /// this many messages at most, and a longer one is refused
+    /// ([`TooLarge`](crate::Error::TooLarge)) before anything is written. Every message costs a
+    /// 16-byte index entry whatever its size, and the split holds 4 bytes per message besides
+    /// the body, so this bounds both. Default 100,000, 1 to 16,777,216.
+    #[must_use]
+    pub fn with_max_append_messages(mut self, n: usize) -> Self {
+        self.max_append_messages = n;
+        self
+    }
+
     /// Largest body one read returns when the caller sets no smaller bound. Default 8 MiB, at
     /// least 1 KiB. A JSON read always returns at least one whole message.
     #[must_use]
@@ -233,6 +246,11 @@ impl Options {
         self.max_append_bytes
     }
 
+    /// The most messages one JSON append carries.
+    pub fn max_append_messages(&self) -> usize {
+        self.max_append_messages
+    }
+
     /// The largest body one read returns.
     pub fn max_read_bytes(&self) -> u64 {
         self.max_read_bytes
@@ -265,6 +283,12 @@ impl Options {
             self.max_append_bytes as u64,
             1,
             Some(1 << 30),
+        )?;
+        check(
+            "max_append_messages",
+            self.max_append_messages as u64,
+            1,
+            Some(1 << 24),
         )?;
         check("max_read_bytes", self.max_read_bytes, 1024, None)?;
         check(

@@ -194,6 +194,9 @@ struct ServeArgs {
     /// Largest append (or create) body in bytes; larger bodies are refused with 413.
     #[arg(long, default_value_t = 64 << 20)]
     max_append_bytes: usize,
+    /// Most messages one JSON append (or create) may carry; a longer array is refused with 413.
+    #[arg(long, default_value_t = 100_000)]
+    max_append_messages: usize,
     /// Largest body one read returns, in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_read_bytes: u64,
@@ -473,6 +476,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_journal_shards(shards)
         .with_durability(durability)
         .with_max_append_bytes(args.max_append_bytes)
+        .with_max_append_messages(args.max_append_messages)
         .with_max_read_bytes(args.max_read_bytes)
         .with_max_snapshot_bytes(args.max_snapshot_bytes)
         .with_checkpoint_bytes(args.checkpoint_bytes)
@@ -704,12 +708,13 @@ fn open_store(dir: &std::path::Path, options: Options) -> Result<Store, String> 
 /// `checkpoint_bytes must be ...` becomes `--checkpoint-bytes must be ...`. Any other message is
 /// kept as it is.
 fn flag_message(message: &str) -> String {
-    const FLAGS: [&str; 7] = [
+    const FLAGS: [&str; 8] = [
         "journal_shards",
         "checkpoint_bytes",
         "max_open_streams",
         "max_stream_files",
         "max_append_bytes",
+        "max_append_messages",
         "max_read_bytes",
         "max_snapshot_bytes",
     ];

@@ -156,7 +156,7 @@ impl Engine {
         let digest = req
             .producer_digest
             .map(|d| (d, BodyDigest::of(&req.data) == d));
-        let body = prepare_body(s.json, req.data, false);
+        let body = prepare_body(s.json, req.data, false, self.options.max_append_messages);
         // Buffered mode writes a large body once, to its segment (see `journal::Placed`). The
         // CRC its record carries is taken here, outside the lock; a one-message body keeps it
         // for the segment index.

@@ -121,7 +121,12 @@ impl Engine {
             }
         };
         let json = is_json(&content_type);
-        let body = prepare_body(json, std::mem::take(&mut req.data), true)?;
+        let body = prepare_body(
+            json,
+            std::mem::take(&mut req.data),
+            true,
+            self.options.max_append_messages,
+        )?;
         let config = Config {
             name: name.as_str().to_owned(),
             incarnation: self.new_incarnation(name.as_str()),

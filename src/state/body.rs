@@ -80,9 +80,19 @@ impl Body {
 /// Converts a request body to the stored representation, validating JSON.
 ///
 /// Byte streams store the body as one message. JSON streams store each message's JSON text
-/// followed by one `,`; a top-level array is flattened one level. `[]` is an error for appends
-/// (`allow_empty_array` is set for creates).
-pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> Result<Body> {
+/// followed by one `,`; a top-level array is flattened one level, into at most `max_messages`
+/// messages (`TooLarge` past that). `[]` is an error for appends (`allow_empty_array` is set
+/// for creates).
+///
+/// The split builds no value tree and no list of the messages: each element is validated and
+/// copied into the stored body as the parser passes it, so a JSON body costs its stored copy
+/// (never longer than the body plus one byte) and 4 bytes per message (its end).
+pub(crate) fn prepare_body(
+    json: bool,
+    data: Bytes,
+    allow_empty_array: bool,
+    max_messages: usize,
+) -> Result<Body> {
     if data.is_empty() {
         return Ok(Body::default());
     }
@@ -92,24 +102,84 @@ pub(crate) fn prepare_body(json: bool, data: Bytes, allow_empty_array: bool) -> 
     }
     let text = std::str::from_utf8(&data).map_err(|e| Error::InvalidJson(e.to_string()))?;
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
-    let values: Vec<&RawValue> = if trimmed.starts_with('[') {
-        serde_json::from_str(text).map_err(|e| Error::InvalidJson(e.to_string()))?
-    } else {
-        vec![serde_json::from_str(text).map_err(|e| Error::InvalidJson(e.to_string()))?]
+    // An array's elements are stored without the brackets, each followed by a `,` instead of
+    // the separator before the next: never longer than the body. A single value gains one `,`.
+    let mut split = Split {
+        out: BytesMut::with_capacity(data.len() + 1),
+        ends: Vec::new(),
+        max: max_messages,
+        refused: None,
     };
-    if values.is_empty() {
+    let parsed = if trimmed.starts_with('[') {
+        let mut de = serde_json::Deserializer::from_str(text);
+        serde::Deserializer::deserialize_seq(&mut de, &mut split).and_then(|()| de.end())
+    } else {
+        serde_json::from_str::<&RawValue>(text).map(|v| {
+            // One value is one message: the cap (at least 1) never refuses it.
+            let _ = split.push(v);
+        })
+    };
+    if let Some(refusal) = split.refused.take() {
+        return Err(refusal);
+    }
+    parsed.map_err(|e| Error::InvalidJson(e.to_string()))?;
+    if split.ends.is_empty() {
         return if allow_empty_array {
             Ok(Body::default())
         } else {
             Err(Error::EmptyJsonArray)
         };
     }
-    let mut out = BytesMut::with_capacity(data.len() + values.len());
-    let mut ends = Vec::with_capacity(values.len());
-    for v in values {
-        out.extend_from_slice(v.get().as_bytes());
-        out.extend_from_slice(b",");
-        ends.push(u32::try_from(out.len()).map_err(|_| Error::TooLarge("append body".into()))?);
+    Ok(Body::new(split.out.freeze(), split.ends))
+}
+
+/// The stored body a JSON split builds as the parser hands it each message.
+struct Split {
+    out: BytesMut,
+    ends: Vec<u32>,
+    /// The most messages it takes.
+    max: usize,
+    /// Why it stopped the parse (a limit, not the JSON), if it did.
+    refused: Option<Error>,
+}
+
+impl Split {
+    /// Stores one message and its end; `Err` (and `refused` set) past a limit.
+    fn push(&mut self, v: &RawValue) -> std::result::Result<(), ()> {
+        if self.ends.len() == self.max {
+            self.refused = Some(Error::TooLarge(format!(
+                "a JSON append of more than {} messages",
+                self.max
+            )));
+            return Err(());
+        }
+        self.out.extend_from_slice(v.get().as_bytes());
+        self.out.extend_from_slice(b",");
+        let Ok(end) = u32::try_from(self.out.len()) else {
+            self.refused = Some(Error::TooLarge("append body".into()));
+            return Err(());
+        };
+        self.ends.push(end);
+        Ok(())
     }
-    Ok(Body::new(out.freeze(), ends))
+}
+
+impl<'de> serde::de::Visitor<'de> for &mut Split {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<(), A::Error> {
+        while let Some(v) = seq.next_element::<&'de RawValue>()? {
+            if self.push(v).is_err() {
+                return Err(serde::de::Error::custom("limit"));
+            }
+        }
+        Ok(())
+    }
 }

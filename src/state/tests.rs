@@ -2,6 +2,7 @@
 //! encoding, against hand-built states.
 
 use bytes::Bytes;
+use proptest::strategy::Strategy as _;
 
 use super::*;
 
@@ -20,7 +21,7 @@ fn state() -> StreamState {
 }
 
 fn check(s: &StreamState, seq: Option<&str>, p: Option<&Producer>) -> Result<Decision> {
-    let body = prepare_body(false, Bytes::from_static(b"x"), false);
+    let body = prepare_body(false, Bytes::from_static(b"x"), false, 1000);
     s.check_append(&AppendCheck {
         body: &body,
         has_data: true,
@@ -34,7 +35,7 @@ fn check(s: &StreamState, seq: Option<&str>, p: Option<&Producer>) -> Result<Dec
 }
 
 fn apply(s: &mut StreamState, seq: Option<&str>, p: Option<Producer>) {
-    let body = prepare_body(false, Bytes::from_static(b"x"), false).unwrap();
+    let body = prepare_body(false, Bytes::from_static(b"x"), false, 1000).unwrap();
     let rec = AppendRecord {
         start: s.tail,
         body,
@@ -154,29 +155,93 @@ fn stream_seq_filter() {
 
 #[test]
 fn json_bodies_flatten_one_level() {
-    let b = prepare_body(true, Bytes::from_static(br#" [ {"a":1}, [1,2] ] "#), false).unwrap();
+    let b = prepare_body(
+        true,
+        Bytes::from_static(br#" [ {"a":1}, [1,2] ] "#),
+        false,
+        1000,
+    )
+    .unwrap();
     assert_eq!(&b.data[..], br#"{"a":1},[1,2],"#);
     assert_eq!(*b.ends, [8, 14]);
     assert!(matches!(
-        prepare_body(true, Bytes::from_static(b"[]"), false),
+        prepare_body(true, Bytes::from_static(b"[]"), false, 1000),
         Err(Error::EmptyJsonArray)
     ));
     assert_eq!(
-        prepare_body(true, Bytes::from_static(b"[]"), true)
+        prepare_body(true, Bytes::from_static(b"[]"), true, 1000)
             .unwrap()
             .messages(),
         0
     );
     assert!(matches!(
-        prepare_body(true, Bytes::from_static(b"{"), false),
+        prepare_body(true, Bytes::from_static(b"{"), false, 1000),
         Err(Error::InvalidJson(_))
     ));
     assert_eq!(
-        prepare_body(true, Bytes::from_static(b"[[[1]]]"), false)
+        prepare_body(true, Bytes::from_static(b"[[[1]]]"), false, 1000)
             .unwrap()
             .data,
         Bytes::from_static(b"[[1]],")
     );
+}
+
+#[test]
+fn a_json_array_is_split_up_to_the_message_cap_and_refused_past_it() {
+    let at_cap = prepare_body(true, Bytes::from_static(b"[1, 2,\n3]"), false, 3).unwrap();
+    assert_eq!(&at_cap.data[..], b"1,2,3,");
+    assert_eq!(*at_cap.ends, [2, 4, 6]);
+    match prepare_body(true, Bytes::from_static(b"[1,2,3,4]"), false, 3) {
+        Err(Error::TooLarge(why)) => assert!(why.contains("more than 3 messages"), "{why}"),
+        other => panic!("four messages past a cap of three: {other:?}"),
+    }
+    // A single value is one message, whatever the cap. A body that breaks the cap before it
+    // turns invalid is refused by the cap: the parse stops there.
+    assert_eq!(
+        prepare_body(true, Bytes::from_static(b"{\"a\":[1,2,3,4]}"), false, 1)
+            .unwrap()
+            .messages(),
+        1
+    );
+    assert!(matches!(
+        prepare_body(true, Bytes::from_static(b"[1,2,3,4,"), false, 3),
+        Err(Error::TooLarge(_))
+    ));
+    assert!(matches!(
+        prepare_body(true, Bytes::from_static(b"[1,2,"), false, 3),
+        Err(Error::InvalidJson(_))
+    ));
+    // Trailing garbage after the array is invalid, as before.
+    assert!(matches!(
+        prepare_body(true, Bytes::from_static(b"[1] x"), false, 3),
+        Err(Error::InvalidJson(_))
+    ));
+}
+
+proptest::proptest! {
+    /// The split keeps every element's text and order, and stores no more bytes than the body
+    /// plus one, for arrays of any shape.
+    #[test]
+    fn a_json_split_keeps_each_element(values in proptest::collection::vec(
+        proptest::prop_oneof![
+            proptest::num::i64::ANY.prop_map(|n| n.to_string()),
+            "[a-z ]{0,8}".prop_map(|s| format!("{s:?}")),
+            proptest::strategy::Just("{\"k\": [1, {}]}".to_owned()),
+        ],
+        1..40,
+    ), pad in 0usize..3) {
+        let ws = " ".repeat(pad);
+        let body = format!("[{ws}{}{ws}]", values.join(&format!("{ws},{ws}")));
+        let b = prepare_body(true, Bytes::from(body.clone()), false, 1000).unwrap();
+        proptest::prop_assert!(b.data.len() <= body.len() + 1);
+        let mut start = 0usize;
+        for (v, end) in values.iter().zip(b.ends.iter()) {
+            let got = &b.data[start..*end as usize - 1];
+            proptest::prop_assert_eq!(got, v.as_bytes());
+            start = *end as usize;
+        }
+        proptest::prop_assert_eq!(b.ends.len(), values.len());
+    }
 }
 
 #[test]
@@ -215,7 +280,7 @@ fn keyed(
     body: &[u8],
     digest: Option<BodyDigest>,
 ) -> Result<Decision> {
-    let prepared = prepare_body(false, Bytes::copy_from_slice(body), false);
+    let prepared = prepare_body(false, Bytes::copy_from_slice(body), false, 1000);
     let hashed = digest.map(|d| (d, BodyDigest::of(body) == d));
     let decision = s.check_append(&AppendCheck {
         body: &prepared,
@@ -350,7 +415,7 @@ fn the_tail_precondition_follows_deduplication() {
         tail: Offset::ZERO,
         closed: false,
     };
-    let body = prepare_body(false, Bytes::from_static(b"x"), false);
+    let body = prepare_body(false, Bytes::from_static(b"x"), false, 1000);
     let p = Producer::new("p", 0, 0);
     let check = |s: &StreamState| {
         s.check_append(&AppendCheck {

@@ -40,6 +40,8 @@ mod http_hostile;
 #[cfg(feature = "http")]
 mod http_incarnation;
 #[cfg(feature = "http")]
+mod http_json_limits;
+#[cfg(feature = "http")]
 mod http_limits;
 #[cfg(feature = "http")]
 mod http_read_span;
