@@ -784,3 +784,186 @@ fn placed_appends_replay_from_their_logs_and_end_their_stream_where_missing() ->
     assert_eq!(read_to_tail(&store, &a, None)?.0, whole(0..5));
     Ok(())
 }
+
+const SNAP_WRITERS: usize = 4;
+
+fn snap_stream(t: usize) -> StreamName {
+    name(&format!("crash/snap/{t}"))
+}
+
+/// The content of writer `t`'s snapshot after its message `k`.
+fn snap_blob(t: usize, k: u64) -> String {
+    format!("snapshot of writer {t} after message {k}")
+}
+
+/// The writer of `sigkill_while_snapshots_and_retention_move`, run only in its child process:
+/// each of four threads appends to its own stream and, after every third message, publishes a
+/// snapshot at its tail and moves retention to the snapshot before it (the order issue 50's
+/// loss needed: S1, retention to S1, S2).
+#[test]
+fn crash_snapshot_writer_child() -> R {
+    let Ok(dir) = std::env::var(DIR) else {
+        return Ok(());
+    };
+    let start: u64 = std::env::var(NEXT)?.parse()?;
+    let store = Store::open(&dir, options(true))?;
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    let say = |out: &Mutex<std::io::Stdout>, line: String| {
+        let mut o = out.lock().expect("stdout lock");
+        let _ = o.write_all(line.as_bytes());
+        let _ = o.flush();
+    };
+    say(&out, "READY\n".into());
+    let deadline = Instant::now() + Duration::from_mins(1);
+    let threads: Vec<_> = (0..SNAP_WRITERS)
+        .map(|t| {
+            let store = store.clone();
+            let out = out.clone();
+            std::thread::spawn(move || -> brook::Result<()> {
+                let n = snap_stream(t);
+                let mut previous = store.head(&n, &Guard::NONE)?.snapshot.map(|s| s.offset);
+                for k in start.. {
+                    if Instant::now() > deadline {
+                        return Ok(());
+                    }
+                    let o = store.append(&n, AppendRequest::new(format!("t{t}k{k};")))?;
+                    if k % 3 != 2 {
+                        continue;
+                    }
+                    let blob = snap_blob(t, k);
+                    say(&out, format!("TRYSNAP {t} {k}\n"));
+                    store.publish_snapshot(&n, PublishSnapshot::new(o.tail, blob.as_bytes()))?;
+                    say(&out, format!("SNAP {t} {k}\n"));
+                    if let Some(p) = previous {
+                        store.set_retention(&n, &RetentionRequest::to(p))?;
+                    }
+                    previous = Some(o.tail);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for (t, th) in threads.into_iter().enumerate() {
+        if let Ok(Err(e)) = th.join() {
+            say(&out, format!("ERR {t} {e}\n"));
+        }
+    }
+    Ok(())
+}
+
+/// Found by a kill -9 loop (issue 50): four writers appending, publishing snapshots and moving
+/// retention, killed at random moments. After every restart each stream's latest snapshot must
+/// read back (never a missing blob), be at least the last one acknowledged, hold its writer's
+/// content, and the retained start must be at or before it.
+#[test]
+fn sigkill_while_snapshots_and_retention_move() -> R {
+    let mut rng = Rng::from_env("sigkill_while_snapshots_and_retention_move");
+    let dir = tempfile::tempdir()?;
+    {
+        let store = Store::open(dir.path(), options(true))?;
+        for t in 0..SNAP_WRITERS {
+            store.create(&snap_stream(t), typed("text/plain"))?;
+        }
+    }
+    let mut next = 0u64;
+    let mut snapshots = 0usize;
+    for round in 0..6 {
+        let mut child = Command::new(std::env::current_exe()?)
+            .args([
+                "--exact",
+                "crash::crash_snapshot_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(DIR, dir.path())
+            .env(NEXT, next.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let reader = {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    lines.lock().expect("lock").push(l);
+                }
+            })
+        };
+        let t0 = Instant::now();
+        while !lines
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|l| l.ends_with("READY"))
+            && t0.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
+        child.kill()?;
+        child.wait()?;
+        reader.join().map_err(|_| "reader panicked")?;
+        let lines = lines.lock().expect("lock").clone();
+        if let Some(e) = lines.iter().find(|l| l.starts_with("ERR")) {
+            return Err(format!("round {round}: a writer failed: {e}").into());
+        }
+        // The newest acknowledged snapshot of each writer.
+        let mut acked = [None; SNAP_WRITERS];
+        for l in &lines {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if let ["SNAP", t, k] = f[..] {
+                let (t, k): (usize, u64) = (t.parse()?, k.parse()?);
+                acked[t] = Some(k);
+                snapshots += 1;
+            }
+        }
+        let store = Store::open(dir.path(), options(true))?;
+        let mut longest = 0;
+        for (t, acked) in acked.iter().enumerate() {
+            let n = snap_stream(t);
+            let info = store.head(&n, &Guard::NONE)?;
+            longest = longest.max(info.tail.messages);
+            let latest = match store.snapshot(&n, &SnapshotRequest::latest()) {
+                Ok(s) => Some(s),
+                Err(Error::SnapshotNotFound) => None,
+                Err(e) => {
+                    return Err(format!("round {round} stream {t}: latest snapshot: {e}").into());
+                }
+            };
+            let Some(latest) = latest else {
+                if let Some(k) = acked {
+                    return Err(format!("round {round} stream {t}: snapshot {k} lost").into());
+                }
+                continue;
+            };
+            // Published after message k, which its content names.
+            let text = String::from_utf8_lossy(&latest.data).into_owned();
+            let k: u64 = text
+                .strip_prefix(&format!("snapshot of writer {t} after message "))
+                .and_then(|k| k.parse().ok())
+                .ok_or_else(|| format!("round {round} stream {t}: snapshot bytes {text:?}"))?;
+            if acked.is_some_and(|a| k < a) {
+                return Err(format!(
+                    "round {round} stream {t}: latest snapshot {k}, but {acked:?} was acknowledged"
+                )
+                .into());
+            }
+            if info.earliest > latest.info.offset {
+                return Err(format!(
+                    "round {round} stream {t}: retained start {} past the latest snapshot {}",
+                    info.earliest, latest.info.offset
+                )
+                .into());
+            }
+        }
+        // Each round's writers start past every message any stream holds.
+        next = longest + 3 - longest % 3;
+        drop(store);
+    }
+    eprintln!("sigkill_while_snapshots_and_retention_move: {snapshots} acknowledged snapshots");
+    if snapshots == 0 {
+        return Err("no snapshot was acknowledged in any round".into());
+    }
+    Ok(())
+}
