@@ -7,14 +7,12 @@
 //!
 //! Replay a run with `BROOK_TEST_SEED`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use brook::*;
 
-use crate::util::{R, Rng, name, read_to_tail, typed};
+use crate::util::{R, Rng, name, read_to_tail, run_then_kill, typed};
 
 const DIR: &str = "BROOK_CKPT_MANY_DIR";
 const ROUND: &str = "BROOK_CKPT_MANY_ROUND";
@@ -96,46 +94,18 @@ fn kill_during_checkpoints_of_many_streams() -> R {
     let mut acked_total = 0;
     for round in 0..8u64 {
         let next_s: Vec<String> = next.iter().map(u64::to_string).collect();
-        let mut child = Command::new(std::env::current_exe()?)
-            .args([
-                "--exact",
-                "checkpoint_many::checkpoint_many_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(DIR, dir.path())
-            .env(ROUND, round.to_string())
-            .env(NEXT, next_s.join(","))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-        let reader = {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    lines.lock().expect("lock").push(l);
-                }
-            })
-        };
-        let t0 = Instant::now();
-        while !lines
-            .lock()
-            .expect("lock")
-            .iter()
-            .any(|l| l.ends_with("READY"))
-            && t0.elapsed() < Duration::from_secs(30)
-        {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
-        child.kill()?;
-        child.wait()?;
-        reader.join().map_err(|_| "reader panicked")?;
+        let lines = run_then_kill(
+            "checkpoint_many::checkpoint_many_child",
+            &[
+                (DIR, dir.path().display().to_string()),
+                (ROUND, round.to_string()),
+                (NEXT, next_s.join(",")),
+            ],
+            Duration::from_millis(50 + rng.below(400)),
+        )?;
         // The highest acknowledged k per stream this round.
         let mut acked: Vec<Option<u64>> = vec![None; STREAMS];
-        for l in lines.lock().expect("lock").iter() {
+        for l in &lines {
             let mut w = l.split_whitespace();
             if w.next() == Some("ACK") {
                 let t: usize = w.next().ok_or("ACK without stream")?.parse()?;

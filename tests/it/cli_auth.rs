@@ -8,9 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use brook::*;
-
 use crate::http_support::token_file;
+use crate::ops_cli::cli_store;
 use crate::ops_support::{Proc, R, http};
 
 /// The variables the commands read, removed from every child so the tests do not depend on the
@@ -67,28 +66,6 @@ fn needs_token(out: &Output) {
     assert!(out.stdout.is_empty(), "{out:?}");
 }
 
-fn name(s: &str) -> StreamName {
-    StreamName::new(s).expect("valid name")
-}
-
-/// A store in `dir` with a JSON stream `cli/json` (two messages, open) and a closed byte
-/// stream `cli/bytes`; shut down cleanly.
-fn sample_store(dir: &Path) -> R {
-    let store = Store::open(dir, Options::default())?;
-    store.create(&name("cli/json"), CreateOptions::json())?;
-    store.append(
-        &name("cli/json"),
-        AppendRequest::new(r#"[{"a":1},{"b":2}]"#),
-    )?;
-    store.create(
-        &name("cli/bytes"),
-        CreateOptions::with_content_type("text/plain"),
-    )?;
-    store.append(&name("cli/bytes"), AppendRequest::new("hello ").closing())?;
-    store.shutdown()?;
-    Ok(())
-}
-
 /// A `brook serve` over a store in `dir/name` (the sample store when `sample`, else empty),
 /// with access control from a token file granting `tokens` (`(who, grants)`: the token is
 /// `{who}-token`); returns it and its URL.
@@ -97,7 +74,7 @@ fn secured(dir: &Path, name: &str, sample: bool, tokens: &[(&str, &str)]) -> R<(
     std::fs::create_dir_all(&home)?;
     let data = home.join("data");
     if sample {
-        sample_store(&data)?;
+        cli_store(&data)?;
     }
     let tokens = token_file(&home, tokens)?;
     let tokens = tokens.to_str().ok_or("path")?;
@@ -180,7 +157,7 @@ fn ls_cat_head_and_tail_send_the_token() -> R {
     needs_token(&brook(&["ls"], &[("BROOK_URL", url)])?);
     // --data-dir wins over BROOK_URL, and a token is not needed there.
     let local = tmp.path().join("local");
-    sample_store(&local)?;
+    cli_store(&local)?;
     let local = local.to_str().ok_or("path")?;
     printed(
         &brook(&["ls", "--data-dir", local, "cli/j"], &both)?,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use brook::*;
 
-use crate::util::{R, Rng, crash_image, name, read_to_tail, typed};
+use crate::util::{R, Rng, crash_image, name, read_to_tail, run_then_kill, typed};
 
 const DIR: &str = "BROOK_CRASH_DIR";
 const MODE: &str = "BROOK_CRASH_MODE";
@@ -116,13 +116,8 @@ fn crash_writer_child() -> R {
         .map(str::parse)
         .collect::<std::result::Result<_, _>>()?;
     let store = Store::open(&dir, options(sync))?;
-    let out = Arc::new(Mutex::new(std::io::stdout()));
-    let say = |out: &Mutex<std::io::Stdout>, line: String| {
-        let mut o = out.lock().expect("stdout lock");
-        let _ = o.write_all(line.as_bytes());
-        let _ = o.flush();
-    };
-    say(&out, "READY\n".into());
+    let out = Say::new();
+    out.line("READY\n");
     let deadline = Instant::now() + Duration::from_mins(1);
     let threads: Vec<_> = (0..WRITERS)
         .map(|t| {
@@ -135,13 +130,13 @@ fn crash_writer_child() -> R {
                         return;
                     }
                     let pseq = k - start;
-                    say(&out, format!("TRY {t} {k} {epoch} {pseq}\n"));
+                    out.line(&format!("TRY {t} {k} {epoch} {pseq}\n"));
                     match store.append(&stream(t), request(t, k, epoch, pseq)) {
                         Ok(o) if o.status == AppendStatus::Appended => {
-                            say(&out, format!("ACK {t} {k} {}\n", o.tail));
+                            out.line(&format!("ACK {t} {k} {}\n", o.tail));
                         }
                         other => {
-                            say(&out, format!("ERR {t} {k} {other:?}\n"));
+                            out.line(&format!("ERR {t} {k} {other:?}\n"));
                             return;
                         }
                     }
@@ -787,6 +782,23 @@ fn placed_appends_replay_from_their_logs_and_end_their_stream_where_missing() ->
 
 const SNAP_WRITERS: usize = 4;
 
+/// A child's lines to its parent on standard output, each written whole and flushed (the
+/// parent reads what was said before it killed the child).
+#[derive(Clone)]
+struct Say(Arc<Mutex<std::io::Stdout>>);
+
+impl Say {
+    fn new() -> Say {
+        Say(Arc::new(Mutex::new(std::io::stdout())))
+    }
+
+    fn line(&self, line: &str) {
+        let mut o = self.0.lock().expect("stdout lock");
+        let _ = o.write_all(line.as_bytes());
+        let _ = o.flush();
+    }
+}
+
 fn snap_stream(t: usize) -> StreamName {
     name(&format!("crash/snap/{t}"))
 }
@@ -807,13 +819,8 @@ fn crash_snapshot_writer_child() -> R {
     };
     let start: u64 = std::env::var(NEXT)?.parse()?;
     let store = Store::open(&dir, options(true))?;
-    let out = Arc::new(Mutex::new(std::io::stdout()));
-    let say = |out: &Mutex<std::io::Stdout>, line: String| {
-        let mut o = out.lock().expect("stdout lock");
-        let _ = o.write_all(line.as_bytes());
-        let _ = o.flush();
-    };
-    say(&out, "READY\n".into());
+    let out = Say::new();
+    out.line("READY\n");
     let deadline = Instant::now() + Duration::from_mins(1);
     let threads: Vec<_> = (0..SNAP_WRITERS)
         .map(|t| {
@@ -831,9 +838,9 @@ fn crash_snapshot_writer_child() -> R {
                         continue;
                     }
                     let blob = snap_blob(t, k);
-                    say(&out, format!("TRYSNAP {t} {k}\n"));
+                    out.line(&format!("TRYSNAP {t} {k}\n"));
                     store.publish_snapshot(&n, PublishSnapshot::new(o.tail, blob.as_bytes()))?;
-                    say(&out, format!("SNAP {t} {k}\n"));
+                    out.line(&format!("SNAP {t} {k}\n"));
                     if let Some(p) = previous {
                         store.set_retention(&n, &RetentionRequest::to(p))?;
                     }
@@ -845,7 +852,7 @@ fn crash_snapshot_writer_child() -> R {
         .collect();
     for (t, th) in threads.into_iter().enumerate() {
         if let Ok(Err(e)) = th.join() {
-            say(&out, format!("ERR {t} {e}\n"));
+            out.line(&format!("ERR {t} {e}\n"));
         }
     }
     Ok(())
@@ -868,43 +875,14 @@ fn sigkill_while_snapshots_and_retention_move() -> R {
     let mut next = 0u64;
     let mut snapshots = 0usize;
     for round in 0..6 {
-        let mut child = Command::new(std::env::current_exe()?)
-            .args([
-                "--exact",
-                "crash::crash_snapshot_writer_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(DIR, dir.path())
-            .env(NEXT, next.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-        let reader = {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    lines.lock().expect("lock").push(l);
-                }
-            })
-        };
-        let t0 = Instant::now();
-        while !lines
-            .lock()
-            .expect("lock")
-            .iter()
-            .any(|l| l.ends_with("READY"))
-            && t0.elapsed() < Duration::from_secs(30)
-        {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
-        child.kill()?;
-        child.wait()?;
-        reader.join().map_err(|_| "reader panicked")?;
-        let lines = lines.lock().expect("lock").clone();
+        let lines = run_then_kill(
+            "crash::crash_snapshot_writer_child",
+            &[
+                (DIR, dir.path().display().to_string()),
+                (NEXT, next.to_string()),
+            ],
+            Duration::from_millis(100 + rng.below(400)),
+        )?;
         if let Some(e) = lines.iter().find(|l| l.starts_with("ERR")) {
             return Err(format!("round {round}: a writer failed: {e}").into());
         }

@@ -28,10 +28,16 @@ fn name(s: &str) -> StreamName {
     StreamName::new(s).expect("valid name")
 }
 
-/// A store in `dir` with a JSON stream `cli/json` (two messages), a closed byte stream
-/// `cli/bytes` and `other/x`; shut down cleanly.
-fn sample_store(dir: &Path) -> R {
+/// A store in `dir` with a JSON stream `cli/json` (two messages, open) and a closed byte
+/// stream `cli/bytes`; shut down cleanly.
+pub(crate) fn cli_store(dir: &Path) -> R {
     let store = Store::open(dir, Options::default())?;
+    add_cli_streams(&store)?;
+    store.shutdown()?;
+    Ok(())
+}
+
+fn add_cli_streams(store: &Store) -> R {
     store.create(&name("cli/json"), CreateOptions::json())?;
     store.append(
         &name("cli/json"),
@@ -42,6 +48,13 @@ fn sample_store(dir: &Path) -> R {
         CreateOptions::with_content_type("text/plain"),
     )?;
     store.append(&name("cli/bytes"), AppendRequest::new("hello ").closing())?;
+    Ok(())
+}
+
+/// [`cli_store`]'s streams and `other/x`; shut down cleanly.
+fn sample_store(dir: &Path) -> R {
+    let store = Store::open(dir, Options::default())?;
+    add_cli_streams(&store)?;
     store.create(&name("other/x"), CreateOptions::new().data("x"))?;
     store.shutdown()?;
     Ok(())

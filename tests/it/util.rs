@@ -224,3 +224,54 @@ pub fn missing_prerequisite(test: &str, what: &str) -> Result<(), String> {
     eprintln!("{test}: skipped: {what}");
     Ok(())
 }
+
+/// Runs test `test` of this test binary (`module::name`) alone in a child process with `env`,
+/// waits for it to print a line ending in `READY` (at most 30 s), lets it run for `run_for`,
+/// kills it (SIGKILL: a crash) and returns every line it printed.
+pub fn run_then_kill(
+    test: &str,
+    env: &[(&str, String)],
+    run_for: std::time::Duration,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    use std::io::BufRead;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                lines.lock().expect("lock").push(l);
+            }
+        })
+    };
+    let t0 = Instant::now();
+    // libtest's "test ... " has no newline before the child's first line.
+    while !lines
+        .lock()
+        .expect("lock")
+        .iter()
+        .any(|l| l.ends_with("READY"))
+        && t0.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(run_for);
+    child.kill()?;
+    child.wait()?;
+    reader.join().map_err(|_| "reader panicked")?;
+    let lines = lines.lock().expect("lock").clone();
+    Ok(lines)
+}
