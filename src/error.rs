@@ -253,12 +253,28 @@ pub enum Error {
     /// The store was shut down.
     #[error("the store is shut down")]
     ShutDown,
-    /// No subscription has that id (or it was deleted).
+    /// No subscription has that id under that root (or it was deleted).
     #[error("subscription not found")]
     SubscriptionNotFound,
-    /// A subscription with that id exists with a different configuration.
+    /// A subscription with that id exists under that root with a different configuration.
     #[error("a subscription with this id exists with a different configuration")]
     SubscriptionExists,
+    /// The subscription's root holds as many subscriptions as it may
+    /// ([`Options::with_max_subscriptions_per_root`](crate::Options::with_max_subscriptions_per_root));
+    /// deleting one makes room, waiting does not. Nothing was created.
+    #[error("the root holds {limit} subscriptions, as many as it may")]
+    SubscriptionLimit {
+        /// Subscriptions one root may hold.
+        limit: usize,
+    },
+    /// The subscription would link more streams than it may
+    /// ([`Options::with_max_links_per_subscription`](crate::Options::with_max_links_per_subscription)):
+    /// a create whose pattern and streams match more, or a link past it. Nothing was linked.
+    #[error("a subscription links at most {limit} streams")]
+    LinkLimit {
+        /// Streams one subscription may link.
+        limit: usize,
+    },
     /// Another worker holds the subscription's lease.
     #[error("the subscription is claimed by {holder} (generation {generation})")]
     AlreadyClaimed {
@@ -366,6 +382,8 @@ impl Error {
             Error::ShutDown => "SHUT_DOWN",
             Error::SubscriptionNotFound => "SUBSCRIPTION_NOT_FOUND",
             Error::SubscriptionExists => "SUBSCRIPTION_ALREADY_EXISTS",
+            Error::SubscriptionLimit { .. } => "SUBSCRIPTION_LIMIT",
+            Error::LinkLimit { .. } => "LINK_LIMIT",
             Error::AlreadyClaimed { .. } => "ALREADY_CLAIMED",
             Error::NoPendingWork => "NO_PENDING_WORK",
             Error::Fenced => "FENCED",

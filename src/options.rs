@@ -38,6 +38,8 @@ pub struct Options {
     pub(crate) max_snapshot_bytes: u64,
     pub(crate) retention_default: crate::RetentionPolicy,
     pub(crate) retention_interval: std::time::Duration,
+    pub(crate) max_subscriptions_per_root: usize,
+    pub(crate) max_links_per_subscription: usize,
     #[cfg(feature = "tier")]
     pub(crate) tier: Option<crate::tier::TierOptions>,
 }
@@ -70,6 +72,8 @@ impl Default for Options {
             max_snapshot_bytes: 128 << 20,
             retention_default: crate::RetentionPolicy::default(),
             retention_interval: std::time::Duration::from_secs(10),
+            max_subscriptions_per_root: 1000,
+            max_links_per_subscription: 100_000,
             #[cfg(feature = "tier")]
             tier: None,
         }
@@ -200,6 +204,45 @@ impl Options {
         self
     }
 
+    /// Subscriptions one root may hold (a root is the prefix a subscription's paths are
+    /// relative to: a tenant's, over HTTP). A create past it is refused with
+    /// [`Error::SubscriptionLimit`](crate::Error::SubscriptionLimit). Default 1000, at least 1.
+    ///
+    /// Each subscription is looked at by every pass of the subscription thread whose published
+    /// streams could concern it, so the bound keeps one tenant from slowing every wake; 1000 is
+    /// far more than a root needs for its kinds of work (one subscription serves any number of
+    /// streams through its pattern).
+    #[must_use]
+    pub fn with_max_subscriptions_per_root(mut self, n: usize) -> Self {
+        self.max_subscriptions_per_root = n;
+        self
+    }
+
+    /// Streams one subscription may link. A create whose pattern and streams match more, or a
+    /// link past it, is refused with [`Error::LinkLimit`](crate::Error::LinkLimit); a stream
+    /// created later that matches the pattern of a subscription at its limit is not linked
+    /// (logged), and is linked at its next append once there is room. Default 100 000, at
+    /// least 1.
+    ///
+    /// A link costs about 150 bytes of memory and of the subscription's create record and
+    /// snapshot, so the default bounds one subscription to about 15 MB; a change costs what it
+    /// changes whatever the number of links.
+    #[must_use]
+    pub fn with_max_links_per_subscription(mut self, n: usize) -> Self {
+        self.max_links_per_subscription = n;
+        self
+    }
+
+    /// Subscriptions one root may hold.
+    pub fn max_subscriptions_per_root(&self) -> usize {
+        self.max_subscriptions_per_root
+    }
+
+    /// Streams one subscription may link.
+    pub fn max_links_per_subscription(&self) -> usize {
+        self.max_links_per_subscription
+    }
+
     /// The store's default retention policy.
     pub fn retention_default(&self) -> crate::RetentionPolicy {
         self.retention_default
@@ -304,6 +347,18 @@ impl Options {
                 .min(u128::from(u64::MAX)) as u64,
             10,
             Some(3_600_000),
+        )?;
+        check(
+            "max_subscriptions_per_root",
+            self.max_subscriptions_per_root as u64,
+            1,
+            None,
+        )?;
+        check(
+            "max_links_per_subscription",
+            self.max_links_per_subscription as u64,
+            1,
+            None,
         )?;
         self.retention_default.validate()?;
         Ok(())

@@ -517,12 +517,19 @@ impl Store {
         self.inner.resolve(name, from)
     }
 
-    /// Creates the subscription `id`, or confirms an identical one: `true` when it was created.
-    /// A different configuration under the id is
-    /// [`SubscriptionExists`](crate::Error::SubscriptionExists).
+    /// Creates the subscription `id` under `config.root`, or confirms an identical one: `true`
+    /// when it was created. A different configuration under the same root and id is
+    /// [`SubscriptionExists`](crate::Error::SubscriptionExists); the same id under another root
+    /// is another subscription. Its path, which the other calls take, is the root followed by
+    /// the id ([`SubscriptionInfo::path`]).
     ///
     /// Existing streams matching the pattern, and explicit streams, are linked at their tails
-    /// (streams created later that match are linked at their start). Durable when it returns.
+    /// (streams created later that match are linked at their start). Refused with
+    /// [`SubscriptionLimit`](crate::Error::SubscriptionLimit) when the root holds
+    /// [`Options::max_subscriptions_per_root`](crate::Options::max_subscriptions_per_root)
+    /// subscriptions, and [`LinkLimit`](crate::Error::LinkLimit) when it would link more than
+    /// [`Options::max_links_per_subscription`](crate::Options::max_links_per_subscription)
+    /// streams. Durable when it returns.
     pub fn create_subscription(
         &self,
         id: &str,
@@ -531,40 +538,44 @@ impl Store {
         self.inner.create_subscription(id, config)
     }
 
-    /// The subscription `id` as it stands.
-    pub fn subscription(&self, id: &str) -> Result<SubscriptionInfo> {
-        self.inner.subscription(id)
+    /// The subscription at `path` (its root and id: `v1/orders`, or `orders` under the store's
+    /// root) as it stands.
+    pub fn subscription(&self, path: &str) -> Result<SubscriptionInfo> {
+        self.inner.subscription(path)
     }
 
-    /// The ids of every subscription, sorted.
+    /// The paths of every subscription, sorted.
     pub fn subscriptions(&self) -> Vec<String> {
         self.inner.subscriptions()
     }
 
     /// Deletes the subscription; acks, releases and callbacks for it fail from then on.
     /// Durable when it returns.
-    pub fn delete_subscription(&self, id: &str) -> Result<()> {
-        self.inner.delete_subscription(id)
+    pub fn delete_subscription(&self, path: &str) -> Result<()> {
+        self.inner.delete_subscription(path)
     }
 
-    /// Links streams to the subscription explicitly, at their tails (idempotent). Durable when
-    /// it returns.
-    pub fn link_streams(&self, id: &str, streams: &[StreamName]) -> Result<()> {
-        self.inner.link_streams(id, streams)
+    /// Links streams to the subscription explicitly, at their tails (idempotent).
+    /// [`LinkLimit`](crate::Error::LinkLimit), and nothing linked, when the subscription would
+    /// pass [`Options::max_links_per_subscription`](crate::Options::max_links_per_subscription).
+    /// Durable when it returns.
+    pub fn link_streams(&self, path: &str, streams: &[StreamName]) -> Result<()> {
+        self.inner.link_streams(path, streams)
     }
 
     /// Removes an explicit link (idempotent); a glob link to the stream stays. Durable when it
     /// returns.
-    pub fn unlink_stream(&self, id: &str, stream: &StreamName) -> Result<()> {
-        self.inner.unlink_stream(id, stream)
+    pub fn unlink_stream(&self, path: &str, stream: &StreamName) -> Result<()> {
+        self.inner.unlink_stream(path, stream)
     }
 
     /// Claims a pull-wake subscription's pending work for `worker`, leasing it for the
     /// subscription's `lease_ttl`. [`AlreadyClaimed`](crate::Error::AlreadyClaimed) while
     /// another worker's lease runs; [`NoPendingWork`](crate::Error::NoPendingWork) when
-    /// everything is acknowledged. Durable when it returns.
-    pub fn claim(&self, id: &str, worker: &str) -> Result<Wake> {
-        self.inner.claim(id, worker)
+    /// everything is acknowledged. The wake names the linked streams with pending work (at most
+    /// 1000; the rest come with the next wake). Durable when it returns.
+    pub fn claim(&self, path: &str, worker: &str) -> Result<Wake> {
+        self.inner.claim(path, worker)
     }
 
     /// Acknowledges `acks` (stream, offset processed up to) for `wake` (a [`Wake`], or the
@@ -594,8 +605,8 @@ impl Store {
 
     /// Blocks until the subscription has a wake nobody holds (so a claim can succeed), up to
     /// `timeout`; `false` on timeout.
-    pub fn wait_for_work(&self, id: &str, timeout: Duration) -> Result<bool> {
-        self.inner.wait_for_work(id, timeout)
+    pub fn wait_for_work(&self, path: &str, timeout: Duration) -> Result<bool> {
+        self.inner.wait_for_work(path, timeout)
     }
 
     // Webhook delivery: the store keeps each webhook subscription's wakes, leases and retry

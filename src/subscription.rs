@@ -5,12 +5,16 @@
 //! ([`SubscriptionConfig::pattern`]: `*` is one path segment, `**` zero or more) and keeps one
 //! acknowledged offset per linked stream. When a linked stream's tail passes its acknowledged
 //! offset and no wake is in flight, the store issues a [`Wake`]: a new generation, a fresh wake
-//! id and a snapshot of the tails. A pull-wake subscription announces it with a JSON event on
+//! id and the tails of the linked streams with pending work (never every link). A pull-wake subscription announces it with a JSON event on
 //! its wake stream and waits for a worker to [`Store::claim`](crate::Store::claim) it; a
 //! webhook subscription has it delivered by the server (`brook serve`).
 //!
 //! Every change to a subscription (its configuration, links, acknowledged offsets, wakes and
-//! leases) is durable when the call that made it returns, as an append is.
+//! leases) is durable when the call that made it returns, as an append is, and costs what it
+//! changes, not the size of the subscription.
+//!
+//! A subscription's id is unique under its root: the [`Store`](crate::Store) calls name it by
+//! its path, the root followed by the id ([`SubscriptionInfo::path`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -209,7 +213,7 @@ impl SubscriptionStatus {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct SubscriptionInfo {
-    /// Its id.
+    /// Its id (unique under its root: [`SubscriptionInfo::path`] names it in the store).
     pub id: String,
     /// Its configuration.
     pub config: SubscriptionConfig,
@@ -227,17 +231,27 @@ pub struct SubscriptionInfo {
     pub holder: Option<String>,
 }
 
+impl SubscriptionInfo {
+    /// The subscription's path: its root followed by its id (`v1/orders`; `orders` under the
+    /// store's root), which the [`Store`](crate::Store) calls take to name it.
+    pub fn path(&self) -> String {
+        format!("{}{}", self.config.root, self.id)
+    }
+}
+
 /// A wake: one generation of a subscription's work, with the tails it covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Wake {
-    /// The subscription.
+    /// The subscription's path (its root followed by its id; see [`SubscriptionInfo::path`]).
     pub subscription: String,
     /// Unique per wake.
     pub wake_id: String,
     /// The subscription's fencing counter; grows with every wake.
     pub generation: u64,
-    /// Every linked stream with its acknowledged offset and tail.
+    /// The linked streams with pending work when the wake was issued or claimed, with their
+    /// acknowledged offsets and tails: at most 1000 (the rest come with the next wake), never
+    /// the links with nothing pending.
     pub streams: Vec<WakeStream>,
     /// How long the lease lasts without a heartbeat.
     pub lease_ttl: Duration,
@@ -255,7 +269,7 @@ pub struct AckOutcome {
 /// id, as a [`Wake`] carries them (`WakeRef::from(&wake)`) or a callback token names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WakeRef<'a> {
-    /// The subscription.
+    /// The subscription's path (its root followed by its id).
     pub subscription: &'a str,
     /// The wake's generation.
     pub generation: u64,
@@ -285,7 +299,8 @@ pub struct WebhookJob {
     pub url: String,
     /// The wake to deliver.
     pub wake: Wake,
-    /// The subscription's root (paths in the body are relative to it).
+    /// The subscription's root (paths in the body are relative to it; the wake's
+    /// `subscription` is this root followed by the id).
     pub root: String,
     /// The base URL callbacks are addressed at.
     pub base_url: Option<String>,

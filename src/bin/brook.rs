@@ -188,6 +188,14 @@ struct ServeArgs {
     /// comma-separated). Default: public addresses only.
     #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = parse_cidr)]
     webhook_allow: Vec<ipnet::IpNet>,
+    /// Subscriptions one root may hold (a root is the path before `__ds/`: a tenant's); a
+    /// create past it is refused with 429 `SUBSCRIPTION_LIMIT`.
+    #[arg(long, default_value_t = 1000)]
+    max_subscriptions_per_root: usize,
+    /// Streams one subscription may link; a create or a link past it is refused with 429
+    /// `LINK_LIMIT`, and a pattern at it links no newly created streams.
+    #[arg(long, default_value_t = 100_000)]
+    max_links_per_subscription: usize,
     /// What an acknowledged write survives.
     #[arg(long, value_enum, default_value = "sync")]
     durability: DurabilityArg,
@@ -486,7 +494,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         }))
         .with_segment_bytes(args.segment_bytes)
         .with_retention_default(retention_default(args))
-        .with_retention_interval(Duration::from_millis(args.retention_interval_ms));
+        .with_retention_interval(Duration::from_millis(args.retention_interval_ms))
+        .with_max_subscriptions_per_root(args.max_subscriptions_per_root)
+        .with_max_links_per_subscription(args.max_links_per_subscription);
     let options = match &args.tier_url {
         Some(url) => {
             let mut t = TierOptions::new(url.clone())
@@ -708,7 +718,9 @@ fn open_store(dir: &std::path::Path, options: Options) -> Result<Store, String> 
 /// `checkpoint_bytes must be ...` becomes `--checkpoint-bytes must be ...`. Any other message is
 /// kept as it is.
 fn flag_message(message: &str) -> String {
-    const FLAGS: [&str; 8] = [
+    const FLAGS: [&str; 10] = [
+        "max_subscriptions_per_root",
+        "max_links_per_subscription",
         "journal_shards",
         "checkpoint_bytes",
         "max_open_streams",

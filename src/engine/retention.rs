@@ -20,7 +20,6 @@
 //! acknowledged; each time one of those holds a policy back it is counted
 //! (`RetentionStats::held_by_*`) and logged at debug level.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -77,10 +76,15 @@ impl Engine {
             .retention
             .passes
             .fetch_add(1, Ordering::Relaxed);
-        let floors = if self.has_subscriptions() {
-            self.acked_floors()
-        } else {
-            HashMap::new()
+        // Asked per stream that would be trimmed, not gathered for every link up front: one
+        // lookup per subscription, none while no subscription exists.
+        let subscriptions = self.has_subscriptions();
+        let floors = |name: &StreamName| {
+            if subscriptions {
+                self.acked_floor(name)
+            } else {
+                None
+            }
         };
         let default = self.options.retention_default;
         let open: Vec<Arc<Stream>> = self
@@ -164,12 +168,12 @@ impl Engine {
         logs > 1
     }
 
-    /// Applies `s`'s policy as of `now`, with `floors` the subscriptions' acknowledged offsets:
+    /// Applies `s`'s policy as of `now`, with `floors` a stream's lowest acknowledged offset:
     /// the trim it made, if any.
     fn enforce_stream(
         &self,
         s: &Arc<Stream>,
-        floors: &HashMap<StreamName, Offset>,
+        floors: &dyn Fn(&StreamName) -> Option<Offset>,
         now: SystemTime,
     ) -> Result<Option<Trim>> {
         let policy = s.config.retention.or(self.options.retention_default);
@@ -202,7 +206,7 @@ impl Engine {
             i
         };
         let by_snapshot = clamp(vis.snapshots.last().map(|x| x.offset));
-        let by_subscription = clamp(floors.get(&s.name).copied());
+        let by_subscription = clamp(floors(&s.name));
         let i = by_snapshot.min(by_subscription);
         let r = &self.counters.retention;
         if by_snapshot < want {

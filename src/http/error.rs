@@ -103,16 +103,6 @@ impl ApiError {
         }
     }
 
-    /// 403 `FORBIDDEN`, the refusal of a token outside its grants (`auth/mod.rs`), for one a
-    /// handler decides (a subscription id taken under a root the token cannot see).
-    pub(crate) fn forbidden(detail: impl Into<String>) -> Self {
-        ApiError::Http {
-            status: StatusCode::FORBIDDEN,
-            code: "FORBIDDEN",
-            detail: detail.into(),
-        }
-    }
-
     /// 404 `NOT_FOUND` for a path under a reserved prefix that no route serves.
     pub(crate) fn no_such_route(path: &str) -> Self {
         ApiError::Http {
@@ -202,6 +192,8 @@ pub(crate) fn status_of(err: &Error, op: Op) -> StatusCode {
         | Error::TooManyOpenFiles => S::SERVICE_UNAVAILABLE,
         Error::Corrupt { .. } | Error::Io(_) => S::INTERNAL_SERVER_ERROR,
         Error::SubscriptionNotFound => S::NOT_FOUND,
+        // As `STAGED_PARTS_LIMIT`: a bound on what a tenant holds, which deleting frees.
+        Error::SubscriptionLimit { .. } | Error::LinkLimit { .. } => S::TOO_MANY_REQUESTS,
         Error::SubscriptionExists
         | Error::AlreadyClaimed { .. }
         | Error::NoPendingWork
@@ -302,6 +294,11 @@ fn error_details(
         }
         Error::SnapshotCommitInProgress => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(1u32));
+        }
+        // The bound, so a client can tell it from a rate limit; no Retry-After, since waiting
+        // does not free it.
+        Error::SubscriptionLimit { limit } | Error::LinkLimit { limit } => {
+            extra.insert("limit".into(), Value::from(*limit));
         }
         // PROTOCOL.md 7.2: the holder and generation go in the `error` member.
         Error::AlreadyClaimed { holder, generation } => {

@@ -9,8 +9,10 @@
 //! 7638 thumbprint of the public key, so it is stable for the key's lifetime.
 //!
 //! A token is `base64url(payload).base64url(HMAC-SHA256(secret, payload))`, its payload the JSON
-//! `{"sub","gen","wid","exp"}`: the subscription, generation and wake it was issued for, and
-//! its expiry (ms since the epoch). Verifying needs no server state, so a replayed token is
+//! `{"sub","root","gen","wid","exp"}`: the subscription (its id, and the root that owns it),
+//! generation and wake it was issued for, and its expiry (ms since the epoch). Tokens issued
+//! before ids were scoped to their root have no `root`; they are taken as they were (their wake
+//! id, 96 random bits, still fences them to their own subscription's wake). Verifying needs no server state, so a replayed token is
 //! recognized by comparing its generation and wake id with the subscription's current ones.
 
 use std::io::Write;
@@ -45,8 +47,10 @@ pub(crate) enum TokenError {
 /// What a valid token was issued for.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TokenClaims {
-    /// The subscription.
+    /// The subscription's id.
     pub(crate) sub: String,
+    /// The subscription's root; `None` in a token issued before roots were named.
+    pub(crate) root: Option<String>,
     /// The generation.
     pub(crate) generation: u64,
     /// The wake id.
@@ -144,11 +148,20 @@ impl Keys {
         <Hmac<Sha256> as Mac>::new_from_slice(&self.secret).expect("HMAC takes keys of any length")
     }
 
-    /// A token for (`sub`, `generation`, `wake_id`) expiring at `exp_ms`.
-    pub(crate) fn token(&self, sub: &str, generation: u64, wake_id: &str, exp_ms: u64) -> String {
-        let payload =
-            serde_json::json!({"sub": sub, "gen": generation, "wid": wake_id, "exp": exp_ms})
-                .to_string();
+    /// A token for the subscription `sub` under `root`, its `generation` and `wake_id`,
+    /// expiring at `exp_ms`.
+    pub(crate) fn token(
+        &self,
+        sub: &str,
+        root: &str,
+        generation: u64,
+        wake_id: &str,
+        exp_ms: u64,
+    ) -> String {
+        let payload = serde_json::json!(
+            {"sub": sub, "root": root, "gen": generation, "wid": wake_id, "exp": exp_ms}
+        )
+        .to_string();
         let mut mac = self.mac();
         mac.update(payload.as_bytes());
         let tag = mac.finalize().into_bytes();
@@ -172,6 +185,10 @@ impl Keys {
                 .as_str()
                 .ok_or(TokenError::Invalid)?
                 .to_owned(),
+            root: match v.get("root") {
+                None => None,
+                Some(r) => Some(r.as_str().ok_or(TokenError::Invalid)?.to_owned()),
+            },
             generation: field("gen")?.as_u64().ok_or(TokenError::Invalid)?,
             wake_id: field("wid")?
                 .as_str()
@@ -203,11 +220,12 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600, "{f}");
         }
-        let token = a.token("s", 3, "w_1", 1000);
+        let token = a.token("s", "v1/", 3, "w_1", 1000);
         assert_eq!(
             b.verify_token(&token, 999),
             Ok(TokenClaims {
                 sub: "s".into(),
+                root: Some("v1/".into()),
                 generation: 3,
                 wake_id: "w_1".into()
             })

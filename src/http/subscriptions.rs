@@ -13,9 +13,12 @@
 //! | `__ds/subscriptions/{id}/ack` | `POST` | ack or heartbeat (Bearer claim token) |
 //! | `__ds/subscriptions/{id}/release` | `POST` | give the wake back (Bearer claim token, 204) |
 //!
-//! Tokens are verified without server state (`keys.rs`): a bad signature is 401
-//! `TOKEN_INVALID`, an expired token 401 `TOKEN_EXPIRED`, and a token or request whose
-//! generation or wake id is not the current one 409 `FENCED`.
+//! A subscription belongs to the root it was created under: the engine keys it by its path,
+//! `{root}{id}`, so each root has its own ids and a route under another root never reaches it.
+//!
+//! Tokens are verified without server state (`keys.rs`): a bad signature, or a token for
+//! another subscription or root, is 401 `TOKEN_INVALID`, an expired token 401 `TOKEN_EXPIRED`,
+//! and a token or request whose generation or wake id is not the current one 409 `FENCED`.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -29,7 +32,6 @@ use crate::name::{Offset, StreamName};
 use crate::state::now_ms;
 use crate::subscription::{DeliveryKind, SubscriptionConfig, SubscriptionInfo, Wake};
 
-use super::auth::Grants;
 use super::error::{ApiError, Op};
 use super::keys::{Keys, TOKEN_LIFETIME_MS, TokenError};
 use super::webhook::policy;
@@ -68,9 +70,9 @@ pub(crate) async fn dispatch(
     let ctx = Ctx {
         app: app.clone(),
         root: root.to_owned(),
+        path: crate::engine::subscription::sub_path(root, &id),
         id,
         base: base_url(app, &parts, root),
-        grants: parts.extensions.get::<Grants>().cloned(),
     };
     match (action, m) {
         (None, Method::PUT) => ctx.put(body).await,
@@ -267,14 +269,14 @@ fn rfc3339_ms(t: std::time::SystemTime) -> String {
     )
 }
 
-/// One subscription request: the app, the root, the subscription id, the root's URL, and the
-/// grants of the token that admitted it (`None` when access control is off).
+/// One subscription request: the app, the root, the subscription id and its path (the key the
+/// store knows it by), and the root's URL.
 struct Ctx {
     app: AppState,
     root: String,
     id: String,
+    path: String,
     base: String,
-    grants: Option<Grants>,
 }
 
 impl Ctx {
@@ -297,19 +299,11 @@ impl Ctx {
             .map_err(|e| ApiError::bad_request("INVALID_JSON", format!("invalid JSON body: {e}")))
     }
 
-    /// The subscription, if it lives under this root (one under another root is not found).
+    /// The subscription under this root.
     async fn info(&self) -> Result<SubscriptionInfo, ApiError> {
         let store = self.app.store.clone();
-        let id = self.id.clone();
-        let info = blocking(Op::Read, move || store.subscription(&id)).await?;
-        if info.config.root == self.root {
-            Ok(info)
-        } else {
-            Err(ApiError::Store(
-                crate::Error::SubscriptionNotFound,
-                Op::Read,
-            ))
-        }
+        let path = self.path.clone();
+        blocking(Op::Read, move || store.subscription(&path)).await
     }
 
     fn view(&self, info: &SubscriptionInfo) -> Result<Value, ApiError> {
@@ -427,18 +421,7 @@ impl Ctx {
         let store = self.app.store.clone();
         let id = self.id.clone();
         let (info, created) =
-            match blocking(Op::Create, move || store.create_subscription(&id, config)).await {
-                Err(ApiError::Store(crate::Error::SubscriptionExists, _)) => {
-                    return Err(self.taken().await);
-                }
-                made => made?,
-            };
-        if info.config.root != self.root {
-            return Err(ApiError::Store(
-                crate::Error::SubscriptionExists,
-                Op::Create,
-            ));
-        }
+            blocking(Op::Create, move || store.create_subscription(&id, config)).await?;
         let status = if created {
             StatusCode::CREATED
         } else {
@@ -447,40 +430,15 @@ impl Ctx {
         Ok(json_response(status, &self.view(&info)?))
     }
 
-    /// The answer to a create whose id is taken: 409 `SUBSCRIPTION_ALREADY_EXISTS` when the
-    /// request may see the subscription holding it (access control off, or admin on its root),
-    /// else 403 `FORBIDDEN`, the refusal of a create outside the token's grants: a tenant
-    /// neither learns that another root holds the id nor what it holds (DESIGN.md, section 9,
-    /// "Prefixes and tenants").
-    async fn taken(&self) -> ApiError {
-        let exists = ApiError::Store(crate::Error::SubscriptionExists, Op::Create);
-        let Some(grants) = &self.grants else {
-            return exists;
-        };
-        let store = self.app.store.clone();
-        let id = self.id.clone();
-        match blocking(Op::Read, move || store.subscription(&id)).await {
-            Ok(held) if held.config.root != self.root && !grants.admin_on(&held.config.root) => {
-                ApiError::forbidden(format!(
-                    "the token does not grant admin on the subscription {}",
-                    self.id
-                ))
-            }
-            // Visible, or deleted since the create (then a retry creates it).
-            _ => exists,
-        }
-    }
-
     async fn get(&self) -> Result<Response, ApiError> {
         let info = self.info().await?;
         Ok(json_response(StatusCode::OK, &self.view(&info)?))
     }
 
     async fn delete(&self) -> Result<Response, ApiError> {
-        self.info().await?;
         let store = self.app.store.clone();
-        let id = self.id.clone();
-        blocking(Op::Read, move || store.delete_subscription(&id)).await?;
+        let path = self.path.clone();
+        blocking(Op::Read, move || store.delete_subscription(&path)).await?;
         Ok(no_content())
     }
 
@@ -494,19 +452,17 @@ impl Ctx {
         for item in items {
             names.push(self.name(item.as_str().ok_or_else(|| bad("streams holds strings"))?)?);
         }
-        self.info().await?;
         let store = self.app.store.clone();
-        let id = self.id.clone();
-        blocking(Op::Read, move || store.link_streams(&id, &names)).await?;
+        let path = self.path.clone();
+        blocking(Op::Read, move || store.link_streams(&path, &names)).await?;
         Ok(no_content())
     }
 
     async fn unlink(&self, path: &str) -> Result<Response, ApiError> {
         let name = self.name(path)?;
-        self.info().await?;
         let store = self.app.store.clone();
-        let id = self.id.clone();
-        blocking(Op::Read, move || store.unlink_stream(&id, &name)).await?;
+        let path = self.path.clone();
+        blocking(Op::Read, move || store.unlink_stream(&path, &name)).await?;
         Ok(no_content())
     }
 
@@ -525,7 +481,9 @@ impl Ctx {
                 TokenError::Invalid => unauthorized("TOKEN_INVALID", "the token does not verify"),
                 TokenError::Expired => unauthorized("TOKEN_EXPIRED", "the token has expired"),
             })?;
-        if claims.sub != self.id {
+        // A token without a root was issued before ids were scoped to roots; its wake id
+        // still fences it to its own subscription's wake.
+        if claims.sub != self.id || claims.root.as_ref().is_some_and(|r| *r != self.root) {
             return Err(unauthorized(
                 "TOKEN_INVALID",
                 "the token is for another subscription",
@@ -578,12 +536,11 @@ impl Ctx {
             }
         }
         let done = v.get("done").and_then(Value::as_bool).unwrap_or(false);
-        self.info().await?;
         let store = self.app.store.clone();
-        let id = self.id.clone();
+        let path = self.path.clone();
         let outcome = blocking(Op::Read, move || {
             let wake = crate::subscription::WakeRef {
-                subscription: &id,
+                subscription: &path,
                 generation,
                 wake_id: &wake_id,
             };
@@ -603,12 +560,12 @@ impl Ctx {
             .and_then(Value::as_str)
             .unwrap_or("anonymous")
             .to_owned();
-        self.info().await?;
         let store = self.app.store.clone();
-        let id = self.id.clone();
-        let wake = blocking(Op::Read, move || store.claim(&id, &worker)).await?;
+        let path = self.path.clone();
+        let wake = blocking(Op::Read, move || store.claim(&path, &worker)).await?;
         let exp = now_ms() + TOKEN_LIFETIME_MS + wake.lease_ttl.as_millis() as u64;
-        let token = keys(&self.app)?.token(&self.id, wake.generation, &wake.wake_id, exp);
+        let token =
+            keys(&self.app)?.token(&self.id, &self.root, wake.generation, &wake.wake_id, exp);
         Ok(json_response(
             StatusCode::OK,
             &json!({
@@ -624,12 +581,11 @@ impl Ctx {
     async fn release(&self, parts: &Parts, body: Body) -> Result<Response, ApiError> {
         let v = self.body(body).await?;
         let (generation, wake_id) = self.fenced_wake(parts, &v)?;
-        self.info().await?;
         let store = self.app.store.clone();
-        let id = self.id.clone();
+        let path = self.path.clone();
         blocking(Op::Read, move || {
             store.release(crate::subscription::WakeRef {
-                subscription: &id,
+                subscription: &path,
                 generation,
                 wake_id: &wake_id,
             })

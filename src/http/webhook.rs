@@ -151,13 +151,18 @@ fn body(keys: &Keys, job: &WebhookJob) -> String {
     let w = &job.wake;
     let exp = now_ms() + TOKEN_LIFETIME_MS + w.lease_ttl.as_millis() as u64;
     let base = job.base_url.as_deref().unwrap_or("");
+    // The wake names the subscription by its path; the protocol's body by its id.
+    let id = w
+        .subscription
+        .strip_prefix(job.root.as_str())
+        .unwrap_or(&w.subscription);
     json!({
-            "subscription_id": w.subscription,
+            "subscription_id": id,
             "wake_id": w.wake_id,
             "generation": w.generation,
             "streams": wake_streams(&job.root, w),
-            "callback_url": format!("{base}__ds/subscriptions/{}/callback", encode(&w.subscription)),
-            "callback_token": keys.token(&w.subscription, w.generation, &w.wake_id, exp),
+            "callback_url": format!("{base}__ds/subscriptions/{}/callback", encode(id)),
+            "callback_token": keys.token(id, &job.root, w.generation, &w.wake_id, exp),
     })
     .to_string()
 }

@@ -90,6 +90,8 @@ mod store_api;
 mod subscriptions;
 #[cfg(feature = "http")]
 mod subscriptions_http;
+#[cfg(feature = "http")]
+mod subscriptions_scale;
 #[cfg(feature = "tier")]
 mod tier;
 #[cfg(feature = "http")]

@@ -254,8 +254,9 @@ fn state_survives_compaction() -> R {
     store.delete_subscription("gone")?;
     let tail = append(&store, "e/1", "[1]")?;
     let wake = store.claim("s", "w")?;
-    // Heartbeats are records too: enough of them to pass the compaction threshold.
-    for _ in 0..1100 {
+    // Heartbeats are records too (a few hundred bytes each): enough of them to pass the
+    // compaction threshold (256 KiB) twice.
+    for _ in 0..2500 {
         store.ack(&wake, &[], false)?;
     }
     store.ack(&wake, &[(n("e/1"), tail)], false)?;
@@ -287,5 +288,73 @@ fn deleting_a_subscription_fails_its_pending_calls() -> R {
         store.wait_for_work("s", Duration::from_millis(10)),
         Err(Error::SubscriptionNotFound)
     ));
+    Ok(())
+}
+
+/// A wake names the streams with pending work, at most 1000: of 1500 appended to, a claim names
+/// 1000, and the next wake (issued when the first is released) starts after the last one named,
+/// so the other 500 come first and no stream waits behind streams that stay busy.
+#[test]
+fn a_wake_names_at_most_1000_pending_streams_in_turn() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(
+        dir.path(),
+        Options::default().with_durability(brook::Durability::Buffered),
+    )?;
+    json_stream(&store, "wake", "[]")?;
+    json_stream(&store, "quiet", "[]")?;
+    let names: Vec<String> = (0..1500).map(|i| format!("e/{i:04}")).collect();
+    for name in &names {
+        json_stream(&store, name, "[]")?;
+    }
+    store.create_subscription("s", pull("wake").pattern("e/*").stream(n("quiet")))?;
+    for name in &names {
+        append(&store, name, "[1]")?;
+    }
+    let first = store.claim("s", "w")?;
+    let named = |w: &brook::Wake| -> Vec<String> {
+        w.streams
+            .iter()
+            .map(|s| s.stream.as_str().to_owned())
+            .collect()
+    };
+    let a = named(&first);
+    assert_eq!(a.len(), 1000);
+    assert!(
+        first
+            .streams
+            .iter()
+            .all(brook::subscription::WakeStream::has_pending)
+    );
+    assert!(
+        !a.contains(&"quiet".to_owned()),
+        "a link with nothing pending is not named"
+    );
+    store.release(&first)?;
+    let second = store.claim("s", "w")?;
+    let b = named(&second);
+    assert_eq!(b.len(), 1000);
+    let rest: Vec<&String> = names.iter().filter(|n| !a.contains(n)).collect();
+    assert_eq!(rest.len(), 500);
+    assert!(
+        rest.iter().all(|n| b.contains(n)),
+        "the streams the first wake left out come next"
+    );
+    // Acking everything the wake named leaves the rest to the next wake.
+    let acks: Vec<_> = second
+        .streams
+        .iter()
+        .map(|s| (s.stream.clone(), s.tail))
+        .collect();
+    assert!(store.ack(&second, &acks, true)?.next_wake);
+    let third = store.claim("s", "w")?;
+    assert_eq!(third.streams.len(), 500);
+    let acks: Vec<_> = third
+        .streams
+        .iter()
+        .map(|s| (s.stream.clone(), s.tail))
+        .collect();
+    assert!(!store.ack(&third, &acks, true)?.next_wake);
+    assert!(matches!(store.claim("s", "w"), Err(Error::NoPendingWork)));
     Ok(())
 }

@@ -11,17 +11,17 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
-type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// A `brook serve` child on a fixed port and data directory, killed (SIGKILL) when dropped.
-struct Brook {
+pub(crate) struct Brook {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Brook {
-    async fn start(dir: &Path, port: u16, extra: &[&str]) -> R<Brook> {
-        let child = Command::new(env!("CARGO_BIN_EXE_brook"))
+    pub(crate) async fn start(dir: &Path, port: u16, extra: &[&str]) -> R<Brook> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_brook"))
             .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
             .arg("--data-dir")
             .arg(dir)
@@ -48,6 +48,9 @@ impl Brook {
                 break;
             }
             if Instant::now() > deadline {
+                // Not left running behind a failed test.
+                let _ = child.kill();
+                let _ = child.wait();
                 return Err("brook serve did not become ready".into());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -58,8 +61,13 @@ impl Brook {
         })
     }
 
+    /// The server's process id (for `/proc/{pid}/io` and `/proc/{pid}/status`).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: nothing flushed or checkpointed by brook itself.
-    fn kill(mut self) -> R {
+    pub(crate) fn kill(mut self) -> R {
         self.child.kill()?;
         self.child.wait()?;
         Ok(())
@@ -73,7 +81,7 @@ impl Drop for Brook {
     }
 }
 
-fn free_port() -> R<u16> {
+pub(crate) fn free_port() -> R<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -81,14 +89,14 @@ fn free_port() -> R<u16> {
 
 /// One request a receiver got.
 #[derive(Clone, Debug)]
-struct Received {
+pub(crate) struct Received {
     signature: String,
-    body: String,
+    pub(crate) body: String,
 }
 
 /// What the receiver answers.
 #[derive(Clone)]
-enum Mode {
+pub(crate) enum Mode {
     /// 200 with this JSON body.
     Answer(&'static str),
     /// Reads the request and never answers.
@@ -96,14 +104,14 @@ enum Mode {
 }
 
 /// A minimal HTTP/1.1 webhook receiver on 127.0.0.1.
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     got: Arc<Mutex<Vec<Received>>>,
     mode: Arc<Mutex<Mode>>,
 }
 
 impl Receiver {
-    async fn start(mode: Mode) -> R<Receiver> {
+    pub(crate) async fn start(mode: Mode) -> R<Receiver> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/hook", listener.local_addr()?);
         let got = Arc::new(Mutex::new(Vec::new()));
@@ -141,7 +149,7 @@ impl Receiver {
     }
 
     /// Waits until at least `n` requests arrived, returning the newest.
-    async fn wait_for(&self, n: usize) -> R<Received> {
+    pub(crate) async fn wait_for(&self, n: usize) -> R<Received> {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             {
@@ -185,20 +193,20 @@ process.exit(ok ? 0 : 1);
     Ok(status.success())
 }
 
-struct Api {
+pub(crate) struct Api {
     client: reqwest::Client,
     base: String,
 }
 
 impl Api {
-    fn new(base: &str) -> Api {
+    pub(crate) fn new(base: &str) -> Api {
         Api {
             client: reqwest::Client::new(),
             base: base.to_owned(),
         }
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -226,21 +234,26 @@ impl Api {
         Ok((status, v))
     }
 
-    async fn put(&self, path: &str, body: &Value) -> R<(u16, Value)> {
+    pub(crate) async fn put(&self, path: &str, body: &Value) -> R<(u16, Value)> {
         self.call(reqwest::Method::PUT, path, None, Some(body.to_string()))
             .await
     }
 
-    async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> R<(u16, Value)> {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> R<(u16, Value)> {
         self.call(reqwest::Method::POST, path, token, Some(body.to_string()))
             .await
     }
 
-    async fn get(&self, path: &str) -> R<(u16, Value)> {
+    pub(crate) async fn get(&self, path: &str) -> R<(u16, Value)> {
         self.call(reqwest::Method::GET, path, None, None).await
     }
 
-    async fn stream(&self, path: &str, body: &str) -> R {
+    pub(crate) async fn stream(&self, path: &str, body: &str) -> R {
         let res = self
             .client
             .put(format!("{}{path}", self.base))
@@ -252,7 +265,7 @@ impl Api {
         Ok(())
     }
 
-    async fn append(&self, path: &str, body: &str) -> R<String> {
+    pub(crate) async fn append(&self, path: &str, body: &str) -> R<String> {
         let res = self
             .client
             .post(format!("{}{path}", self.base))
@@ -269,7 +282,7 @@ impl Api {
             .to_owned())
     }
 
-    async fn tail(&self, path: &str) -> R<String> {
+    pub(crate) async fn tail(&self, path: &str) -> R<String> {
         let res = self
             .client
             .head(format!("{}{path}", self.base))
@@ -284,7 +297,7 @@ impl Api {
     }
 
     /// Polls the subscription until `ok` holds for its JSON.
-    async fn wait_sub(&self, id: &str, ok: impl Fn(&Value) -> bool) -> R<Value> {
+    pub(crate) async fn wait_sub(&self, id: &str, ok: impl Fn(&Value) -> bool) -> R<Value> {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let (status, v) = self.get(&format!("__ds/subscriptions/{id}")).await?;
@@ -300,7 +313,7 @@ impl Api {
     }
 }
 
-fn acked(v: &Value, path: &str) -> Option<String> {
+pub(crate) fn acked(v: &Value, path: &str) -> Option<String> {
     v["streams"]
         .as_array()?
         .iter()

@@ -5,7 +5,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::super::Engine;
-use super::State;
+use super::{Delivery, Delta, State};
 use crate::error::Result;
 use crate::name::{Offset, StreamName};
 use crate::state::now_ms;
@@ -37,15 +37,15 @@ impl Engine {
         let now = now_ms();
         let mut jobs = Vec::new();
         let State { subs, sending, .. } = &mut *st;
-        for sub in subs.values() {
+        for (path, sub) in subs.iter() {
             let DeliveryKind::Webhook { url } = &sub.config.delivery else {
                 continue;
             };
-            let Some(w) = &sub.wake else { continue };
-            if w.delivered || sub.next_attempt_at > now || sending.contains(&sub.id) {
+            let Some(w) = &sub.d.wake else { continue };
+            if w.delivered || sub.d.next_attempt_at > now || sending.contains(path) {
                 continue;
             }
-            sending.insert(sub.id.clone());
+            sending.insert(path.clone());
             jobs.push(WebhookJob {
                 url: url.clone(),
                 wake: sub.wake_view(w),
@@ -56,11 +56,11 @@ impl Engine {
         jobs
     }
 
-    /// Whether (`id`, `generation`, `wake_id`) is still the subscription's current wake.
-    pub(crate) fn wake_is_current(&self, id: &str, generation: u64, wake_id: &str) -> bool {
+    /// Whether (`path`, `generation`, `wake_id`) is still the subscription's current wake.
+    pub(crate) fn wake_is_current(&self, path: &str, generation: u64, wake_id: &str) -> bool {
         self.subs_state()
             .subs
-            .get(id)
+            .get(path)
             .is_some_and(|s| s.fence(generation, wake_id).is_ok())
     }
 
@@ -95,23 +95,35 @@ impl Engine {
                     true,
                 )
                 .map(|_| ()),
-            WebhookResult::Accepted => self.update(&wake.subscription, |_, _, sub| {
-                sub.failed = false;
-                sub.attempts = 0;
-                let lease = now_ms() + sub.config.lease_ttl.as_millis() as u64;
-                if let Some(w) = sub.wake.as_mut() {
+            WebhookResult::Accepted => self.webhook_delivery(wake, |d, ttl_ms| {
+                d.failed = false;
+                d.attempts = 0;
+                let lease = now_ms() + ttl_ms;
+                if let Some(w) = d.wake.as_mut() {
                     w.delivered = true;
                     w.lease_until = Some(lease);
                 }
-                Ok(())
             }),
-            WebhookResult::Failed => self.update(&wake.subscription, |_, _, sub| {
-                sub.failed = true;
-                sub.attempts = sub.attempts.saturating_add(1);
-                sub.next_attempt_at = now_ms() + retry_delay_ms(sub.attempts);
-                Ok(())
+            WebhookResult::Failed => self.webhook_delivery(wake, |d, _| {
+                d.failed = true;
+                d.attempts = d.attempts.saturating_add(1);
+                d.next_attempt_at = now_ms() + retry_delay_ms(d.attempts);
             }),
         }
+    }
+
+    /// Records the delivery state `f` makes of the subscription's current one (given its
+    /// lease in ms), unless `wake` stopped being its current wake meanwhile.
+    fn webhook_delivery(&self, wake: &Wake, f: impl FnOnce(&mut Delivery, u64)) -> Result<()> {
+        let path = wake.subscription.as_str();
+        let mut st = self.subs_state();
+        let sub = st.sub(path)?;
+        if sub.fence(wake.generation, &wake.wake_id).is_err() {
+            return Ok(());
+        }
+        let mut d = sub.d.clone();
+        f(&mut d, sub.config.lease_ttl.as_millis() as u64);
+        self.commit(&mut st, path, &Delta::wake(d))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The append path's view of subscriptions ([`Hook`]): whether any exist, which streams can
 //! concern one, and the queue of published streams the subscription thread reads.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,11 +20,13 @@ pub(crate) struct Hook {
     cv: Condvar,
 }
 
-/// The streams a publish can concern: every linked stream, and every stream under a pattern's
-/// literal prefix (the thread matches the pattern itself).
+/// The streams a publish can concern: every explicitly linked stream, and every stream under a
+/// pattern's literal prefix (the thread matches the pattern itself; a glob link is always under
+/// its pattern's prefix, so only explicit links need their names here).
 #[derive(Default)]
 struct Filter {
-    names: HashSet<StreamName>,
+    /// Explicitly linked streams, with how many subscriptions link each.
+    names: HashMap<StreamName, usize>,
     prefixes: Vec<String>,
 }
 
@@ -65,7 +67,7 @@ impl Hook {
         }
         {
             let f = self.filter.read();
-            if !f.names.contains(name)
+            if !f.names.contains_key(name)
                 && !f
                     .prefixes
                     .iter()
@@ -81,11 +83,16 @@ impl Hook {
         }
     }
 
-    /// Rebuilds the filter from every subscription.
+    /// Rebuilds the filter from every subscription (a create or a delete: one pass over the
+    /// subscriptions and their links).
     pub(super) fn refresh(&self, subs: &BTreeMap<String, Sub>) {
         let mut f = Filter::default();
         for sub in subs.values() {
-            f.names.extend(sub.links.keys().cloned());
+            for (name, l) in &sub.links {
+                if l.explicit {
+                    *f.names.entry(name.clone()).or_default() += 1;
+                }
+            }
             if let Some(p) = &sub.config.pattern {
                 f.prefixes
                     .push(format!("{}{}", sub.config.root, glob::literal_prefix(p)));
@@ -95,23 +102,53 @@ impl Hook {
         self.active.store(!subs.is_empty(), Ordering::Relaxed);
     }
 
+    /// Follows a change of explicit links: `true` for a stream now linked explicitly, `false`
+    /// for one no longer (what [`Sub::apply`] returns).
+    pub(super) fn explicit_changed(&self, changed: &[(StreamName, bool)]) {
+        if changed.is_empty() {
+            return;
+        }
+        let mut f = self.filter.write();
+        for (name, linked) in changed {
+            if *linked {
+                *f.names.entry(name.clone()).or_default() += 1;
+            } else if let Some(n) = f.names.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    f.names.remove(name);
+                }
+            }
+        }
+    }
+
     /// Tells the subscription thread to stop.
     pub(crate) fn stop(&self) {
         self.queue.lock().stop = true;
         self.cv.notify_all();
     }
 
-    /// Waits up to `TICK` for touched names; `None` once stopped.
-    pub(super) fn wait(&self) -> Option<Vec<StreamName>> {
+    /// Waits up to `TICK` for touched names; `false` once stopped. The names stay queued: the
+    /// thread takes them with [`Hook::take`] while it holds the subscriptions' state.
+    pub(super) fn wait(&self) -> bool {
         let mut q = self.queue.lock();
         if q.touched.is_empty() && !q.stop {
             q.sleeping = true;
             self.cv.wait_for(&mut q, TICK);
             q.sleeping = false;
         }
-        if q.stop {
-            return None;
+        !q.stop
+    }
+
+    /// Takes the touched names. Called with the subscriptions' state held, so whoever holds it
+    /// finds a published name either here or among the subscriptions' candidates.
+    pub(super) fn take(&self) -> Vec<StreamName> {
+        self.queue.lock().touched.drain().collect()
+    }
+
+    /// Calls `f` on each touched name not taken yet.
+    pub(super) fn peek(&self, mut f: impl FnMut(&StreamName)) {
+        for n in &self.queue.lock().touched {
+            f(n);
         }
-        Some(q.touched.drain().collect())
     }
 }

@@ -1,12 +1,14 @@
 //! The pull-wake worker's calls: claim a wake (its lease starts), ack (a heartbeat, or done),
-//! release, and wait for work; acks and releases are fenced by generation and wake id.
+//! release, and wait for work; acks and releases are fenced by generation and wake id. Each
+//! writes one delta record: the acknowledged offsets it changes and the delivery state.
 
 use std::time::{Duration, Instant};
 
 use event_listener::Listener;
 
 use super::super::Engine;
-use super::{TICK, invalid};
+use super::thread::next_wake;
+use super::{Delivery, Delta, TICK, invalid};
 use crate::error::{Error, Result};
 use crate::name::{Offset, StreamName};
 use crate::state::now_ms;
@@ -16,49 +18,55 @@ impl Engine {
     /// Claims the pull-wake subscription's work for `worker`: its current wake, or a new one
     /// when it has pending work. [`Error::AlreadyClaimed`] while another lease runs,
     /// [`Error::NoPendingWork`] when every linked stream is acknowledged.
-    pub(crate) fn claim(&self, id: &str, worker: &str) -> Result<Wake> {
+    pub(crate) fn claim(&self, path: &str, worker: &str) -> Result<Wake> {
         let mut st = self.subs_state();
-        let mut sub = st.sub(id)?.clone();
+        let sub = st.sub_mut(path)?;
         if !matches!(sub.config.delivery, DeliveryKind::PullWake { .. }) {
             return Err(invalid("only a pull-wake subscription can be claimed"));
         }
         let now = now_ms();
-        if let Some(w) = &sub.wake
+        let mut d = sub.d.clone();
+        if let Some(w) = &d.wake
             && let (Some(holder), Some(until)) = (&w.holder, w.lease_until)
         {
             if until > now {
                 return Err(Error::AlreadyClaimed {
                     holder: holder.clone(),
-                    generation: sub.generation,
+                    generation: d.generation,
                 });
             }
             // An expired lease the thread has not cleared yet: clear it now.
-            sub.wake = None;
+            d.wake = None;
         }
-        if sub.wake.is_none() && !self.issue_wake(&mut st, &mut sub) {
-            // Save a cleared lease even when nothing is pending.
-            if st.subs.get(id).is_some_and(|s| s.wake.is_some()) {
-                self.save(&mut st, sub)?;
+        // The wake's streams as they stand now (a wake issued a while ago may have more).
+        let tails = self.pending(sub, &[], &[]);
+        if d.wake.is_none() {
+            if tails.is_empty() {
+                // Save a cleared lease even when nothing is pending.
+                if sub.d.wake.is_some() {
+                    self.commit(&mut st, path, &Delta::wake(d))?;
+                    drop(st);
+                    self.subs.changed.notify(usize::MAX);
+                }
+                return Err(Error::NoPendingWork);
             }
-            return Err(Error::NoPendingWork);
-        }
-        let tails: Vec<(StreamName, Offset)> = sub
-            .links
-            .keys()
-            .filter_map(|n| self.tail_of(n).map(|t| (n.clone(), t)))
-            .collect();
-        let lease = now + sub.config.lease_ttl.as_millis() as u64;
-        if let Some(w) = sub.wake.as_mut() {
+            d = next_wake(&d, path, tails);
+        } else if let Some(w) = d.wake.as_mut() {
             w.tails = tails;
+        }
+        let lease = now + sub.config.lease_ttl.as_millis() as u64;
+        if let Some(w) = d.wake.as_mut() {
             w.holder = Some(worker.to_owned());
             w.lease_until = Some(lease);
         }
+        self.commit(&mut st, path, &Delta::wake(d))?;
+        let sub = st.sub(path)?;
         let wake = sub
+            .d
             .wake
             .as_ref()
             .map(|w| sub.wake_view(w))
             .expect("a wake was just set");
-        self.save(&mut st, sub)?;
         drop(st);
         self.subs.changed.notify(usize::MAX);
         Ok(wake)
@@ -70,84 +78,120 @@ impl Engine {
     /// acknowledged one or past the tail is [`Error::InvalidAckOffset`] and nothing is applied.
     pub(crate) fn ack(
         &self,
-        id: &str,
+        path: &str,
         generation: u64,
         wake_id: &str,
         acks: &[(StreamName, Offset)],
         done: bool,
     ) -> Result<AckOutcome> {
-        self.update(id, |e, st, sub| {
-            let w = sub.fence(generation, wake_id)?;
-            if matches!(sub.config.delivery, DeliveryKind::PullWake { .. }) && w.holder.is_none() {
-                return Err(Error::Fenced);
+        let mut st = self.subs_state();
+        let sub = st.sub_mut(path)?;
+        let w = sub.fence(generation, wake_id)?;
+        if matches!(sub.config.delivery, DeliveryKind::PullWake { .. }) && w.holder.is_none() {
+            return Err(Error::Fenced);
+        }
+        for (name, offset) in acks {
+            let Some(l) = sub.links.get(name) else {
+                return Err(Error::InvalidAckOffset(format!(
+                    "{} is not linked to the subscription",
+                    name.as_str()
+                )));
+            };
+            if *offset < l.acked {
+                return Err(Error::InvalidAckOffset(format!(
+                    "{offset} is behind the acknowledged offset {}",
+                    l.acked
+                )));
             }
-            for (name, offset) in acks {
-                let Some(l) = sub.links.get(name) else {
+            match self.tail_of(name) {
+                Some(tail) if *offset <= tail => {}
+                _ => {
                     return Err(Error::InvalidAckOffset(format!(
-                        "{} is not linked to the subscription",
+                        "{offset} is beyond the tail of {}",
                         name.as_str()
                     )));
-                };
-                if *offset < l.acked {
-                    return Err(Error::InvalidAckOffset(format!(
-                        "{offset} is behind the acknowledged offset {}",
-                        l.acked
-                    )));
-                }
-                match e.tail_of(name) {
-                    Some(tail) if *offset <= tail => {}
-                    _ => {
-                        return Err(Error::InvalidAckOffset(format!(
-                            "{offset} is beyond the tail of {}",
-                            name.as_str()
-                        )));
-                    }
                 }
             }
-            for (name, offset) in acks {
-                if let Some(l) = sub.links.get_mut(name) {
-                    l.acked = *offset;
-                }
-            }
-            if done {
-                sub.wake = None;
-                let next_wake = e.issue_wake(st, sub);
-                Ok(AckOutcome { next_wake })
+        }
+        let mut next_wake_issued = false;
+        let d = if done {
+            let cleared = Delivery {
+                wake: None,
+                ..sub.d.clone()
+            };
+            let tails = self.pending(sub, acks, &[]);
+            if tails.is_empty() {
+                cleared
             } else {
-                let lease = now_ms() + sub.config.lease_ttl.as_millis() as u64;
-                if let Some(w) = sub.wake.as_mut() {
-                    w.lease_until = Some(lease);
-                }
-                Ok(AckOutcome { next_wake: false })
+                next_wake_issued = true;
+                next_wake(&cleared, path, tails)
             }
+        } else {
+            let mut d = sub.d.clone();
+            let lease = now_ms() + sub.config.lease_ttl.as_millis() as u64;
+            if let Some(w) = d.wake.as_mut() {
+                w.lease_until = Some(lease);
+            }
+            d
+        };
+        let delta = Delta {
+            kind: "ack",
+            acks: acks.to_vec(),
+            delivery: Some(d),
+            ..Delta::default()
+        };
+        self.commit(&mut st, path, &delta)?;
+        if next_wake_issued {
+            // Still under `state`, so wake events go out in generation order.
+            self.announce(st.sub(path)?);
+        }
+        drop(st);
+        self.subs.changed.notify(usize::MAX);
+        Ok(AckOutcome {
+            next_wake: next_wake_issued,
         })
     }
 
     /// Gives the wake (`generation`, `wake_id`) back without acknowledging; a new wake follows
     /// if work remains. A stale wake is [`Error::Fenced`].
-    pub(crate) fn release(&self, id: &str, generation: u64, wake_id: &str) -> Result<()> {
-        self.update(id, |e, st, sub| {
-            sub.fence(generation, wake_id)?;
-            sub.wake = None;
-            e.issue_wake(st, sub);
-            Ok(())
-        })
+    pub(crate) fn release(&self, path: &str, generation: u64, wake_id: &str) -> Result<()> {
+        let mut st = self.subs_state();
+        let sub = st.sub_mut(path)?;
+        sub.fence(generation, wake_id)?;
+        let cleared = Delivery {
+            wake: None,
+            ..sub.d.clone()
+        };
+        let tails = self.pending(sub, &[], &[]);
+        let issued = !tails.is_empty();
+        let d = if issued {
+            next_wake(&cleared, path, tails)
+        } else {
+            cleared
+        };
+        self.commit(&mut st, path, &Delta::wake(d))?;
+        if issued {
+            self.announce(st.sub(path)?);
+        }
+        drop(st);
+        self.subs.changed.notify(usize::MAX);
+        Ok(())
     }
 
     /// Waits until the subscription has a wake nobody holds, up to `timeout`; `false` on
     /// timeout. [`Error::SubscriptionNotFound`] if it is (or gets) deleted.
-    pub(crate) fn wait_for_work(&self, id: &str, timeout: Duration) -> Result<bool> {
+    pub(crate) fn wait_for_work(&self, path: &str, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
             let listener = self.subs.changed.listen();
             {
                 let st = self.subs_state();
-                let sub = st.sub(id)?;
+                let sub = st.sub(path)?;
                 let now = now_ms();
-                let claimable = sub
-                    .wake
-                    .as_ref()
-                    .is_some_and(|w| w.holder.is_none() || w.lease_until.is_some_and(|t| t <= now));
+                let claimable =
+                    sub.d.wake.as_ref().is_some_and(|w| {
+                        w.holder.is_none() || w.lease_until.is_some_and(|t| t <= now)
+                    });
                 if claimable {
                     return Ok(true);
                 }

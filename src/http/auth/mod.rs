@@ -28,8 +28,8 @@
 //! `event: credential-expired`, a waiting long-poll with 401 `TOKEN_EXPIRED`. A catch-up read
 //! admitted by a token is cached `private`, never `public`.
 //!
-//! The subscription routes get the admitting token's grants ([`Grants`]): a subscription under
-//! a root they give no `admin` on is one that does not exist, to that token.
+//! A subscription belongs to its root (its id is scoped to it), so the subscription routes need
+//! nothing of the token beyond the rights these checks require on that root.
 
 mod jwt;
 mod tokens;
@@ -122,19 +122,6 @@ fn allows(grants: &[Grant], right: Right, name: &str) -> bool {
     grants
         .iter()
         .any(|g| g.rights & right as u8 != 0 && covers(&g.prefix, name))
-}
-
-/// The grants of the token that admitted a request to a `{root}__ds/` route (none when no token
-/// was needed), put in its extensions when access control is on: a subscription under a root
-/// they give no `admin` on is, to that request, one that does not exist.
-#[derive(Clone, Debug)]
-pub(crate) struct Grants(Arc<[Grant]>);
-
-impl Grants {
-    /// Whether they give `admin` on the stream root `root`.
-    pub(crate) fn admin_on(&self, root: &str) -> bool {
-        allows(&self.0, Right::Admin, root)
-    }
 }
 
 /// Expiries further away than this set live reads no deadline: none lasts that long, and an
@@ -248,42 +235,28 @@ impl AccessControl {
     }
 
     /// Admits or refuses a request; on admission, notes the credential's expiry in the
-    /// request's extensions (for live reads), and for a `{root}__ds/` route its [`Grants`], and
-    /// returns whether a token admitted it.
+    /// request's extensions (for live reads), and returns whether a token admitted it.
     pub(crate) fn admit(&self, parts: &mut Parts) -> Result<Admitted, Refusal> {
         let Ok(route) = parse_route(parts.uri.path()) else {
             // An invalid path is answered 400 by the route itself: no stream is touched.
             return Ok(Admitted::Public);
         };
-        let protocol = matches!(route, Route::Protocol(..));
         let needs = needs(&route, &parts.method, &parts.headers);
         let public = needs.each().all(|(right, name)| {
             right == Right::Read && self.public_read.iter().any(|p| covers(p, name))
         });
         if public {
-            if protocol {
-                parts.extensions.insert(Grants(Arc::from([])));
-            }
             return Ok(Admitted::Public);
         }
-        let (expires, grants) = self.authorize(parts, &needs, protocol)?;
-        if let Some(at) = expires {
+        if let Some(at) = self.authorize(parts, &needs)? {
             parts.extensions.insert(CredentialExpiry(at));
-        }
-        if let Some(grants) = grants {
-            parts.extensions.insert(Grants(grants));
         }
         Ok(Admitted::Token)
     }
 
-    /// Checks that the request's bearer token grants every one of `needs`; returns its expiry
-    /// and, when `keep`, its grants.
-    fn authorize(
-        &self,
-        parts: &Parts,
-        needs: &Needs<'_>,
-        keep: bool,
-    ) -> Result<Authorized, Refusal> {
+    /// Checks that the request's bearer token grants every one of `needs`; returns when the
+    /// credential expires (`None`: never).
+    fn authorize(&self, parts: &Parts, needs: &Needs<'_>) -> Result<Option<SystemTime>, Refusal> {
         let forbidden = |(right, name): (Right, &str)| {
             Refusal::Forbidden(if name.is_empty() {
                 format!("the token does not grant {} on this route", right.name())
@@ -303,8 +276,7 @@ impl AccessControl {
             {
                 return Err(forbidden(missing));
             }
-            let grants = keep.then(|| Arc::from(principal.grants));
-            return Ok((principal.expires, grants));
+            return Ok(principal.expires);
         }
         let file = self
             .tokens
@@ -318,13 +290,9 @@ impl AccessControl {
         if let Some(missing) = needs.each().find(|(r, n)| !allows(grants, *r, n)) {
             return Err(forbidden(missing));
         }
-        Ok((None, keep.then(|| Arc::from(grants.as_slice()))))
+        Ok(None)
     }
 }
-
-/// What a token's check found: when the credential expires, and its grants (for the routes
-/// that look at them).
-type Authorized = (Option<SystemTime>, Option<Arc<[Grant]>>);
 
 /// How an admitted request got in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
