@@ -89,16 +89,28 @@ impl ApiError {
         }
     }
 
-    /// 408 `BODY_TOO_SLOW`: the request body fell below `rate` bytes per second on average
-    /// after its first `grace`.
-    pub(crate) fn body_too_slow(rate: u64, grace: std::time::Duration) -> Self {
+    /// 408 `BODY_TOO_SLOW`: the request body delivered less than `rate` bytes per second over
+    /// its last `window` once its grace period had passed (`pace.rs`).
+    pub(crate) fn body_too_slow(rate: u64, window: std::time::Duration) -> Self {
         ApiError::Http {
             status: StatusCode::REQUEST_TIMEOUT,
             code: "BODY_TOO_SLOW",
             detail: format!(
-                "the request body arrived at less than {rate} bytes per second after its first \
-                 {} ms; nothing was written",
-                grace.as_millis()
+                "the request body delivered less than {rate} bytes per second over its last {} \
+                 ms; nothing was written",
+                window.as_millis()
+            ),
+        }
+    }
+
+    /// 408 `BODY_DEADLINE`: the request body was still arriving `deadline` after it began.
+    pub(crate) fn body_deadline(deadline: std::time::Duration) -> Self {
+        ApiError::Http {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "BODY_DEADLINE",
+            detail: format!(
+                "the request body was not whole {} ms after it began; nothing was written",
+                deadline.as_millis()
             ),
         }
     }

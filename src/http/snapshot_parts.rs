@@ -62,7 +62,7 @@ pub(crate) async fn stage(
     let guard = Guard::from(expect);
     let limit = app.store.options().max_snapshot_bytes();
     let store = app.store.clone();
-    let part = pump_to_store(app, body, limit, Op::Snapshot, move |reader| {
+    let part = pump_to_store(app, parts, body, limit, Op::Snapshot, move |reader| {
         store.stage_snapshot_part(&name, reader, &guard)
     })
     .await?;
@@ -148,17 +148,22 @@ pub(crate) async fn commit(
         Some(ct) => Some(normalize_content_type(ct).map_err(|e| ApiError::Store(e, Op::Snapshot))?),
     };
     let declared = http_body::Body::size_hint(&body).exact();
-    let held = super::body::read_body(body, declared, MAX_MANIFEST_BYTES, &app.body_rules())
-        .await
-        .map_err(|e| {
-            if e.code() == "PAYLOAD_TOO_LARGE" {
-                invalid_commit(format!(
-                    "a commit body is at most {MAX_MANIFEST_BYTES} bytes"
-                ))
-            } else {
-                e
-            }
-        })?;
+    let held = super::body::read_body(
+        body,
+        declared,
+        MAX_MANIFEST_BYTES,
+        &app.body_rules_for(parts, declared),
+    )
+    .await
+    .map_err(|e| {
+        if e.code() == "PAYLOAD_TOO_LARGE" {
+            invalid_commit(format!(
+                "a commit body is at most {MAX_MANIFEST_BYTES} bytes"
+            ))
+        } else {
+            e
+        }
+    })?;
     let ids = manifest(count, &held.bytes)?;
     drop(held);
     let store = app.store.clone();

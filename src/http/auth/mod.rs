@@ -337,7 +337,7 @@ pub(crate) enum Admitted {
 
 /// The bearer token of a request: `Authorization: Bearer <t>`, else the `access_token` query
 /// parameter.
-fn bearer(parts: &Parts) -> Option<String> {
+pub(crate) fn bearer(parts: &Parts) -> Option<String> {
     if let Some(v) = parts.headers.get(header::AUTHORIZATION) {
         let v = v.to_str().ok()?;
         let (scheme, token) = v.split_once(' ')?;
