@@ -218,6 +218,11 @@ struct ServeArgs {
     /// Largest snapshot blob in bytes; larger ones are refused with 413.
     #[arg(long, default_value_t = 128 << 20)]
     max_snapshot_bytes: u64,
+    /// Most bytes of unused staged snapshot parts one tenant (the root of the grant that
+    /// admitted them; without access control the stream name's first segment) may hold; more
+    /// is refused with 429 `STAGED_PARTS_LIMIT` (default: 2 × `--max-snapshot-bytes`).
+    #[arg(long)]
+    max_staged_bytes_per_tenant: Option<u64>,
     /// Journal shards: files with their own sync thread, so several fsyncs run at once. Default:
     /// one per two CPUs this process may run on, 1 to 8. Fixed when the store is created.
     #[arg(long)]
@@ -501,6 +506,10 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_segment_bytes(args.segment_bytes)
         .with_retention_default(retention_default(args))
         .with_retention_interval(Duration::from_millis(args.retention_interval_ms));
+    let options = match args.max_staged_bytes_per_tenant {
+        Some(n) => options.with_max_staged_bytes_per_tenant(n),
+        None => options,
+    };
     let options = match &args.tier_url {
         Some(url) => {
             let mut t = TierOptions::new(url.clone())

@@ -303,14 +303,16 @@ fn error_details(
             extra.insert("part".into(), Value::from(part.as_str()));
         }
         // Ursula's headers name the bound; no Retry-After, since waiting does not free it.
+        // `scope` says whose bound it is: the stream's, the tenant's or the store's.
         Error::StagedPartsLimit { limit } => {
-            let (name, n) = match limit {
-                crate::StagedLimit::Parts(n) => (URSULA_MAX_STAGED_PARTS, n),
-                crate::StagedLimit::Bytes(n) | crate::StagedLimit::StoreBytes(n) => {
-                    (URSULA_MAX_STAGED_BYTES, n)
-                }
+            let (name, n, scope) = match *limit {
+                crate::StagedLimit::Parts(n) => (URSULA_MAX_STAGED_PARTS, n, "stream"),
+                crate::StagedLimit::Bytes(n) => (URSULA_MAX_STAGED_BYTES, n, "stream"),
+                crate::StagedLimit::TenantBytes(n) => (URSULA_MAX_STAGED_BYTES, n, "tenant"),
+                crate::StagedLimit::StoreBytes(n) => (URSULA_MAX_STAGED_BYTES, n, "store"),
             };
             set_header(headers, name, &n.to_string());
+            extra.insert("scope".into(), Value::from(scope));
         }
         Error::SnapshotCommitInProgress => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(1u32));

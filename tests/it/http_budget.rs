@@ -1,8 +1,8 @@
 //! A memory budget one client cannot hold (issue 50): request bodies leased as their bytes
 //! arrive (a head with no body holds nothing), the minimum rate over a sliding window and a
 //! deadline for every body, a reserve that large uploads cannot take, a share per peer address
-//! and per token, and readiness that says when the budget is spent. Every test talks to a real
-//! server over a real socket.
+//! and per token, readiness that says when the budget is spent, and a staged-parts quota per
+//! tenant. Every test talks to a real server over a real socket.
 
 use std::time::{Duration, Instant};
 
@@ -404,5 +404,104 @@ async fn readiness_reports_a_spent_budget_and_small_appends_use_the_reserve() ->
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Ok(())
+}
+
+/// Stages a part of `len` bytes for `path` (a stream) with `auth`; the response.
+async fn stage(
+    s: &Server,
+    path: &str,
+    len: usize,
+    auth: &[(&str, &str)],
+) -> R<crate::http_support::Resp> {
+    let offset = "0000000000000000_0000000000000000";
+    let mut headers = vec![("Content-Type", "application/octet-stream")];
+    headers.extend_from_slice(auth);
+    s.post(
+        &format!("{path}/snapshot/{offset}/parts"),
+        &headers,
+        &"p".repeat(len),
+    )
+    .await
+}
+
+/// One tenant cannot fill the store's pool of staged snapshot parts: past its quota (by default
+/// two snapshots' worth, a quarter of the pool) its next part is refused 429
+/// `STAGED_PARTS_LIMIT` with `scope: "tenant"`, while another tenant still stages. Without
+/// access control a tenant is a first path segment; with it, the root of the token's grant, so
+/// tenants under one shared first segment (`t/alice/`, `t/bob/`) have a quota each. The old
+/// server let one tenant take the whole pool, and refused every tenant for up to 24 h.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_cannot_fill_the_staged_parts_pool() -> R {
+    let mib = 1 << 20;
+    let options = Options::default().with_max_snapshot_bytes(mib as u64);
+    let s = Server::start_with(options.clone(), config()).await?;
+    for path in ["/alice/a", "/alice/b", "/alice/c", "/bob/a"] {
+        s.create(path, "application/octet-stream").await?;
+    }
+    // alice: 2 MiB on one stream (its own bound too), then 1 MiB more on another: past the
+    // tenant's 2 MiB.
+    for _ in 0..2 {
+        let res = stage(&s, "/alice/a", mib, &[]).await?;
+        assert_eq!(res.status, 201, "{}", res.text());
+    }
+    let res = stage(&s, "/alice/b", mib, &[]).await?;
+    res.refused(429, "STAGED_PARTS_LIMIT");
+    assert!(
+        res.text().contains("\"scope\":\"tenant\""),
+        "{}",
+        res.text()
+    );
+    assert_eq!(res.h("ursula-max-staged-bytes"), Some("2097152"));
+    let res = stage(&s, "/bob/a", mib, &[]).await?;
+    assert_eq!(res.status, 201, "another tenant: {}", res.text());
+    // Discarding alice's parts gives her quota back.
+    let res = s.delete("/alice/a/snapshot/parts", &[]).await?;
+    assert_eq!(res.status, 204, "{}", res.text());
+    let res = stage(&s, "/alice/c", mib, &[]).await?;
+    assert_eq!(res.status, 201, "{}", res.text());
+
+    // With access control: tenants under one first segment, each its grant's root.
+    let dir = tempfile::tempdir()?;
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!(
+            "{} read,write,admin t/alice/\n{} read,write,admin t/bob/\n",
+            token_hash("alice"),
+            token_hash("bob")
+        ),
+    )?;
+    let cfg = ServerConfig {
+        access: Some(std::sync::Arc::new(
+            AccessControl::new().with_token_file(&tokens)?,
+        )),
+        ..config()
+    };
+    let s = Server::start_with(options, cfg).await?;
+    let alice = [("Authorization", "Bearer alice")];
+    let bob = [("Authorization", "Bearer bob")];
+    for (path, who) in [
+        ("/t/alice/a", &alice),
+        ("/t/alice/b", &alice),
+        ("/t/bob/a", &bob),
+    ] {
+        let mut h = vec![("Content-Type", "application/octet-stream")];
+        h.extend_from_slice(who);
+        assert_eq!(s.put(path, &h, "").await?.status, 201);
+    }
+    for _ in 0..2 {
+        let res = stage(&s, "/t/alice/a", mib, &alice).await?;
+        assert_eq!(res.status, 201, "{}", res.text());
+    }
+    let res = stage(&s, "/t/alice/b", mib, &alice).await?;
+    res.refused(429, "STAGED_PARTS_LIMIT");
+    let res = stage(&s, "/t/bob/a", mib, &bob).await?;
+    assert_eq!(
+        res.status,
+        201,
+        "bob, under the same first segment: {}",
+        res.text()
+    );
     Ok(())
 }

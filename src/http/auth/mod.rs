@@ -135,6 +135,18 @@ impl Grants {
     pub(crate) fn admin_on(&self, root: &str) -> bool {
         allows(&self.0, Right::Admin, root)
     }
+
+    /// The tenant `name` belongs to for these grants: the longest prefix of a grant giving
+    /// `admin` on it, without its trailing `/`; `None` when that is the empty prefix (a grant
+    /// on every stream names no tenant).
+    pub(crate) fn tenant_of(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .filter(|g| g.rights & Right::Admin as u8 != 0 && covers(&g.prefix, name))
+            .map(|g| g.prefix.trim_end_matches('/'))
+            .max_by_key(|p| p.len())
+            .filter(|p| !p.is_empty())
+    }
 }
 
 /// Expiries further away than this set live reads no deadline: none lasts that long, and an
@@ -256,6 +268,9 @@ impl AccessControl {
             return Ok(Admitted::Public);
         };
         let protocol = matches!(route, Route::Protocol(..));
+        // A staged snapshot part is counted to the root of the grant that admits it (its
+        // tenant), so that route keeps the grants too.
+        let part = matches!(route, Route::SnapshotPart(..));
         let needs = needs(&route, &parts.method, &parts.headers);
         let public = needs.each().all(|(right, name)| {
             right == Right::Read && self.public_read.iter().any(|p| covers(p, name))
@@ -266,7 +281,7 @@ impl AccessControl {
             }
             return Ok(Admitted::Public);
         }
-        let (expires, grants) = self.authorize(parts, &needs, protocol)?;
+        let (expires, grants) = self.authorize(parts, &needs, protocol || part)?;
         if let Some(at) = expires {
             parts.extensions.insert(CredentialExpiry(at));
         }
