@@ -403,6 +403,9 @@ pub enum StagedLimit {
     Bytes(u64),
     /// The part would take every stream's unused parts together above this many bytes.
     StoreBytes(u64),
+    /// The part would take its tenant's unused parts above this many bytes
+    /// ([`Options::with_max_staged_bytes_per_tenant`](crate::Options::with_max_staged_bytes_per_tenant)).
+    TenantBytes(u64),
 }
 
 impl std::fmt::Display for StagedLimit {
@@ -412,6 +415,9 @@ impl std::fmt::Display for StagedLimit {
             StagedLimit::Bytes(n) => write!(f, "the stream's unused parts would pass {n} bytes"),
             StagedLimit::StoreBytes(n) => {
                 write!(f, "the store's unused parts would pass {n} bytes")
+            }
+            StagedLimit::TenantBytes(n) => {
+                write!(f, "the tenant's unused parts would pass {n} bytes")
             }
         }
     }

@@ -36,6 +36,7 @@ pub struct Options {
     pub(crate) max_append_messages: usize,
     pub(crate) max_read_bytes: u64,
     pub(crate) max_snapshot_bytes: u64,
+    pub(crate) max_staged_bytes_per_tenant: Option<u64>,
     pub(crate) retention_default: crate::RetentionPolicy,
     pub(crate) retention_interval: std::time::Duration,
     pub(crate) max_subscriptions_per_root: usize,
@@ -70,6 +71,7 @@ impl Default for Options {
             max_append_messages: 100_000,
             max_read_bytes: 8 << 20,
             max_snapshot_bytes: 128 << 20,
+            max_staged_bytes_per_tenant: None,
             retention_default: crate::RetentionPolicy::default(),
             retention_interval: std::time::Duration::from_secs(10),
             max_subscriptions_per_root: 1000,
@@ -185,6 +187,25 @@ impl Options {
     pub fn with_max_snapshot_bytes(mut self, n: u64) -> Self {
         self.max_snapshot_bytes = n;
         self
+    }
+
+    /// Most bytes of unused staged snapshot parts one tenant may hold
+    /// ([`Store::stage_snapshot_part`](crate::Store::stage_snapshot_part)): a tenant is the
+    /// first segment of the stream names its parts are staged under. Default `2 ×
+    /// max_snapshot_bytes` (256 MiB), a quarter of the store's `8 × max_snapshot_bytes`: one
+    /// tenant can always stage one stream's worth (an abandoned upload and its retry) and never
+    /// fill the store's pool.
+    #[must_use]
+    pub fn with_max_staged_bytes_per_tenant(mut self, n: u64) -> Self {
+        self.max_staged_bytes_per_tenant = Some(n);
+        self
+    }
+
+    /// Most bytes of unused staged snapshot parts one tenant may hold (see
+    /// [`Options::with_max_staged_bytes_per_tenant`]).
+    pub fn max_staged_bytes_per_tenant(&self) -> u64 {
+        self.max_staged_bytes_per_tenant
+            .unwrap_or_else(|| self.max_snapshot_bytes.saturating_mul(2))
     }
 
     /// The retention policy of every stream that sets no limit of its own: each limit a

@@ -298,19 +298,35 @@ impl Store {
     /// to the stream's current incarnation (the one `guard` names, if any).
     ///
     /// A part is at most `max_snapshot_bytes` ([`TooLarge`](crate::Error::TooLarge)). A stream
-    /// holds at most 8192 unused parts and `2 × max_snapshot_bytes` of them, the store
-    /// `8 × max_snapshot_bytes` in all ([`StagedPartsLimit`](crate::Error::StagedPartsLimit),
-    /// checked before `blob` is read); an unused part is removed after 24 hours. Nothing is
-    /// durable: opening the store removes every staged part.
+    /// holds at most 8192 unused parts and `2 × max_snapshot_bytes` of them, a tenant (the
+    /// stream name's first segment) `max_staged_bytes_per_tenant` of them
+    /// ([`Options::with_max_staged_bytes_per_tenant`](crate::Options::with_max_staged_bytes_per_tenant)),
+    /// the store `8 × max_snapshot_bytes` in all
+    /// ([`StagedPartsLimit`](crate::Error::StagedPartsLimit), checked before `blob` is read);
+    /// an unused part is removed after 24 hours. Nothing is durable: opening the store removes
+    /// every staged part.
     pub fn stage_snapshot_part(
         &self,
         name: &StreamName,
         blob: &mut dyn std::io::Read,
         guard: &Guard,
     ) -> Result<StagedPart> {
+        let tenant = crate::engine::parts::default_tenant(name);
+        self.stage_snapshot_part_for(name, tenant, blob, guard)
+    }
+
+    /// [`Store::stage_snapshot_part`], the part counted to `tenant` (the HTTP server names the
+    /// root of the grant that admitted the upload).
+    pub(crate) fn stage_snapshot_part_for(
+        &self,
+        name: &StreamName,
+        tenant: &str,
+        blob: &mut dyn std::io::Read,
+        guard: &Guard,
+    ) -> Result<StagedPart> {
         let (id, len, incarnation) =
             self.inner
-                .stage_snapshot_part(name, blob, guard.expect.as_ref())?;
+                .stage_snapshot_part(name, tenant, blob, guard.expect.as_ref())?;
         Ok(StagedPart {
             id,
             len,

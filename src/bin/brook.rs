@@ -159,19 +159,37 @@ struct ServeArgs {
     /// How long a request body may deliver nothing before the request is refused with 408.
     #[arg(long, default_value_t = 30_000)]
     body_read_timeout_ms: u64,
-    /// The least a request body must average, in bytes per second, once
-    /// `--body-min-rate-grace-ms` has passed (a slower one is refused with 408 `BODY_TOO_SLOW`);
-    /// 0 turns the check off.
+    /// The least rate a request body must keep, in bytes per second, over every window of
+    /// `--body-min-rate-grace-ms` once that has passed (a body whose last window brought less is
+    /// refused with 408 `BODY_TOO_SLOW`); 0 turns the check off.
     #[arg(long, default_value_t = 4096)]
     body_min_rate: u64,
-    /// How long a request body may take before `--body-min-rate` applies, in milliseconds.
+    /// How long a request body may take before `--body-min-rate` applies, and the window it is
+    /// measured over (at least 1 s), in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     body_min_rate_grace_ms: u64,
+    /// The longest a request body may take in all, in milliseconds (408 `BODY_DEADLINE` past
+    /// it); 0 for no limit. The default lets a 64 MiB append arrive at 1 Mbit/s.
+    #[arg(long, default_value_t = 600_000)]
+    body_deadline_ms: u64,
     /// The server's memory budget in bytes: request bodies being read, response bytes queued
     /// for slow readers and connection buffers together; work past it is refused with 503
     /// `MEMORY_BUDGET` (default: an eighth of the machine's memory, between 32 MiB and 192 MiB).
     #[arg(long)]
     max_memory: Option<u64>,
+    /// Bytes of `--max-memory` only small work may take (bodies and buffers of at most 64 KiB):
+    /// larger uploads are refused once only the reserve is left (default: an eighth).
+    #[arg(long)]
+    memory_reserve: Option<u64>,
+    /// Bytes of `--max-memory` one peer address (an IPv6 /64) may hold in uploads past 64 KiB
+    /// and hyper's connection buffers (default: a quarter of the budget, or one largest
+    /// append's peak, 1.5 × `--max-append-bytes` + 1 MiB, if more).
+    #[arg(long)]
+    max_memory_per_peer: Option<u64>,
+    /// The same for one bearer token, with access control on (default: as
+    /// `--max-memory-per-peer`).
+    #[arg(long)]
+    max_memory_per_token: Option<u64>,
     /// How long a connection's writes may make no progress (its peer reads nothing) before it
     /// is closed.
     #[arg(long, default_value_t = 60_000)]
@@ -211,6 +229,11 @@ struct ServeArgs {
     /// Largest snapshot blob in bytes; larger ones are refused with 413.
     #[arg(long, default_value_t = 128 << 20)]
     max_snapshot_bytes: u64,
+    /// Most bytes of unused staged snapshot parts one tenant (the root of the grant that
+    /// admitted them; without access control the stream name's first segment) may hold; more
+    /// is refused with 429 `STAGED_PARTS_LIMIT` (default: 2 × `--max-snapshot-bytes`).
+    #[arg(long)]
+    max_staged_bytes_per_tenant: Option<u64>,
     /// Journal shards: files with their own sync thread, so several fsyncs run at once. Default:
     /// one per two CPUs this process may run on, 1 to 8. Fixed when the store is created.
     #[arg(long)]
@@ -497,6 +520,10 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .with_retention_interval(Duration::from_millis(args.retention_interval_ms))
         .with_max_subscriptions_per_root(args.max_subscriptions_per_root)
         .with_max_links_per_subscription(args.max_links_per_subscription);
+    let options = match args.max_staged_bytes_per_tenant {
+        Some(n) => options.with_max_staged_bytes_per_tenant(n),
+        None => options,
+    };
     let options = match &args.tier_url {
         Some(url) => {
             let mut t = TierOptions::new(url.clone())
@@ -545,9 +572,13 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         body_read_timeout: Duration::from_millis(args.body_read_timeout_ms),
         body_min_rate: args.body_min_rate,
         body_min_rate_grace: Duration::from_millis(args.body_min_rate_grace_ms),
+        body_deadline: Duration::from_millis(args.body_deadline_ms),
         max_memory: args
             .max_memory
             .unwrap_or_else(|| ServerConfig::default().max_memory),
+        memory_reserve: args.memory_reserve,
+        max_memory_per_peer: args.max_memory_per_peer,
+        max_memory_per_token: args.max_memory_per_token,
         write_stall_timeout: Duration::from_millis(args.write_stall_timeout_ms),
         shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
         private_cache: args.private_cache,

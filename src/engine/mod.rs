@@ -74,7 +74,7 @@ mod fork;
 pub(crate) mod journal;
 mod lifecycle;
 mod names;
-mod parts;
+pub(crate) mod parts;
 mod read;
 mod recovery;
 mod registry;

@@ -9,9 +9,13 @@
 //! upload a restart interrupted stages its parts again.
 //!
 //! Bounds (DESIGN.md, "Snapshot parts"): a part is at most `max_snapshot_bytes`; a stream holds
-//! at most [`MAX_STAGED_PARTS`] unused parts and `2 × max_snapshot_bytes` of them; the store
-//! holds at most `8 × max_snapshot_bytes` of them in all. A part older than [`PART_GRACE`] is
-//! removed by the next stage on any stream. The bounds are checked before a part's body is
+//! at most [`MAX_STAGED_PARTS`] unused parts and `2 × max_snapshot_bytes` of them; a tenant (the
+//! prefix its parts are staged under: the stream name's first segment unless the caller names
+//! one, as the HTTP server does from the token's grant) holds at most
+//! `max_staged_bytes_per_tenant` (default `2 × max_snapshot_bytes`, a quarter of the store's),
+//! so one tenant cannot fill the store's pool and have every other refused for a day; the
+//! store holds at most `8 × max_snapshot_bytes` of them in all. A part older than
+//! [`PART_GRACE`] is removed by the next stage on any stream. The bounds are checked before a part's body is
 //! read (no room at all is refused then), and its bytes are reserved as they arrive, so
 //! concurrent parts never pass them together and none holds room it has not used.
 
@@ -51,6 +55,8 @@ struct Part {
     path: PathBuf,
     /// Its length.
     len: u64,
+    /// The tenant its bytes are counted to.
+    tenant: String,
     /// When it was staged.
     staged: Instant,
 }
@@ -76,6 +82,24 @@ struct Staged {
     streams: HashMap<StreamName, StreamParts>,
     /// Bytes of every stream's parts, reserved ones included.
     bytes: u64,
+    /// Bytes of each tenant's parts, reserved ones included (tenants at zero are forgotten).
+    tenants: HashMap<String, u64>,
+}
+
+/// Takes `n` bytes from `tenant`'s count in `tenants`, forgetting it at zero.
+fn give_back(tenants: &mut HashMap<String, u64>, tenant: &str, n: u64) {
+    if let Some(held) = tenants.get_mut(tenant) {
+        *held = held.saturating_sub(n);
+        if *held == 0 {
+            tenants.remove(tenant);
+        }
+    }
+}
+
+/// The tenant a stream's parts count to when the caller names none: the stream name's first
+/// segment (`alice` for `alice/chat/1`), the layout docs/http.md recommends for tenants.
+pub(crate) fn default_tenant(name: &StreamName) -> &str {
+    name.as_str().split('/').next().unwrap_or("")
 }
 
 /// The staged snapshot parts of a store (see the module doc).
@@ -113,12 +137,19 @@ impl Drop for Held<'_> {
     }
 }
 
-/// Removes the files of `parts`, giving their bytes back to `staged` and `sp`.
-fn remove_parts(staged_bytes: &mut u64, sp: &mut StreamParts, ids: &[String]) {
+/// Removes the files of `parts`, giving their bytes back to the store's count (`staged_bytes`),
+/// their tenants' (`tenants`) and `sp`.
+fn remove_parts(
+    staged_bytes: &mut u64,
+    tenants: &mut HashMap<String, u64>,
+    sp: &mut StreamParts,
+    ids: &[String],
+) {
     for id in ids {
         if let Some(p) = sp.parts.remove(id) {
             sp.bytes = sp.bytes.saturating_sub(p.len);
             *staged_bytes = staged_bytes.saturating_sub(p.len);
+            give_back(tenants, &p.tenant, p.len);
             let _ = fs::remove_file(&p.path);
         }
     }
@@ -172,12 +203,18 @@ impl Engine {
         self.options.max_snapshot_bytes.saturating_mul(2)
     }
 
+    /// The bound on one tenant's unused parts.
+    fn tenant_parts_bytes(&self) -> u64 {
+        self.options.max_staged_bytes_per_tenant()
+    }
+
     /// Stages one part of a snapshot of `name` (in the `expect`ed incarnation) read from
-    /// `blob`, and returns its id, its length and the stream's incarnation. The part is not
-    /// durable.
+    /// `blob`, counted to `tenant`, and returns its id, its length and the stream's
+    /// incarnation. The part is not durable.
     pub(crate) fn stage_snapshot_part(
         &self,
         name: &StreamName,
+        tenant: &str,
         blob: &mut dyn Read,
         expect: Option<&Incarnation>,
     ) -> Result<(String, u64, Incarnation)> {
@@ -200,7 +237,7 @@ impl Engine {
             if sp.incarnation.as_ref() != Some(&incarnation) && !sp.busy {
                 // A deleted incarnation's parts can never be committed.
                 let ids: Vec<String> = sp.parts.keys().cloned().collect();
-                remove_parts(&mut st.bytes, sp, &ids);
+                remove_parts(&mut st.bytes, &mut st.tenants, sp, &ids);
                 sp.incarnation = Some(incarnation.clone());
             }
             if sp.parts.len() as u64 + sp.writing >= MAX_STAGED_PARTS {
@@ -208,7 +245,8 @@ impl Engine {
                     limit: StagedLimit::Parts(MAX_STAGED_PARTS),
                 });
             }
-            self.room_for(st.bytes, sp.bytes, 1)?;
+            let of_tenant = st.tenants.get(tenant).copied().unwrap_or(0);
+            self.room_for(st.bytes, of_tenant, sp.bytes, 1)?;
             sp.writing += 1;
         }
         let mut reserved = 0u64;
@@ -216,9 +254,11 @@ impl Engine {
             let mut st = self.parts.state.lock();
             let st = &mut *st;
             let sp = st.streams.entry(name.clone()).or_default();
-            self.room_for(st.bytes, sp.bytes, n)?;
+            let of_tenant = st.tenants.entry(tenant.to_owned()).or_insert(0);
+            self.room_for(st.bytes, *of_tenant, sp.bytes, n)?;
             sp.bytes += n;
             st.bytes += n;
+            *of_tenant += n;
             reserved += n;
             Ok(())
         });
@@ -239,6 +279,7 @@ impl Engine {
             Err(e) => {
                 sp.bytes = sp.bytes.saturating_sub(reserved);
                 st.bytes = st.bytes.saturating_sub(reserved);
+                give_back(&mut st.tenants, tenant, reserved);
                 let _ = fs::remove_file(&path);
                 return Err(e);
             }
@@ -248,18 +289,24 @@ impl Engine {
             Part {
                 path,
                 len,
+                tenant: tenant.to_owned(),
                 staged: Instant::now(),
             },
         );
         Ok((id, len, incarnation))
     }
 
-    /// Whether `n` more bytes fit beside the store's `store` and the stream's `stream` bytes of
-    /// unused parts (`StagedPartsLimit` naming the bound otherwise).
-    fn room_for(&self, store: u64, stream: u64, n: u64) -> Result<()> {
+    /// Whether `n` more bytes fit beside the store's `store`, the tenant's `tenant` and the
+    /// stream's `stream` bytes of unused parts (`StagedPartsLimit` naming the bound otherwise).
+    fn room_for(&self, store: u64, tenant: u64, stream: u64, n: u64) -> Result<()> {
         if stream.saturating_add(n) > self.stream_parts_bytes() {
             return Err(Error::StagedPartsLimit {
                 limit: StagedLimit::Bytes(self.stream_parts_bytes()),
+            });
+        }
+        if tenant.saturating_add(n) > self.tenant_parts_bytes() {
+            return Err(Error::StagedPartsLimit {
+                limit: StagedLimit::TenantBytes(self.tenant_parts_bytes()),
             });
         }
         if store.saturating_add(n) > self.store_parts_bytes() {
@@ -290,7 +337,11 @@ impl Engine {
     /// Removes the parts older than [`PART_GRACE`] that no commit holds.
     fn sweep_parts(st: &mut Staged) {
         let now = Instant::now();
-        let Staged { streams, bytes } = st;
+        let Staged {
+            streams,
+            bytes,
+            tenants,
+        } = st;
         streams.retain(|_, sp| {
             if !sp.busy {
                 let old: Vec<String> = sp
@@ -299,7 +350,7 @@ impl Engine {
                     .filter(|(_, p)| now.duration_since(p.staged) > PART_GRACE)
                     .map(|(id, _)| id.clone())
                     .collect();
-                remove_parts(bytes, sp, &old);
+                remove_parts(bytes, tenants, sp, &old);
             }
             sp.busy || sp.writing > 0 || !sp.parts.is_empty()
         });
@@ -427,7 +478,7 @@ impl Engine {
             let mut st = self.parts.state.lock();
             let st = &mut *st;
             if let Some(sp) = st.streams.get_mut(name) {
-                remove_parts(&mut st.bytes, sp, parts);
+                remove_parts(&mut st.bytes, &mut st.tenants, sp, parts);
             }
         }
         drop(held);
@@ -449,7 +500,7 @@ impl Engine {
             let st = &mut *st;
             if let Some(sp) = st.streams.get_mut(name) {
                 let ids: Vec<String> = sp.parts.keys().cloned().collect();
-                remove_parts(&mut st.bytes, sp, &ids);
+                remove_parts(&mut st.bytes, &mut st.tenants, sp, &ids);
             }
         }
         drop(held);

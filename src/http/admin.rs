@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `/__brook/metrics` | `GET` | `200`, the Prometheus text exposition (format 0.0.4) |
 //! | `/__brook/live` | `GET` `HEAD` | `200` while the process serves requests (also while the store opens) |
-//! | `/__brook/ready` | `GET` `HEAD` | `200` once the store is open; `503` `STARTING` while it opens, `503` `POISONED` while a journal shard is poisoned |
+//! | `/__brook/ready` | `GET` `HEAD` | `200` once the store is open; `503` `STARTING` while it opens, `503` `POISONED` while a journal shard is poisoned, `503` `MEMORY_BUDGET` while the memory budget outside its reserve is spent |
 //! | `/__brook/streams?prefix=P&limit=N&after=C` | `GET` | `200`, a page of streams (JSON: name, content type, tail, closed) and the cursor of the next page |
 //!
 //! Request counting costs one relaxed atomic add per request (two more for an append's latency);
@@ -27,7 +27,7 @@ use prometheus::proto::{Bucket, Counter, Gauge, LabelPair, Metric, MetricFamily,
 use crate::stats::{AtomicHistogram, LATENCY_BOUNDS};
 use crate::{Histogram, Stats};
 
-use super::budget::{Budget, Use};
+use super::budget::{Budget, Cause, Use};
 use super::error::ApiError;
 use super::reply::{json, problem};
 use super::{AppState, Op, blocking};
@@ -291,10 +291,15 @@ async fn streams(app: &AppState, parts: &Parts) -> Result<Response, ApiError> {
 }
 
 /// `/__brook/ready`: 200 once open (this handler runs only then), 503 `POISONED` while a journal
-/// shard is poisoned (its writes fail until the store is reopened).
+/// shard is poisoned (its writes fail until the store is reopened), 503 `MEMORY_BUDGET` while
+/// the memory budget outside its reserve is spent (every upload past 64 KiB is refused until
+/// some is given back: an orchestrator should send such work elsewhere).
 fn ready(app: &AppState) -> Response {
     let poisoned = app.store.poisoned_shards();
     if poisoned == 0 {
+        if app.budget.exhausted() {
+            return budget_exhausted(&app.budget);
+        }
         return json(StatusCode::OK, r#"{"status":"ready"}"#);
     }
     problem(
@@ -306,6 +311,38 @@ fn ready(app: &AppState) -> Response {
         ),
         HeaderMap::new(),
         serde_json::Map::new(),
+    )
+}
+
+/// Readiness's 503 `MEMORY_BUDGET`: what the budget holds, per use, against its limit and
+/// reserve.
+fn budget_exhausted(budget: &Budget) -> Response {
+    let shape = budget.shape();
+    let mut extra = serde_json::Map::new();
+    extra.insert("limit".into(), shape.limit.into());
+    extra.insert("reserve".into(), shape.reserve.into());
+    let held: serde_json::Map<String, serde_json::Value> = Use::ALL
+        .iter()
+        .map(|&u| (u.label().to_owned(), budget.held(u).into()))
+        .collect();
+    extra.insert("held".into(), held.into());
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(super::limits::RETRY_AFTER_SECS),
+    );
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "MEMORY_BUDGET",
+        &format!(
+            "the memory budget outside its reserve is spent ({} of {} bytes held, {} reserved \
+             for small requests): uploads past 64 KiB are refused until some is given back",
+            budget.total(),
+            shape.limit,
+            shape.reserve
+        ),
+        headers,
+        extra,
     )
 }
 
@@ -397,8 +434,14 @@ struct Scrape {
 struct Memory {
     /// The limit, in bytes.
     limit: u64,
+    /// The reserve, in bytes.
+    reserve: u64,
     /// Per use: its label, bytes held, leases refused.
     uses: Vec<(&'static str, u64, u64)>,
+    /// Per cause of refusal: its label, leases refused.
+    causes: Vec<(&'static str, u64)>,
+    /// Whether what lies outside the reserve is spent.
+    exhausted: bool,
 }
 
 impl Memory {
@@ -406,10 +449,16 @@ impl Memory {
     fn of(budget: &Budget) -> Memory {
         Memory {
             limit: budget.limit(),
+            reserve: budget.shape().reserve,
             uses: Use::ALL
                 .iter()
                 .map(|&u| (u.label(), budget.held(u), budget.refused(u)))
                 .collect(),
+            causes: Cause::ALL
+                .iter()
+                .map(|&c| (c.label(), budget.refused_for(c)))
+                .collect(),
+            exhausted: budget.exhausted(),
         }
     }
 
@@ -448,6 +497,25 @@ impl Memory {
                 "Work refused 503 MEMORY_BUDGET, per use it needed memory for",
                 MetricType::COUNTER,
                 refused,
+            ),
+            family(
+                "brook_memory_refused_cause_total",
+                "Work refused 503 MEMORY_BUDGET, per cause (budget, reserve, peer, token)",
+                MetricType::COUNTER,
+                self.causes
+                    .iter()
+                    .map(|&(label, n)| counter_metric(&[("cause", label)], n))
+                    .collect(),
+            ),
+            gauge(
+                "brook_memory_reserve_bytes",
+                "The part of the memory budget kept for small work (--memory-reserve)",
+                self.reserve as f64,
+            ),
+            gauge(
+                "brook_memory_exhausted",
+                "1 while the memory budget outside its reserve is spent (readiness answers 503)",
+                if self.exhausted { 1.0 } else { 0.0 },
             ),
         ]
     }

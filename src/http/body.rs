@@ -10,16 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use axum::body::Body;
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
-use super::budget::{Budget, Lease, Use};
+use super::budget::{Budget, Lease, Owner, Use};
 use super::error::ApiError;
+use super::pace::Pace;
 
 /// A response body made of the pieces of a [`ReadChunk`](crate::ReadChunk): views of the
 /// stream's files handed to the socket as they are, with an exact length (so the response
@@ -76,38 +75,31 @@ impl http_body::Body for Pieces {
     }
 }
 
-/// How a request body must arrive: within the idle limit between frames, at the minimum
-/// average rate once the grace period has passed, and within the memory budget.
+/// How a request body must arrive: within the idle limit between frames, at the minimum rate
+/// over a sliding window once the grace period has passed, whole within its deadline
+/// (`pace.rs`), and within the memory budget.
 #[derive(Clone)]
 pub(crate) struct BodyRules {
     /// The longest a body may deliver nothing (408 `REQUEST_TIMEOUT`).
     pub(crate) idle: Duration,
-    /// The least average rate after `grace`, in bytes per second (408 `BODY_TOO_SLOW`); 0 for
-    /// none.
+    /// The least rate over the last window once `grace` has passed, in bytes per second (408
+    /// `BODY_TOO_SLOW`); 0 for none.
     pub(crate) min_rate: u64,
-    /// How long a body may take before `min_rate` applies.
+    /// How long a body may take before `min_rate` applies, and the window it is measured over
+    /// (at least 1 s).
     pub(crate) grace: Duration,
+    /// The longest a body may take in all (408 `BODY_DEADLINE`); zero for no limit.
+    pub(crate) deadline: Duration,
     /// What the body's bytes are held against (503 `MEMORY_BUDGET`).
     pub(crate) budget: Arc<Budget>,
+    /// Who a large body's bytes are charged to (its peer's address, its token).
+    pub(crate) owner: Owner,
 }
 
-/// When a body that began at `began` and has delivered `received` bytes must deliver more:
-/// the earlier of the idle limit from now and the moment it falls below the minimum rate, and
-/// the refusal that is due then.
-pub(crate) fn due(rules: &BodyRules, began: Instant, received: u64) -> (Instant, ApiError) {
-    let idle_at = Instant::now() + rules.idle;
-    if rules.min_rate == 0 {
-        return (idle_at, ApiError::body_timeout(rules.idle));
-    }
-    let owed = Duration::from_secs_f64(received as f64 / rules.min_rate as f64);
-    let rate_at = began + rules.grace + owed;
-    if rate_at < idle_at {
-        (
-            rate_at,
-            ApiError::body_too_slow(rules.min_rate, rules.grace),
-        )
-    } else {
-        (idle_at, ApiError::body_timeout(rules.idle))
+impl BodyRules {
+    /// The window `min_rate` is measured over: the grace period, at least 1 s.
+    pub(crate) fn window(&self) -> Duration {
+        self.grace.max(Duration::from_secs(1))
     }
 }
 
@@ -119,15 +111,32 @@ pub(crate) struct Held {
     _lease: Lease,
 }
 
+/// The capacity a body buffer holding `len` bytes grows to for `more` bytes, for a body of at
+/// most `target` bytes: the smallest of `target`, `target / 2`, `target / 4`, ... (none under
+/// 16 KiB) that holds them. Each step about doubles the buffer (so it is at most twice what
+/// arrived) and the last one reaches `target` exactly, so growing never holds more than
+/// [`body_peak`](super::budget::body_peak) of `target` (the old buffer and the new one while the bytes move).
+pub(crate) fn grown(len: usize, more: usize, target: usize) -> usize {
+    let need = len + more;
+    let mut cap = target.max(need);
+    while cap / 2 >= need.max(16 << 10) {
+        cap /= 2;
+    }
+    cap
+}
+
 /// Reads a whole request body of at most `limit` bytes; `declared` is its `Content-Length`. A
 /// larger body is refused with 413 as soon as that is known: from its `Content-Length` before
 /// reading anything, or once the bytes read pass the limit, never after buffering all of it.
 /// A body that arrives in one frame (a small one nearly always does) is returned as it is.
 ///
-/// The body's bytes are leased from the memory budget before they are read (all of a declared
-/// length at once; as they arrive otherwise): 503 `MEMORY_BUDGET` when it cannot spare them.
-/// A body that delivers nothing for the idle limit is refused with 408 `REQUEST_TIMEOUT`, one
-/// that falls below the minimum rate with 408 `BODY_TOO_SLOW` (see [`BodyRules`]).
+/// The body's bytes are leased from the memory budget as they arrive, never ahead of them (a
+/// head that declares 64 MiB and sends nothing holds nothing): a body in one frame takes one
+/// lease of its length; past one frame the bytes are copied into a buffer of their own that
+/// grows by [`grown`], each size leased before it is allocated. 503 `MEMORY_BUDGET` when the
+/// budget cannot spare them. A body that delivers nothing for the idle limit is refused with
+/// 408 `REQUEST_TIMEOUT`, one that falls below the minimum rate with 408 `BODY_TOO_SLOW`, one
+/// still arriving at its deadline with 408 `BODY_DEADLINE` (see [`BodyRules`]).
 pub(crate) async fn read_body(
     mut body: Body,
     declared: Option<u64>,
@@ -137,7 +146,7 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit as u64));
     }
-    let mut lease = rules.budget.lease(Use::Bodies, declared.unwrap_or(0))?;
+    let mut lease = Lease::empty_for(&rules.budget, Use::Bodies, rules.owner);
     // A declared empty body is complete: an HTTP/2 client (undici) may send `content-length: 0`
     // and leave its side of the stream open, so waiting for the end would wait forever.
     if declared == Some(0) {
@@ -146,12 +155,14 @@ pub(crate) async fn read_body(
             _lease: lease,
         });
     }
-    let began = Instant::now();
+    let mut pace = Pace::new();
+    // The body at most this long: what the copy buffer grows toward.
+    let target = declared.map_or(limit, |n| usize::try_from(n).unwrap_or(limit));
     let mut first = Bytes::new();
     let mut more: Option<BytesMut> = None;
     let mut total = 0usize;
     while !http_body::Body::is_end_stream(&body) {
-        let Some(frame) = next_frame(&mut body, rules, began, total as u64).await? else {
+        let Some(frame) = next_frame(&mut body, rules, &mut pace, total as u64).await? else {
             break;
         };
         let Ok(frame) = frame else {
@@ -171,21 +182,32 @@ pub(crate) async fn read_body(
         if total > limit {
             return Err(ApiError::too_large(limit as u64));
         }
-        if declared.is_none() {
-            // A copy is made once a second frame comes: hold room for both.
-            let needed = if more.is_none() && first.is_empty() {
-                total
-            } else {
-                2 * total
-            };
-            lease.resize((needed as u64).max(lease.bytes()))?;
-        }
-        if first.is_empty() {
+        if first.is_empty() && more.is_none() {
+            // The common case: one frame, one lease of its length.
+            lease.grow(data.len() as u64)?;
             first = data;
-        } else {
-            more.get_or_insert_with(|| BytesMut::from(&first[..]))
-                .extend_from_slice(&data);
+            continue;
         }
+        // The lease holds the first frame or the buffer's capacity.
+        let buf = more.get_or_insert_with(BytesMut::new);
+        let held = if buf.capacity() == 0 {
+            &first[..]
+        } else {
+            &buf[..]
+        };
+        if held.len() + data.len() > buf.capacity() {
+            let cap = grown(held.len(), data.len(), target);
+            // The old bytes and the new buffer are held together while they move.
+            lease.resize(lease.bytes() + cap as u64)?;
+            let mut next = BytesMut::with_capacity(cap);
+            next.extend_from_slice(held);
+            *buf = next;
+            first = Bytes::new();
+            lease
+                .resize(cap as u64)
+                .expect("a lease shrinks without asking the budget");
+        }
+        buf.extend_from_slice(&data);
     }
     Ok(Held {
         bytes: more.map_or(first, BytesMut::freeze),
@@ -193,20 +215,21 @@ pub(crate) async fn read_body(
     })
 }
 
-/// The body's next frame, refused when it does not come in time ([`due`]). A frame already
-/// there (as a small body's nearly always is) is taken without arming a timer or reading the
-/// clock.
+/// The body's next frame, refused when it does not come in time ([`Pace::due`]), `received`
+/// bytes in. A frame already there (as a small body's nearly always is) is taken without
+/// arming a timer or reading the clock.
 async fn next_frame(
     body: &mut Body,
     rules: &BodyRules,
-    began: Instant,
+    pace: &mut Pace,
     received: u64,
 ) -> Result<Option<Result<Frame<Bytes>, axum::Error>>, ApiError> {
     let mut next = body.frame();
     if let Some(ready) = futures_util::FutureExt::now_or_never(&mut next) {
         return Ok(ready);
     }
-    let (at, refusal) = due(rules, began, received);
+    pace.note(received, rules.window());
+    let (at, refusal) = pace.due(rules, received);
     tokio::time::timeout_at(at, next).await.map_err(|_| refusal)
 }
 
@@ -251,10 +274,10 @@ pub(crate) struct PumpStatus {
     overflow: Arc<AtomicBool>,
     /// Set when the body could not be read.
     failed: Arc<AtomicBool>,
-    /// Set when the body delivered nothing for the idle limit or fell below the minimum rate
-    /// (`failed` is set too).
-    timed_out: Arc<AtomicBool>,
-    /// The refusal due when the body came too slowly ([`PumpStatus::timed_out`]).
+    /// Set when the body delivered nothing for the idle limit, fell below the minimum rate,
+    /// passed its deadline or could not be leased its frames (`failed` is set too).
+    refused: Arc<AtomicBool>,
+    /// The refusal due then ([`PumpStatus::refused`]).
     refusal: Arc<parking_lot::Mutex<Option<ApiError>>>,
 }
 
@@ -269,9 +292,10 @@ impl PumpStatus {
         self.failed.load(Ordering::Acquire)
     }
 
-    /// The body stalled past its idle limit or fell below the minimum rate: the refusal due.
-    pub(crate) fn timed_out(&self) -> Option<ApiError> {
-        if !self.timed_out.load(Ordering::Acquire) {
+    /// The body came too slowly (see [`BodyRules`]) or the memory budget could not spare its
+    /// frames: the refusal due.
+    pub(crate) fn refused(&self) -> Option<ApiError> {
+        if !self.refused.load(Ordering::Acquire) {
             return None;
         }
         self.refusal.lock().take()
@@ -280,7 +304,9 @@ impl PumpStatus {
 
 /// A reader for a body of at most `limit` bytes, and the task that feeds it. Run the task
 /// concurrently with the blocking consumer of the reader. Past the limit, the reader fails and
-/// [`PumpStatus::overflowed`] turns true; on a broken body, [`PumpStatus::failed`].
+/// [`PumpStatus::overflowed`] turns true; on a broken body, [`PumpStatus::failed`]. The frames
+/// in flight ([`PUMP_HELD`]) are leased when the first one arrives, not before: a head with no
+/// body holds none of the budget.
 pub(crate) fn pump(
     body: Body,
     limit: u64,
@@ -288,7 +314,7 @@ pub(crate) fn pump(
 ) -> (
     ChannelReader,
     PumpStatus,
-    impl std::future::Future<Output = ()> + Send,
+    impl std::future::Future<Output = Lease> + Send,
 ) {
     let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(4);
     let status = PumpStatus::default();
@@ -296,49 +322,61 @@ pub(crate) fn pump(
     let task = async move {
         let mut body = body;
         let mut total = 0u64;
-        let began = Instant::now();
-        loop {
-            let next = next_frame(&mut body, &rules, began, total).await;
-            let Ok(next) = next else {
-                flags.failed.store(true, Ordering::Release);
-                flags.timed_out.store(true, Ordering::Release);
-                if let Err(refusal) = next {
-                    *flags.refusal.lock() = Some(refusal);
+        let mut pace = Pace::new();
+        // Returned to the caller, which holds it until the consumer is done with the frames.
+        let mut lease = Lease::empty_for(&rules.budget, Use::Bodies, rules.owner);
+        let refuse = async |refusal: ApiError| {
+            flags.failed.store(true, Ordering::Release);
+            flags.refused.store(true, Ordering::Release);
+            *flags.refusal.lock() = Some(refusal);
+            let _ = tx
+                .send(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the request body was refused",
+                )))
+                .await;
+        };
+        let feed = async {
+            loop {
+                let next = match next_frame(&mut body, &rules, &mut pace, total).await {
+                    Ok(next) => next,
+                    Err(refusal) => return refuse(refusal).await,
+                };
+                if lease.bytes() == 0
+                    && next.is_some()
+                    && let Err(refusal) = lease.grow(PUMP_HELD)
+                {
+                    return refuse(refusal).await;
                 }
-                let _ = tx
-                    .send(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "the request body stalled",
-                    )))
-                    .await;
-                return;
-            };
-            let item = match next {
-                None => return,
-                Some(Err(_)) => {
-                    flags.failed.store(true, Ordering::Release);
-                    Err(io::Error::other("the request body could not be read"))
-                }
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => {
-                        total += data.len() as u64;
-                        if total > limit {
-                            flags.overflow.store(true, Ordering::Release);
-                            Err(io::Error::other("the request body is over the limit"))
-                        } else {
-                            Ok(data)
-                        }
+                let item = match next {
+                    None => return,
+                    Some(Err(_)) => {
+                        flags.failed.store(true, Ordering::Release);
+                        Err(io::Error::other("the request body could not be read"))
                     }
-                    // Trailers carry no data.
-                    Err(_) => continue,
-                },
-            };
-            let stop = item.is_err();
-            // A closed channel means the consumer finished or gave up: stop reading.
-            if tx.send(item).await.is_err() || stop {
-                return;
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => {
+                            total += data.len() as u64;
+                            if total > limit {
+                                flags.overflow.store(true, Ordering::Release);
+                                Err(io::Error::other("the request body is over the limit"))
+                            } else {
+                                Ok(data)
+                            }
+                        }
+                        // Trailers carry no data.
+                        Err(_) => continue,
+                    },
+                };
+                let stop = item.is_err();
+                // A closed channel means the consumer finished or gave up: stop reading.
+                if tx.send(item).await.is_err() || stop {
+                    return;
+                }
             }
-        }
+        };
+        feed.await;
+        lease
     };
     (
         ChannelReader {
@@ -352,12 +390,14 @@ pub(crate) fn pump(
 
 /// Streams `body`, of at most `limit` bytes, into `call`, a blocking engine call that reads it
 /// on the blocking pool while the pump feeds it: the body is never held whole, and what is in
-/// flight between the two is leased from the memory budget. A declared length over `limit`
-/// is 413 before anything is read. When `call` fails because the body did, the body's failure
-/// is the answer: 413 past `limit`, the slow-body refusal when it stalled, 400 `INVALID_BODY`
-/// when it broke; otherwise `call`'s own error (as `op`).
+/// flight between the two is leased from the memory budget (charged to the request's owner,
+/// from `parts`). A declared length over `limit` is 413 before anything is read. When `call`
+/// fails because the body did, the body's failure is the answer: 413 past `limit`, the
+/// slow-body or budget refusal, 400 `INVALID_BODY` when it broke; otherwise `call`'s own error
+/// (as `op`).
 pub(crate) async fn pump_to_store<T, F>(
     app: &super::AppState,
+    parts: &axum::http::request::Parts,
     body: Body,
     limit: u64,
     op: super::error::Op,
@@ -374,15 +414,13 @@ where
     {
         return Err(ApiError::too_large(limit));
     }
-    // What is in flight between the body and the file: the pump's few frames.
-    let _in_flight = app.budget.lease(Use::Bodies, PUMP_HELD)?;
-    let (mut reader, status, feed) = pump(body, limit, app.body_rules());
+    let (mut reader, status, feed) = pump(body, limit, app.body_rules_for(parts, None));
     let consume = super::blocking(op, move || call(&mut reader));
-    let ((), done) = tokio::join!(feed, consume);
+    let (_in_flight, done) = tokio::join!(feed, consume);
     match done {
         Ok(v) => Ok(v),
         Err(_) if status.overflowed() => Err(ApiError::too_large(limit)),
-        Err(_) if let Some(refusal) = status.timed_out() => Err(refusal),
+        Err(_) if let Some(refusal) = status.refused() => Err(refusal),
         Err(_) if status.failed() => Err(ApiError::bad_request(
             "INVALID_BODY",
             "the request body could not be read",

@@ -153,6 +153,11 @@ impl Handler for Recorder {
 
 impl h1::Io for DuplexStream {
     /// None: not a socket.
+    fn peer(&self) -> Option<std::net::IpAddr> {
+        None
+    }
+
+    /// None: not a socket.
     fn tcp(&self) -> Option<std::net::TcpStream> {
         None
     }
@@ -245,7 +250,7 @@ impl Http1Check {
         let (client, server) = tokio::io::duplex(input.len() + (1 << 20));
         let conn = self.builder.serve_connection(
             TokioIo::new(server),
-            super::transport::http1_service(recorder.clone(), false),
+            super::transport::http1_service(recorder.clone(), false, None),
         );
         let serve = async move {
             // A connection's error (a malformed request) is what the client reads.

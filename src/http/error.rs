@@ -89,16 +89,28 @@ impl ApiError {
         }
     }
 
-    /// 408 `BODY_TOO_SLOW`: the request body fell below `rate` bytes per second on average
-    /// after its first `grace`.
-    pub(crate) fn body_too_slow(rate: u64, grace: std::time::Duration) -> Self {
+    /// 408 `BODY_TOO_SLOW`: the request body delivered less than `rate` bytes per second over
+    /// its last `window` once its grace period had passed (`pace.rs`).
+    pub(crate) fn body_too_slow(rate: u64, window: std::time::Duration) -> Self {
         ApiError::Http {
             status: StatusCode::REQUEST_TIMEOUT,
             code: "BODY_TOO_SLOW",
             detail: format!(
-                "the request body arrived at less than {rate} bytes per second after its first \
-                 {} ms; nothing was written",
-                grace.as_millis()
+                "the request body delivered less than {rate} bytes per second over its last {} \
+                 ms; nothing was written",
+                window.as_millis()
+            ),
+        }
+    }
+
+    /// 408 `BODY_DEADLINE`: the request body was still arriving `deadline` after it began.
+    pub(crate) fn body_deadline(deadline: std::time::Duration) -> Self {
+        ApiError::Http {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "BODY_DEADLINE",
+            detail: format!(
+                "the request body was not whole {} ms after it began; nothing was written",
+                deadline.as_millis()
             ),
         }
     }
@@ -283,14 +295,16 @@ fn error_details(
             extra.insert("part".into(), Value::from(part.as_str()));
         }
         // Ursula's headers name the bound; no Retry-After, since waiting does not free it.
+        // `scope` says whose bound it is: the stream's, the tenant's or the store's.
         Error::StagedPartsLimit { limit } => {
-            let (name, n) = match limit {
-                crate::StagedLimit::Parts(n) => (URSULA_MAX_STAGED_PARTS, n),
-                crate::StagedLimit::Bytes(n) | crate::StagedLimit::StoreBytes(n) => {
-                    (URSULA_MAX_STAGED_BYTES, n)
-                }
+            let (name, n, scope) = match *limit {
+                crate::StagedLimit::Parts(n) => (URSULA_MAX_STAGED_PARTS, n, "stream"),
+                crate::StagedLimit::Bytes(n) => (URSULA_MAX_STAGED_BYTES, n, "stream"),
+                crate::StagedLimit::TenantBytes(n) => (URSULA_MAX_STAGED_BYTES, n, "tenant"),
+                crate::StagedLimit::StoreBytes(n) => (URSULA_MAX_STAGED_BYTES, n, "store"),
             };
             set_header(headers, name, &n.to_string());
+            extra.insert("scope".into(), Value::from(scope));
         }
         Error::SnapshotCommitInProgress => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(1u32));

@@ -68,6 +68,7 @@ mod immutable;
 mod keys;
 mod limits;
 mod names;
+mod pace;
 mod ranges;
 mod read;
 mod read_span;
@@ -163,20 +164,44 @@ pub struct ServerConfig {
     /// How long a request body may deliver no bytes before the request is refused with `408`
     /// (a stalled upload holds what it sent so far). Default 30 s.
     pub body_read_timeout: Duration,
-    /// The least a request body must average, in bytes per second, once
-    /// [`body_min_rate_grace`](Self::body_min_rate_grace) has passed since it began: a body
-    /// that falls behind (a slowloris upload) is refused with 408 `BODY_TOO_SLOW` and its
-    /// connection closed. 0 turns the check off. Default 4096 (4 KiB/s).
+    /// The least rate a request body must keep, in bytes per second, over every window of
+    /// [`body_min_rate_grace`](Self::body_min_rate_grace) (at least 1 s) once that grace period
+    /// has passed since it began: a body whose last window brought less (a slowloris upload,
+    /// or a burst followed by a trickle) is refused with 408 `BODY_TOO_SLOW` and its connection
+    /// closed. 0 turns the check off. Default 4096 (4 KiB/s).
     pub body_min_rate: u64,
-    /// How long a request body may take before [`body_min_rate`](Self::body_min_rate) applies.
-    /// Default 10 s.
+    /// How long a request body may take before [`body_min_rate`](Self::body_min_rate) applies,
+    /// and the window it is measured over (at least 1 s). Default 10 s.
     pub body_min_rate_grace: Duration,
+    /// The longest a request body may take from its first byte being awaited to its last: one
+    /// still arriving then is refused with 408 `BODY_DEADLINE` and its connection closed.
+    /// Zero turns it off. Default 10 min: a 64 MiB append (the largest by default) at 1 Mbit/s
+    /// takes 9 min, so an honest slow uploader fits while a body trickled at the minimum rate
+    /// holds at most 2.4 MiB (4 KiB/s × 600 s) before it is cut.
+    pub body_deadline: Duration,
     /// The server's memory budget, in bytes: request bodies being read, response bytes queued
     /// for slow readers and connections' read buffers, together (see docs/operations.md,
     /// "Memory"). Work that would take the server past it is refused with 503
     /// `MEMORY_BUDGET` and `Retry-After`, before its bytes are read. Default: an eighth of the
     /// machine's memory, between 32 MiB and 192 MiB.
     pub max_memory: u64,
+    /// The part of [`max_memory`](Self::max_memory) kept for small work: request bodies and
+    /// read buffers of at most 64 KiB and the first 64 KiB of a slow reader's queue. Larger
+    /// uploads and hyper's connection buffers are refused (503 `MEMORY_BUDGET`) once only the
+    /// reserve is left, so they cannot keep small appends and reads out. Default `None`: an
+    /// eighth of the budget (24 MiB of 192: some 2,700 appends of 1 KiB in flight, each with
+    /// its 8 KiB read buffer).
+    pub memory_reserve: Option<u64>,
+    /// The most of the budget one peer address (an IPv6 peer's /64) may hold in large request
+    /// bodies and hyper connection buffers; more is refused with 503 `MEMORY_BUDGET`. Default
+    /// `None`: a quarter of the budget, or if more what one largest append needs at its peak
+    /// (1.5 × `max_append_bytes` + 1 MiB, so one client can always send one), at most what
+    /// lies outside the reserve.
+    pub max_memory_per_peer: Option<u64>,
+    /// The same for one bearer token (with access control on), so one tenant's token cannot
+    /// hold what other tenants' uploads need. Default `None`: as
+    /// [`max_memory_per_peer`](Self::max_memory_per_peer).
+    pub max_memory_per_token: Option<u64>,
     /// How long a connection's writes may make no progress (the peer reads nothing) before the
     /// connection is closed. Default 60 s.
     pub write_stall_timeout: Duration,
@@ -300,7 +325,11 @@ impl Default for ServerConfig {
             body_read_timeout: Duration::from_secs(30),
             body_min_rate: 4096,
             body_min_rate_grace: Duration::from_secs(10),
+            body_deadline: Duration::from_mins(10),
             max_memory: budget::default_limit(budget::physical_memory()),
+            memory_reserve: None,
+            max_memory_per_peer: None,
+            max_memory_per_token: None,
             write_stall_timeout: Duration::from_mins(1),
             shutdown_grace: Duration::from_secs(10),
             webhook_timeout: Duration::from_secs(10),
@@ -369,14 +398,48 @@ impl AppState {
         limits::admit_live_reader(&self.config, &self.edge, &self.live, name)
     }
 
-    /// How request bodies must arrive (idle limit, minimum rate, memory budget).
+    /// How request bodies must arrive (idle limit, minimum rate, deadline, memory budget),
+    /// their bytes charged to no one: for bodies of a few KiB at most.
     pub(crate) fn body_rules(&self) -> body::BodyRules {
         body::BodyRules {
             idle: self.config.body_read_timeout,
             min_rate: self.config.body_min_rate,
             grace: self.config.body_min_rate_grace,
+            deadline: self.config.body_deadline,
             budget: self.budget.clone(),
+            owner: budget::Owner::NONE,
         }
+    }
+
+    /// [`AppState::body_rules`] for the body of the request `parts`, whose declared length is
+    /// `declared`: a body that may grow past [`budget::SMALL`] is charged to its peer's address
+    /// and its bearer token (with access control on). One of a small declared length, the
+    /// common append, is charged to no one and costs nothing here.
+    pub(crate) fn body_rules_for(
+        &self,
+        parts: &axum::http::request::Parts,
+        declared: Option<u64>,
+    ) -> body::BodyRules {
+        let mut rules = self.body_rules();
+        if declared.is_none_or(|n| n > budget::SMALL) {
+            rules.owner = self.owner_of(parts);
+        }
+        rules
+    }
+
+    /// Who the request `parts` is: its peer's address (when the transport noted it, see
+    /// [`Peer`]) and, with access control on, its bearer token.
+    pub(crate) fn owner_of(&self, parts: &axum::http::request::Parts) -> budget::Owner {
+        let mut owner = parts
+            .extensions
+            .get::<Peer>()
+            .map_or(budget::Owner::NONE, |p| self.budget.peer(p.0));
+        if self.config.access.is_some()
+            && let Some(token) = auth::bearer(parts)
+        {
+            owner = owner.with_token(self.budget.token(token.as_bytes()));
+        }
+        owner
     }
 
     /// Resolves once the server is shutting down; never, for a router without [`serve`].
@@ -437,7 +500,10 @@ fn app_state(
     let store_root = &store.dir().to_path_buf();
     let immutable_cache = read::immutable_cache_control(&config);
     let shared_cache = read::shared_cache_control(&config);
-    let budget = budget::Budget::new(config.max_memory);
+    let budget = budget::Budget::shaped(budget::shape(
+        &config,
+        store.options().max_append_bytes() as u64,
+    ));
     let lender = config
         .lend_descriptors
         .then(|| limits::Lender::new(store.clone()))
@@ -507,6 +573,12 @@ pub async fn serve_with_admin(
     }
     transport::run(app, listener, admin, signal, shutdown).await
 }
+
+/// The peer address of the connection a request came on, in its extensions: put there by the
+/// transport only for a request whose body may be large (the common small request carries no
+/// extension, so it allocates none), for the memory budget's share per peer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub(crate) std::net::IpAddr);
 
 /// How often [`serve`] checks whether the TLS certificate or key file, or the access-token
 /// file, changed (by modification time and length) and reloads it.

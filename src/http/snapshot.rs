@@ -72,7 +72,7 @@ pub(crate) async fn publish_snapshot(
     let Published {
         snapshot: snap,
         stream: info,
-    } = pump_to_store(app, body, limit, Op::Snapshot, move |reader| {
+    } = pump_to_store(app, parts, body, limit, Op::Snapshot, move |reader| {
         let req = PublishSnapshot {
             offset,
             content_type,

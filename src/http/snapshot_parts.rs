@@ -10,8 +10,9 @@
 //!   decides it (a repeat of a commit whose parts are spent is 204 again).
 //! - `DELETE {s}/snapshot/parts` discards the stream's unused parts (204).
 //!
-//! The bounds and their refusals are the engine's ([`Store::stage_snapshot_part`]); a commit's
-//! body is at most [`MAX_MANIFEST_BYTES`].
+//! The bounds and their refusals are the engine's ([`Store::stage_snapshot_part`]); a part is
+//! counted to its tenant, the root of the grant that admitted it (the stream name's first
+//! segment without access control). A commit's body is at most [`MAX_MANIFEST_BYTES`].
 //!
 //! [`Store::stage_snapshot_part`]: crate::Store::stage_snapshot_part
 
@@ -62,8 +63,16 @@ pub(crate) async fn stage(
     let guard = Guard::from(expect);
     let limit = app.store.options().max_snapshot_bytes();
     let store = app.store.clone();
-    let part = pump_to_store(app, body, limit, Op::Snapshot, move |reader| {
-        store.stage_snapshot_part(&name, reader, &guard)
+    // The tenant the part counts to: the root of the token's grant on the stream, else (no
+    // access control, or a grant on every stream) the name's first segment.
+    let tenant = parts
+        .extensions
+        .get::<super::auth::Grants>()
+        .and_then(|g| g.tenant_of(name.as_str()))
+        .unwrap_or_else(|| crate::engine::parts::default_tenant(&name))
+        .to_owned();
+    let part = pump_to_store(app, parts, body, limit, Op::Snapshot, move |reader| {
+        store.stage_snapshot_part_for(&name, &tenant, reader, &guard)
     })
     .await?;
     Ok(Reply::new(StatusCode::CREATED)
@@ -148,17 +157,22 @@ pub(crate) async fn commit(
         Some(ct) => Some(normalize_content_type(ct).map_err(|e| ApiError::Store(e, Op::Snapshot))?),
     };
     let declared = http_body::Body::size_hint(&body).exact();
-    let held = super::body::read_body(body, declared, MAX_MANIFEST_BYTES, &app.body_rules())
-        .await
-        .map_err(|e| {
-            if e.code() == "PAYLOAD_TOO_LARGE" {
-                invalid_commit(format!(
-                    "a commit body is at most {MAX_MANIFEST_BYTES} bytes"
-                ))
-            } else {
-                e
-            }
-        })?;
+    let held = super::body::read_body(
+        body,
+        declared,
+        MAX_MANIFEST_BYTES,
+        &app.body_rules_for(parts, declared),
+    )
+    .await
+    .map_err(|e| {
+        if e.code() == "PAYLOAD_TOO_LARGE" {
+            invalid_commit(format!(
+                "a commit body is at most {MAX_MANIFEST_BYTES} bytes"
+            ))
+        } else {
+            e
+        }
+    })?;
     let ids = manifest(count, &held.bytes)?;
     drop(held);
     let store = app.store.clone();

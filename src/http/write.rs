@@ -168,7 +168,7 @@ pub(crate) async fn create(
         expect: incarnation_of(w.incarnation)?,
         retention: super::retention::requested(h)?,
     };
-    let held = write_body(app, body).await?;
+    let held = write_body(app, parts, body).await?;
     let data = held.bytes.clone();
     let opts = CreateOptions { data, ..opts };
     let store = app.store.clone();
@@ -241,7 +241,7 @@ pub(crate) async fn append(
         None
     };
     let tail_guarded = guarded && w.if_match.is_some();
-    let held = write_body(app, body).await?;
+    let held = write_body(app, parts, body).await?;
     let data = held.bytes.clone();
     // A body needs its media type; a close-only request's Content-Type is ignored (PROTOCOL.md
     // 5.2: clients may attach a default one).
@@ -348,9 +348,10 @@ pub(crate) async fn delete(
 ///
 /// The declared length is the body's exact size hint: hyper's from a valid `Content-Length`
 /// (HTTP/1.1 and HTTP/2 alike; a malformed one never reaches a handler), brook's HTTP/1.1
-/// loop's from the body it read whole. So the header is not parsed again here.
-async fn write_body(app: &AppState, body: Body) -> Result<Held, ApiError> {
+/// loop's from the body it read whole. So the header is not parsed again here. A body that may
+/// be large is charged to the request's owner (`parts`: its peer and token).
+async fn write_body(app: &AppState, parts: &Parts, body: Body) -> Result<Held, ApiError> {
     let declared = http_body::Body::size_hint(&body).exact();
     let limit = app.store.options().max_append_bytes();
-    read_body(body, declared, limit, &app.body_rules()).await
+    read_body(body, declared, limit, &app.body_rules_for(parts, declared)).await
 }

@@ -20,6 +20,11 @@ fn addr(s: &Server) -> String {
 /// What the server answered on `c` within 5 s, up to the end of its first response's head and
 /// whatever came with it (the connection may stay open).
 async fn answer(c: &mut TcpStream) -> R<String> {
+    answer_any(c).await
+}
+
+/// [`answer`] on any readable half.
+async fn answer_any<S: AsyncReadExt + Unpin>(c: &mut S) -> R<String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     let until = Instant::now() + Duration::from_secs(5);
@@ -153,34 +158,42 @@ async fn a_slowloris_upload_is_refused_with_408() -> R {
     Ok(())
 }
 
-/// Request bodies draw on one memory budget: while one upload holds most of it, another is
-/// refused 503 `MEMORY_BUDGET` with `Retry-After` before its body is read, counted in the
-/// metrics; once the first is done, the second goes through.
+/// Request bodies draw on one memory budget as their bytes arrive: while one upload holds most
+/// of it, another is refused 503 `MEMORY_BUDGET` with `Retry-After` once its bytes need more
+/// than the budget can spare (before all of it is read, and nothing is written), counted in
+/// the metrics; once the first is done, the second goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_past_the_memory_budget_are_refused_with_503() -> R {
     let cfg = ServerConfig {
-        max_memory: 2 << 20,
+        max_memory: 4 << 20,
         ..config()
     };
     let options = Options::default().with_max_append_bytes(4 << 20);
     let s = Server::start_with(options, cfg).await?;
     s.create("/mem/s", "application/octet-stream").await?;
-    let big = 1_200_000usize;
+    let big = 1_600_000usize;
     let head = format!(
         "POST /mem/s HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n\
          Content-Length: {big}\r\n\r\n"
     );
-    // The first upload sends half its body and holds its lease.
+    // The first upload sends all but a few bytes and holds its lease (1.6 MB of 3.5 MiB
+    // outside the reserve).
     let mut first = TcpStream::connect(addr(&s)).await?;
     first.write_all(head.as_bytes()).await?;
-    first.write_all(&vec![b'a'; big / 2]).await?;
+    first.write_all(&vec![b'a'; big - 10]).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let held = metric(&s, "brook_memory_held_bytes{use=\"request_bodies\"}").await?;
-    assert!(held >= big as f64, "held {held}");
-    // The second is refused from its head.
-    let mut second = TcpStream::connect(addr(&s)).await?;
-    second.write_all(head.as_bytes()).await?;
-    let text = answer(&mut second).await?;
+    assert!(held >= (big - 10) as f64, "held {held}");
+    // The second is refused as its body grows past what is left (its growth to 1.6 MB needs
+    // the 800 KB before it too while the bytes move).
+    let second = TcpStream::connect(addr(&s)).await?;
+    let (mut r, mut w) = second.into_split();
+    w.write_all(head.as_bytes()).await?;
+    let writer = tokio::spawn(async move {
+        let _ = w.write_all(&vec![b'b'; big]).await;
+        w
+    });
+    let text = answer_any(&mut r).await?;
     assert!(text.starts_with("HTTP/1.1 503"), "{text}");
     assert!(text.contains("MEMORY_BUDGET"), "{text}");
     assert!(
@@ -188,8 +201,9 @@ async fn uploads_past_the_memory_budget_are_refused_with_503() -> R {
         "{text}"
     );
     assert!(metric(&s, "brook_memory_refused_total{use=\"request_bodies\"}").await? >= 1.0);
+    drop((r, writer));
     // The first completes; the budget is free again.
-    first.write_all(&vec![b'a'; big - big / 2]).await?;
+    first.write_all(&[b'a'; 10]).await?;
     let text = answer(&mut first).await?;
     assert!(text.starts_with("HTTP/1.1 204"), "{text}");
     drop(first);

@@ -28,6 +28,8 @@ mod http1_smuggling;
 #[cfg(feature = "http")]
 mod http_auth;
 #[cfg(feature = "http")]
+mod http_budget;
+#[cfg(feature = "http")]
 mod http_cache;
 #[cfg(feature = "http")]
 mod http_close;
@@ -35,7 +37,6 @@ mod http_close;
 mod http_edges;
 #[cfg(feature = "http")]
 mod http_ext;
-#[cfg(feature = "http")]
 mod http_hostile;
 #[cfg(feature = "http")]
 mod http_incarnation;

@@ -29,7 +29,9 @@
 //! admitted by a token is cached `private`, never `public`.
 //!
 //! A subscription belongs to its root (its id is scoped to it), so the subscription routes need
-//! nothing of the token beyond the rights these checks require on that root.
+//! nothing of the token beyond the rights these checks require on that root. A staged snapshot
+//! part's route gets the admitting token's grants ([`Grants`]), which name the tenant the part
+//! is counted to.
 
 mod jwt;
 mod tokens;
@@ -122,6 +124,25 @@ fn allows(grants: &[Grant], right: Right, name: &str) -> bool {
     grants
         .iter()
         .any(|g| g.rights & right as u8 != 0 && covers(&g.prefix, name))
+}
+
+/// The grants of the token that admitted a request to stage a snapshot part, put in its
+/// extensions when access control is on: they name the tenant the part is counted to.
+#[derive(Clone, Debug)]
+pub(crate) struct Grants(Arc<[Grant]>);
+
+impl Grants {
+    /// The tenant `name` belongs to for these grants: the longest prefix of a grant giving
+    /// `admin` on it, without its trailing `/`; `None` when that is the empty prefix (a grant
+    /// on every stream names no tenant).
+    pub(crate) fn tenant_of(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .filter(|g| g.rights & Right::Admin as u8 != 0 && covers(&g.prefix, name))
+            .map(|g| g.prefix.trim_end_matches('/'))
+            .max_by_key(|p| p.len())
+            .filter(|p| !p.is_empty())
+    }
 }
 
 /// Expiries further away than this set live reads no deadline: none lasts that long, and an
@@ -235,12 +256,16 @@ impl AccessControl {
     }
 
     /// Admits or refuses a request; on admission, notes the credential's expiry in the
-    /// request's extensions (for live reads), and returns whether a token admitted it.
+    /// request's extensions (for live reads), and for a `{root}__ds/` route its [`Grants`], and
+    /// returns whether a token admitted it.
     pub(crate) fn admit(&self, parts: &mut Parts) -> Result<Admitted, Refusal> {
         let Ok(route) = parse_route(parts.uri.path()) else {
             // An invalid path is answered 400 by the route itself: no stream is touched.
             return Ok(Admitted::Public);
         };
+        // A staged snapshot part is counted to the root of the grant that admits it (its
+        // tenant), so that route keeps the grants.
+        let part = matches!(route, Route::SnapshotPart(..));
         let needs = needs(&route, &parts.method, &parts.headers);
         let public = needs.each().all(|(right, name)| {
             right == Right::Read && self.public_read.iter().any(|p| covers(p, name))
@@ -248,15 +273,24 @@ impl AccessControl {
         if public {
             return Ok(Admitted::Public);
         }
-        if let Some(at) = self.authorize(parts, &needs)? {
+        let (expires, grants) = self.authorize(parts, &needs, part)?;
+        if let Some(at) = expires {
             parts.extensions.insert(CredentialExpiry(at));
+        }
+        if let Some(grants) = grants {
+            parts.extensions.insert(Grants(grants));
         }
         Ok(Admitted::Token)
     }
 
-    /// Checks that the request's bearer token grants every one of `needs`; returns when the
-    /// credential expires (`None`: never).
-    fn authorize(&self, parts: &Parts, needs: &Needs<'_>) -> Result<Option<SystemTime>, Refusal> {
+    /// Checks that the request's bearer token grants every one of `needs`; returns its expiry
+    /// and, when `keep`, its grants.
+    fn authorize(
+        &self,
+        parts: &Parts,
+        needs: &Needs<'_>,
+        keep: bool,
+    ) -> Result<Authorized, Refusal> {
         let forbidden = |(right, name): (Right, &str)| {
             Refusal::Forbidden(if name.is_empty() {
                 format!("the token does not grant {} on this route", right.name())
@@ -276,7 +310,8 @@ impl AccessControl {
             {
                 return Err(forbidden(missing));
             }
-            return Ok(principal.expires);
+            let grants = keep.then(|| Arc::from(principal.grants));
+            return Ok((principal.expires, grants));
         }
         let file = self
             .tokens
@@ -290,9 +325,13 @@ impl AccessControl {
         if let Some(missing) = needs.each().find(|(r, n)| !allows(grants, *r, n)) {
             return Err(forbidden(missing));
         }
-        Ok(None)
+        Ok((None, keep.then(|| Arc::from(grants.as_slice()))))
     }
 }
+
+/// What a token's check found: when the credential expires, and its grants (for the routes
+/// that look at them).
+type Authorized = (Option<SystemTime>, Option<Arc<[Grant]>>);
 
 /// How an admitted request got in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,7 +344,7 @@ pub(crate) enum Admitted {
 
 /// The bearer token of a request: `Authorization: Bearer <t>`, else the `access_token` query
 /// parameter.
-fn bearer(parts: &Parts) -> Option<String> {
+pub(crate) fn bearer(parts: &Parts) -> Option<String> {
     if let Some(v) = parts.headers.get(header::AUTHORIZATION) {
         let v = v.to_str().ok()?;
         let (scheme, token) = v.split_once(' ')?;

@@ -71,8 +71,8 @@ pub(crate) async fn run(
             accepted = accept_on(admin.as_ref()) => (accepted, true),
         };
         let (accepted, admin_only) = accepted;
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok((stream, peer)) => (stream, peer.ip()),
             Err(e) => {
                 // Out of descriptors or a connection that died in the backlog: keep serving
                 // the connections already open, and try again shortly. Out of descriptors,
@@ -106,22 +106,26 @@ pub(crate) async fn run(
             continue;
         }
         // A connection hyper serves (TLS, the admin listener, `hyper_http1`) holds its
-        // buffers' share of the memory budget from the start; brook's own loop leases its read
-        // buffer as it grows.
+        // buffers' share of the memory budget from the start, charged to its peer (a large
+        // lease: one address cannot hold more than its share in connections); brook's own loop
+        // leases its read buffer as it grows.
         let by_hyper = admin_only || tls.is_some() || app.config.hyper_http1;
         let held = if by_hyper {
-            if let Ok(held) = app
+            let owner = app.budget.peer(peer);
+            match app
                 .budget
-                .lease(budget::Use::Buffers, HYPER_CONNECTION_HELD)
+                .try_lease_for(budget::Use::Buffers, HYPER_CONNECTION_HELD, owner)
             {
-                Some(held)
-            } else {
-                let limit = app.budget.limit();
-                let refusal =
-                    move || budget::over_budget(budget::Use::Buffers, limit).into_response();
-                let refused = refuse_connection(app.clone(), stream, acceptor(), refusal, lent);
-                tokio::spawn(refused);
-                continue;
+                Ok(held) => Some(held),
+                Err(cause) => {
+                    let shape = app.budget.shape();
+                    let refusal = move || {
+                        budget::over_budget(budget::Use::Buffers, cause, &shape).into_response()
+                    };
+                    let refused = refuse_connection(app.clone(), stream, acceptor(), refusal, lent);
+                    tokio::spawn(refused);
+                    continue;
+                }
             }
         } else {
             None
@@ -154,7 +158,7 @@ pub(crate) async fn run(
             ));
             continue;
         }
-        let service = http1_service(app.clone(), admin_only);
+        let service = http1_service(app.clone(), admin_only, Some(peer));
         let conn = builder.serve_connection(TokioIo::new(socket), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -193,12 +197,13 @@ pub(crate) const HYPER_CONNECTION_HELD: u64 = HYPER_MAX_BUF as u64 + (64 << 10);
 /// largest head brook serves ([`h1::MAX_HEAD`]) and some of what follows it.
 const HYPER_MAX_BUF: usize = h1::MAX_HEAD + (16 << 10);
 
-/// The service of an HTTP/1.1 connection: [`handle`] (only `/__brook/` routes when
+/// The service of an HTTP/1.1 connection from `peer`: [`handle`] (only `/__brook/` routes when
 /// `admin_only`), and `Connection: close` on a response to a request whose body was not read to
 /// its end.
 pub(crate) fn http1_service<H: Handler>(
     app: H,
     admin_only: bool,
+    peer: Option<std::net::IpAddr>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = Response,
@@ -214,6 +219,8 @@ pub(crate) fn http1_service<H: Handler>(
             // from the headers) leaves the connection unusable: say so, or the client may send
             // its next request on a connection hyper is closing.
             let tracked = (!http_body::Body::is_end_stream(req.body())).then(|| ends.issue());
+            let mut req = req;
+            note_peer(&mut req, peer);
             let req = match tracked {
                 Some(n) => req.map(|b| Body::new(body::Tracked::new(b, ends.clone(), n))),
                 None => req.map(Body::new),
@@ -226,6 +233,23 @@ pub(crate) fn http1_service<H: Handler>(
             Ok::<_, std::convert::Infallible>(res)
         }
     })
+}
+
+/// Notes the connection's `peer` in the extensions of a request whose body may be large (for
+/// the memory budget's share per peer, see [`Peer`](super::Peer)); a request without a body or
+/// with a small declared one gets nothing (an extension costs an allocation).
+fn note_peer(req: &mut hyper::Request<hyper::body::Incoming>, peer: Option<std::net::IpAddr>) {
+    let Some(peer) = peer else {
+        return;
+    };
+    let body = req.body();
+    if !http_body::Body::is_end_stream(body)
+        && http_body::Body::size_hint(body)
+            .exact()
+            .is_none_or(|n| n > budget::SMALL)
+    {
+        req.extensions_mut().insert(super::Peer(peer));
+    }
 }
 
 /// What a TLS connection is served with: the acceptor and both protocols' connection builders.
@@ -270,6 +294,7 @@ async fn serve_tls(
     use hyper_util::rt::TokioIo;
     // TLS runs over the same socket type as plain connections, for its write-stall guard (a
     // peer that stops reading is cut off); encrypted bodies cannot go by sendfile.
+    let peer = tcp.peer_addr().ok().map(|a| a.ip());
     let socket = socket::Socket::new(tcp, false, app.config.write_stall_timeout);
     let handshake =
         tokio::time::timeout(app.config.header_read_timeout, tls.acceptor.accept(socket));
@@ -295,15 +320,16 @@ async fn serve_tls(
     // A connection's error (reset, malformed request) concerns that connection only.
     if h2 {
         let service =
-            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                 let app = app.clone();
+                note_peer(&mut req, peer);
                 async move {
                     Ok::<_, std::convert::Infallible>(app.handle(req.map(Body::new), false).await)
                 }
             });
         let _ = watcher.watch(tls.http2.serve_connection(io, service)).await;
     } else if app.config.hyper_http1 {
-        let service = http1_service(app, false);
+        let service = http1_service(app, false, peer);
         let _ = watcher.watch(tls.http1.serve_connection(io, service)).await;
     } else {
         let fallback = h1::Fallback {

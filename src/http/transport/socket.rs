@@ -136,6 +136,11 @@ impl Socket {
         ))
     }
 
+    /// The address of the peer.
+    pub(crate) fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.tcp.peer_addr()
+    }
+
     /// Ready when a read may find bytes or the peer's end (see `h1::Io::poll_read_ready`).
     pub(crate) fn read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.tcp.poll_read_ready(cx)

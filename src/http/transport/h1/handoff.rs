@@ -23,14 +23,16 @@ pub(super) async fn handoff<S: Io, H: Handler>(
     open: (Open, Lease),
     alive: watch::Receiver<()>,
 ) {
+    let peer = socket.peer();
     let io = hyper_util::rt::TokioIo::new(Rewind {
         read: read.freeze(),
         socket: Some(socket),
         shut: false,
     });
-    let conn = fallback
-        .builder
-        .serve_connection(io, crate::http::transport::http1_service(handler, false));
+    let conn = fallback.builder.serve_connection(
+        io,
+        crate::http::transport::http1_service(handler, false, peer),
+    );
     // A connection's error (reset, malformed request) concerns that connection only.
     let _ = fallback.watcher.watch(conn).await;
     drop((open, alive));

@@ -73,9 +73,10 @@ use tokio::time::Instant;
 use super::Open;
 use super::socket::Socket;
 use crate::http::AppState;
-use crate::http::body::due;
-use crate::http::budget::{Budget, Lease, Use};
+use crate::http::body::grown;
+use crate::http::budget::{self, Budget, Lease, Owner, Use};
 use crate::http::error::ApiError;
+use crate::http::pace::Pace;
 use crate::http::reply::{Answer, cors_wanted};
 use crate::http::service::Handler;
 
@@ -156,6 +157,9 @@ enum NotHere {
 /// The IO this loop serves: a plain [`Socket`](super::socket::Socket) (which sends large mapped
 /// pieces by `sendfile`) or a TLS stream over one.
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The address of the peer, if it can be read (for the memory budget's share per peer).
+    fn peer(&self) -> Option<std::net::IpAddr>;
+
     /// A second descriptor of the TCP socket, when what is written to it is what the peer
     /// reads (plain TCP): an SSE connection's stream writer may then write to it while the
     /// connection is parked (`seat.rs`).
@@ -179,6 +183,10 @@ pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 impl Io for Socket {
     const READINESS: bool = true;
 
+    fn peer(&self) -> Option<std::net::IpAddr> {
+        self.peer_addr().ok().map(|a| a.ip())
+    }
+
     fn tcp(&self) -> Option<TcpStream> {
         self.share().ok()
     }
@@ -192,6 +200,10 @@ impl Io for Socket {
 }
 
 impl Io for tokio_rustls::server::TlsStream<Socket> {
+    fn peer(&self) -> Option<std::net::IpAddr> {
+        self.get_ref().0.peer()
+    }
+
     /// None: every byte is encrypted on the connection's own task.
     fn tcp(&self) -> Option<TcpStream> {
         None
@@ -337,10 +349,15 @@ fn serve_from<S: Io, H: Handler>(
                 Next::End => return,
                 Next::Handoff => {
                     let budget = &conn.app.budget;
-                    let Ok(lease) = budget.lease(Use::Buffers, super::HYPER_CONNECTION_HELD) else {
-                        let e = crate::http::budget::over_budget(Use::Buffers, budget.limit());
-                        let (handler, socket) = (&conn.handler, &mut conn.socket);
-                        return Box::pin(refuse(handler, budget, socket, &mut out, e)).await;
+                    // Charged to the peer, as a connection hyper serves from the start is.
+                    let owner = conn.socket.peer().map_or(Owner::NONE, |ip| budget.peer(ip));
+                    let held = budget.lease_for(Use::Buffers, super::HYPER_CONNECTION_HELD, owner);
+                    let lease = match held {
+                        Ok(lease) => lease,
+                        Err(e) => {
+                            let (handler, socket) = (&conn.handler, &mut conn.socket);
+                            return Box::pin(refuse(handler, budget, socket, &mut out, e)).await;
+                        }
                     };
                     let Conn {
                         handler,
@@ -455,22 +472,28 @@ async fn take_request<S: Io, H: Handler>(
     };
     let mut body = Body::empty();
     if head.body_len > 0 {
-        if let Some(len) = unread {
-            let lease = match app.budget.lease(Use::Bodies, len as u64) {
-                Ok(lease) => lease,
+        // A body that may be large carries its peer to the handler, whose lease of it is then
+        // charged to the peer's share (a small one carries nothing: no allocation).
+        if head.body_len as u64 > budget::SMALL
+            && let Some(ip) = socket.peer()
+        {
+            parts.extensions.insert(crate::http::Peer(ip));
+        }
+        if unread.is_some() {
+            // Leased as it arrives, not from the head: a head that announces 256 KiB and sends
+            // nothing holds no more than its read buffer.
+            let owner = app.owner_of(&parts);
+            let base = room.bytes();
+            match Box::pin(read_body(socket, buf, &head, app, owner, base)).await {
+                Ok(true) => {}
+                Ok(false) => return Next::End,
                 Err(e) => {
                     let code = e.code();
                     let refused = (e.into_response().into(), cors_wanted(&parts), Some(code));
                     return Next::RefuseUnread(refused);
                 }
-            };
-            match Box::pin(read_body(socket, buf, &head, app)).await {
-                Ok(true) => {}
-                Ok(false) => return Next::End,
-                Err(e) => return Next::Refuse(e),
             }
             // The handler holds the body's bytes of the budget from here.
-            drop(lease);
         }
         body = Body::from(if head.body_len < MOVE_BODY_AT {
             let bytes = Bytes::copy_from_slice(&buf[..head.body_len]);
@@ -599,14 +622,22 @@ async fn read_head<S: Io>(
 }
 
 /// Reads the rest of `head`'s body into `buf`, which holds what followed the head (after a
-/// `100 Continue` if the client waits for one). `Ok(false)`: the peer closed the connection;
-/// `Err`: the body came too slowly (408 `REQUEST_TIMEOUT` after the idle limit, 408
-/// `BODY_TOO_SLOW` below the minimum rate: see [`due`]).
+/// `100 Continue` if the client waits for one) in a capacity of `base` bytes that the
+/// connection's room holds of the budget. `Ok(false)`: the peer closed the connection; `Err`:
+/// the body came too slowly (408 `REQUEST_TIMEOUT` after the idle limit, 408 `BODY_TOO_SLOW`
+/// below the minimum rate over the last window, 408 `BODY_DEADLINE` past the deadline: see
+/// [`Pace::due`]) or the budget could not spare its bytes (503 `MEMORY_BUDGET`).
+///
+/// The buffer grows as the bytes arrive (by [`grown`], toward the body's length), each size
+/// leased before it is allocated, for `owner` (charged to its shares once past
+/// [`budget::SMALL`]); the lease ends here, the handler taking its own of the whole body.
 async fn read_body<S: Io>(
     socket: &mut S,
     buf: &mut BytesMut,
     head: &Head,
     app: &AppState,
+    owner: Owner,
+    base: u64,
 ) -> Result<bool, ApiError> {
     let need = head.body_len;
     if head.expects_continue
@@ -617,11 +648,24 @@ async fn read_body<S: Io>(
     {
         return Ok(false);
     }
-    buf.reserve(need - buf.len());
     let rules = app.body_rules();
-    let began = Instant::now();
+    let mut pace = Pace::new();
+    let mut lease = Lease::empty_for(&app.budget, Use::Bodies, owner);
     while buf.len() < need {
-        let (at, refusal) = due(&rules, began, buf.len() as u64);
+        if buf.len() == buf.capacity() {
+            // Full: a buffer about twice as large, the old one held too while its bytes move.
+            let cap = grown(buf.len(), 1, need);
+            let both = (buf.capacity() + cap) as u64;
+            lease.resize(both.saturating_sub(base))?;
+            let mut next = BytesMut::with_capacity(cap);
+            next.extend_from_slice(buf);
+            *buf = next;
+            lease
+                .resize((cap as u64).saturating_sub(base))
+                .expect("a lease shrinks without asking the budget");
+        }
+        pace.note(buf.len() as u64, rules.window());
+        let (at, refusal) = pace.due(&rules, buf.len() as u64);
         match tokio::time::timeout_at(at, socket.read_buf(buf)).await {
             Ok(Ok(0) | Err(_)) => return Ok(false),
             Ok(Ok(_)) => {}
