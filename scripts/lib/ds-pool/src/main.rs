@@ -13,7 +13,7 @@
 //! binary bodies; a warm-up whose appends are not counted, an idle settle, then the measured
 //! window; latency from request sent to response head read, in an HDR histogram of
 //! microseconds; throughput as the measured window's successes over its length; 503 and 429
-//! counted as back-pressure and retried after 20 ms.
+//! counted as back-pressure and retried after 20 ms (creates too: `create_refused`).
 //!
 //! What differs: ds-bench runs one task, and so one connection, per stream. Here `connections`
 //! tasks each own the streams `c, c + connections, c + 2 * connections, ...` and write them in
@@ -124,28 +124,53 @@ fn stream_url(a: &Args, index: usize) -> String {
     format!("{}/v1/stream/{}{index:08}", a.target, a.prefix)
 }
 
-async fn create_streams(client: &reqwest::Client, a: &Args) -> Res<()> {
+/// One create: `PUT` of stream `index` (after a 20 ms pause when it retries a refusal).
+async fn put(
+    client: reqwest::Client,
+    url: String,
+    index: usize,
+    retry: bool,
+) -> (usize, reqwest::Result<reqwest::StatusCode>) {
+    if retry {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = client
+        .put(url)
+        .header("content-type", "application/octet-stream")
+        .send()
+        .await;
+    (index, sent.map(|r| r.status()))
+}
+
+/// Creates every stream, `setup_concurrency` at a time; a create refused with 503 or 429
+/// (back-pressure: the server asks to retry) is retried after 20 ms and counted. Returns the
+/// number of refusals.
+async fn create_streams(client: &reqwest::Client, a: &Args) -> Res<u64> {
     let mut pending = FuturesUnordered::new();
     let mut next = 0usize;
     let mut created = 0usize;
+    let mut refused = 0u64;
     loop {
         while next < a.streams && pending.len() < a.setup_concurrency.max(1) {
-            let req = client
-                .put(stream_url(a, next))
-                .header("content-type", "application/octet-stream")
-                .send();
-            pending.push(req);
+            pending.push(put(client.clone(), stream_url(a, next), next, false));
             next += 1;
         }
-        let Some(done) = pending.next().await else {
-            return Ok(());
+        let Some((index, done)) = pending.next().await else {
+            return Ok(refused);
         };
         let status = match done {
-            Ok(resp) => resp.status(),
+            Ok(status) => status,
             Err(e) => return Err(format!("after {created} streams created: {e}").into()),
         };
+        if status.as_u16() == 503 || status.as_u16() == 429 {
+            refused += 1;
+            pending.push(put(client.clone(), stream_url(a, index), index, true));
+            continue;
+        }
         if !(status.is_success() || status == reqwest::StatusCode::CONFLICT) {
-            return Err(format!("after {created} streams created, a create answered {status}").into());
+            return Err(
+                format!("after {created} streams created, a create answered {status}").into(),
+            );
         }
         created += 1;
     }
@@ -262,9 +287,11 @@ async fn run() -> Res<()> {
         .tcp_nodelay(true)
         .build()?;
     let setup = Instant::now();
-    if a.setup != "no" {
-        create_streams(&client, &a).await?;
-    }
+    let create_refused = if a.setup == "no" {
+        0
+    } else {
+        create_streams(&client, &a).await?
+    };
     let setup_secs = setup.elapsed().as_secs_f64();
     if a.setup == "only" {
         let out = serde_json::json!({
@@ -274,6 +301,7 @@ async fn run() -> Res<()> {
             "setup_concurrency": a.setup_concurrency,
             "setup_secs": setup_secs,
             "creates_per_sec": a.streams as f64 / setup_secs.max(1e-9),
+            "create_refused": create_refused,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -326,6 +354,7 @@ async fn run() -> Res<()> {
         "payload_bytes": a.payload_bytes,
         "duration_secs": a.duration_secs,
         "setup_secs": setup_secs,
+        "create_refused": create_refused,
         // The measured window in wall-clock seconds, for a sampler of the server's CPU.
         "measure_start_unix": base_unix + (a.warmup_secs + a.settle_secs) as f64,
         "measure_end_unix": base_unix + (a.warmup_secs + a.settle_secs + a.duration_secs) as f64,
