@@ -3,7 +3,7 @@
 //! ```text
 //! ds-pool --target http://127.0.0.1:4437 --streams 100000 --connections 256 \
 //!         [--payload-bytes 256] [--warmup-secs 3] [--settle-secs 1] [--duration-secs 5] \
-//!         [--setup-concurrency 32] [--prefix s]
+//!         [--setup-concurrency 32] [--prefix s] [--setup yes|no|only]
 //! ```
 //!
 //! What it keeps of ds-bench's `multi-stream` (electric-sql/ds-bench, `--api-style durable`):
@@ -13,12 +13,17 @@
 //! binary bodies; a warm-up whose appends are not counted, an idle settle, then the measured
 //! window; latency from request sent to response head read, in an HDR histogram of
 //! microseconds; throughput as the measured window's successes over its length; 503 and 429
-//! counted as back-pressure and retried after 20 ms.
+//! counted as back-pressure and retried after 20 ms (creates too: `create_refused`).
 //!
 //! What differs: ds-bench runs one task, and so one connection, per stream. Here `connections`
 //! tasks each own the streams `c, c + connections, c + 2 * connections, ...` and write them in
 //! turn, one request in flight per connection, so consecutive requests on a connection go to
 //! different streams and every stream is written at the same rate.
+//!
+//! `--setup only` creates the streams, prints `{"scenario": "pool-setup", "created", "setup_secs",
+//! "creates_per_sec"}` and exits; `--setup no` skips the creates (the streams exist already).
+//! scripts/bench-streams uses both, so the create rate is its own figure and the same streams
+//! serve the plain (oha) and the producer load.
 //!
 //! Prints one JSON object on stdout. Only loopback targets are accepted.
 
@@ -44,6 +49,8 @@ struct Args {
     duration_secs: u64,
     setup_concurrency: usize,
     prefix: String,
+    /// `yes` (create, then load), `no` (load only), `only` (create only).
+    setup: String,
 }
 
 fn parse_args() -> Res<Args> {
@@ -57,6 +64,7 @@ fn parse_args() -> Res<Args> {
         duration_secs: 5,
         setup_concurrency: 32,
         prefix: "s".into(),
+        setup: "yes".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,6 +79,12 @@ fn parse_args() -> Res<Args> {
             "--duration-secs" => a.duration_secs = value.parse()?,
             "--setup-concurrency" => a.setup_concurrency = value.parse()?,
             "--prefix" => a.prefix = value,
+            "--setup" => {
+                if !["yes", "no", "only"].contains(&value.as_str()) {
+                    return Err(format!("--setup {value}: yes, no or only").into());
+                }
+                a.setup = value;
+            }
             _ => return Err(format!("unknown flag {flag}").into()),
         }
     }
@@ -110,28 +124,53 @@ fn stream_url(a: &Args, index: usize) -> String {
     format!("{}/v1/stream/{}{index:08}", a.target, a.prefix)
 }
 
-async fn create_streams(client: &reqwest::Client, a: &Args) -> Res<()> {
+/// One create: `PUT` of stream `index` (after a 20 ms pause when it retries a refusal).
+async fn put(
+    client: reqwest::Client,
+    url: String,
+    index: usize,
+    retry: bool,
+) -> (usize, reqwest::Result<reqwest::StatusCode>) {
+    if retry {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = client
+        .put(url)
+        .header("content-type", "application/octet-stream")
+        .send()
+        .await;
+    (index, sent.map(|r| r.status()))
+}
+
+/// Creates every stream, `setup_concurrency` at a time; a create refused with 503 or 429
+/// (back-pressure: the server asks to retry) is retried after 20 ms and counted. Returns the
+/// number of refusals.
+async fn create_streams(client: &reqwest::Client, a: &Args) -> Res<u64> {
     let mut pending = FuturesUnordered::new();
     let mut next = 0usize;
     let mut created = 0usize;
+    let mut refused = 0u64;
     loop {
         while next < a.streams && pending.len() < a.setup_concurrency.max(1) {
-            let req = client
-                .put(stream_url(a, next))
-                .header("content-type", "application/octet-stream")
-                .send();
-            pending.push(req);
+            pending.push(put(client.clone(), stream_url(a, next), next, false));
             next += 1;
         }
-        let Some(done) = pending.next().await else {
-            return Ok(());
+        let Some((index, done)) = pending.next().await else {
+            return Ok(refused);
         };
         let status = match done {
-            Ok(resp) => resp.status(),
+            Ok(status) => status,
             Err(e) => return Err(format!("after {created} streams created: {e}").into()),
         };
+        if status.as_u16() == 503 || status.as_u16() == 429 {
+            refused += 1;
+            pending.push(put(client.clone(), stream_url(a, index), index, true));
+            continue;
+        }
         if !(status.is_success() || status == reqwest::StatusCode::CONFLICT) {
-            return Err(format!("after {created} streams created, a create answered {status}").into());
+            return Err(
+                format!("after {created} streams created, a create answered {status}").into(),
+            );
         }
         created += 1;
     }
@@ -142,6 +181,8 @@ struct Totals {
     ok: AtomicU64,
     backpressure: AtomicU64,
     other_err: AtomicU64,
+    /// Answers other than success in any phase (warm-up and settle included).
+    refused_any_phase: AtomicU64,
     errors: Mutex<BTreeMap<String, u64>>,
     hist: Mutex<Histogram<u64>>,
 }
@@ -196,6 +237,9 @@ async fn connection(
                 let status = resp.status();
                 // Read the (empty or small) body so the connection goes back to the pool.
                 let _ = resp.bytes().await;
+                if !status.is_success() {
+                    totals.refused_any_phase.fetch_add(1, Ordering::Relaxed);
+                }
                 if status.is_success() {
                     seqs[k] += 1;
                     if counting {
@@ -215,6 +259,7 @@ async fn connection(
                 }
             }
             Err(e) => {
+                totals.refused_any_phase.fetch_add(1, Ordering::Relaxed);
                 if counting {
                     totals.other_err.fetch_add(1, Ordering::Relaxed);
                     *totals.errors.lock().await.entry(e.to_string()).or_default() += 1;
@@ -242,8 +287,25 @@ async fn run() -> Res<()> {
         .tcp_nodelay(true)
         .build()?;
     let setup = Instant::now();
-    create_streams(&client, &a).await?;
+    let create_refused = if a.setup == "no" {
+        0
+    } else {
+        create_streams(&client, &a).await?
+    };
     let setup_secs = setup.elapsed().as_secs_f64();
+    if a.setup == "only" {
+        let out = serde_json::json!({
+            "scenario": "pool-setup",
+            "target": a.target,
+            "created": a.streams,
+            "setup_concurrency": a.setup_concurrency,
+            "setup_secs": setup_secs,
+            "creates_per_sec": a.streams as f64 / setup_secs.max(1e-9),
+            "create_refused": create_refused,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
 
     let base = Instant::now();
     let base_unix = std::time::SystemTime::now()
@@ -260,6 +322,7 @@ async fn run() -> Res<()> {
         ok: AtomicU64::new(0),
         backpressure: AtomicU64::new(0),
         other_err: AtomicU64::new(0),
+        refused_any_phase: AtomicU64::new(0),
         errors: Mutex::new(BTreeMap::new()),
         hist: Mutex::new(histogram()),
     });
@@ -291,6 +354,7 @@ async fn run() -> Res<()> {
         "payload_bytes": a.payload_bytes,
         "duration_secs": a.duration_secs,
         "setup_secs": setup_secs,
+        "create_refused": create_refused,
         // The measured window in wall-clock seconds, for a sampler of the server's CPU.
         "measure_start_unix": base_unix + (a.warmup_secs + a.settle_secs) as f64,
         "measure_end_unix": base_unix + (a.warmup_secs + a.settle_secs + a.duration_secs) as f64,
@@ -298,6 +362,7 @@ async fn run() -> Res<()> {
             "ok": ok,
             "backpressure": totals.backpressure.load(Ordering::Relaxed),
             "other_err": totals.other_err.load(Ordering::Relaxed),
+            "refused_any_phase": totals.refused_any_phase.load(Ordering::Relaxed),
         },
         "errors": *totals.errors.lock().await,
         "aggregate_ops_per_sec": ok as f64 / a.duration_secs as f64,
