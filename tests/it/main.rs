@@ -37,6 +37,7 @@ mod http_close;
 mod http_edges;
 #[cfg(feature = "http")]
 mod http_ext;
+#[cfg(feature = "http")]
 mod http_hostile;
 #[cfg(feature = "http")]
 mod http_incarnation;
