@@ -7,7 +7,7 @@
 //! cargo run --release --example many_streams -- [--streams 1000,100000,1000000]
 //!     [--modes sync,buffered] [--writers 64] [--body 256] [--warmup 3] [--secs 10]
 //!     [--crash-secs 3] [--create-threads 8] [--dir PATH]
-//!     [--max-open-streams N] [--max-stream-files N]
+//!     [--max-open-streams N] [--max-stream-files N] [--keep]
 //! ```
 //!
 //! Every (N, mode) case runs in a child process of its own (this program run again with
@@ -27,7 +27,8 @@
 //!    close"); then a child process (`--crash-child`) opens the store and appends with the same
 //!    writers for `--crash-secs`, and is killed with SIGKILL while it writes: the journal holds
 //!    what it wrote since its last checkpoint (printed), and the open plus first `head` after it
-//!    is timed too ("open after crash").
+//!    is timed too ("open after crash"). A step that fails is printed in its cell; the store's
+//!    directory is then removed (minutes at 1M streams; `--keep` leaves it and prints its path).
 //!
 //! The store uses `Options::default()` but for the durability (`--max-open-streams` and
 //! `--max-stream-files` override the caches). docs/benchmarks.md has the method and results.
@@ -58,6 +59,8 @@ struct Args {
     max_stream_files: Option<usize>,
     /// Run one case (the first of `streams` and `modes`) in this process.
     case: bool,
+    /// Leave each case's store directory in place (its path goes to stderr).
+    keep: bool,
     /// Open the store in this directory and append until killed.
     crash_child: Option<PathBuf>,
 }
@@ -83,12 +86,14 @@ fn parse_args() -> Res<Args> {
         max_open_streams: None,
         max_stream_files: None,
         case: false,
+        keep: false,
         crash_child: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--case" {
-            a.case = true;
+        if flag == "--case" || flag == "--keep" {
+            a.case |= flag == "--case";
+            a.keep |= flag == "--keep";
             continue;
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -156,6 +161,9 @@ fn child_args(a: &Args, n: usize, mode: Durability) -> Vec<String> {
     }
     if let Some(n) = a.max_stream_files {
         v.extend(["--max-stream-files".into(), n.to_string()]);
+    }
+    if a.keep {
+        v.push("--keep".into());
     }
     v
 }
@@ -364,14 +372,26 @@ fn journal_mb(dir: &Path) -> f64 {
     disk(&dir.join("journal")).0 as f64 / 1_048_576.0
 }
 
-/// One (N, mode) case; prints its table row.
+/// One (N, mode) case; prints its table row (or where it failed) before its directory is
+/// removed (which takes minutes at 1M streams: `--keep` leaves it).
 fn run_case(a: &Args) -> Res<()> {
     let (n, mode) = (a.streams[0], a.modes[0]);
     let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;
     let tmp = tempfile::tempdir_in(&parent)?;
-    let dir = tmp.path().join("store");
-    let store = Store::open(&dir, options(a, mode))?;
+    let row = measure(a, &tmp.path().join("store")).unwrap_or_else(|e| format!("failed: {e} |"));
+    println!("| {n} | {} | {row}", mode_name(mode));
+    std::io::stdout().flush()?;
+    if a.keep {
+        eprintln!("many_streams: kept {}", tmp.keep().display());
+    }
+    Ok(())
+}
+
+/// The case's measurements in `dir`: its table row but the first two cells.
+fn measure(a: &Args, dir: &Path) -> Res<String> {
+    let (n, mode) = (a.streams[0], a.modes[0]);
+    let store = Store::open(dir, options(a, mode))?;
     let t = Instant::now();
     create_streams(&store, n, a.create_threads)?;
     let creates_per_s = n as f64 / t.elapsed().as_secs_f64();
@@ -379,15 +399,43 @@ fn run_case(a: &Args) -> Res<()> {
     let w = write(&store, n, a.writers, &body, a.warmup, a.secs)?;
     let (rss, fds) = (rss_mb(), open_fds());
     let budget = store.stats().stream_file_budget;
-    let (bytes, files) = disk(&dir);
+    let (bytes, files) = disk(dir);
     store.shutdown()?;
     drop(store);
+    let row = format!(
+        "{:.1}k | {:.1}k | {:.1} | {:.2} | {:.2} | {rss:.0} | {fds} / {budget} | {:.0} | {files} |",
+        creates_per_s / 1e3,
+        w.appends as f64 / w.secs / 1e3,
+        w.cpu_secs * 1e6 / w.appends.max(1) as f64,
+        w.p50_ms,
+        w.p99_ms,
+        bytes as f64 / 1_048_576.0,
+    );
+    let clean = match timed_open(dir, options(a, mode)) {
+        Ok((store, secs)) => {
+            store.shutdown()?;
+            drop(store);
+            format!("{secs:.2}")
+        }
+        Err(e) => return Ok(format!("{row} failed: {e} | - |")),
+    };
+    let journal = crash(a, dir)?;
+    let crashed = match timed_open(dir, options(a, mode)) {
+        Ok((store, secs)) => {
+            store.shutdown()?;
+            format!("{secs:.2}")
+        }
+        Err(e) => format!("failed: {e}"),
+    };
+    Ok(format!(
+        "{row} {clean} | {crashed} ({journal:.0} MB journal) |"
+    ))
+}
 
-    let (store, clean_open) = timed_open(&dir, options(a, mode))?;
-    store.shutdown()?;
-    drop(store);
-
-    // A child appends until it is killed (SIGKILL) mid-write: the state a crash leaves.
+/// Runs a child that appends to the store in `dir` until it is killed (SIGKILL) mid-write: the
+/// state a crash leaves. Returns the journal's size then, in MB.
+fn crash(a: &Args, dir: &Path) -> Res<f64> {
+    let (n, mode) = (a.streams[0], a.modes[0]);
     let mut child = Command::new(std::env::current_exe()?)
         .args(child_args(a, n, mode))
         .args(["--crash-child".into(), dir.display().to_string()])
@@ -403,22 +451,7 @@ fn run_case(a: &Args) -> Res<()> {
     std::thread::sleep(Duration::from_secs_f64(a.crash_secs));
     child.kill()?;
     child.wait()?;
-    let journal = journal_mb(&dir);
-    let (store, crash_open) = timed_open(&dir, options(a, mode))?;
-    store.shutdown()?;
-
-    println!(
-        "| {n} | {} | {:.1}k | {:.1}k | {:.1} | {:.2} | {:.2} | {rss:.0} | {fds} / {budget} | {:.0} | {files} | {clean_open:.2} | {crash_open:.2} ({journal:.0} MB journal) |",
-        mode_name(mode),
-        creates_per_s / 1e3,
-        w.appends as f64 / w.secs / 1e3,
-        w.cpu_secs * 1e6 / w.appends.max(1) as f64,
-        w.p50_ms,
-        w.p99_ms,
-        bytes as f64 / 1_048_576.0,
-    );
-    std::io::stdout().flush()?;
-    Ok(())
+    Ok(journal_mb(dir))
 }
 
 /// The crash child: opens the store in `dir`, says "writing" and appends from `writers`
