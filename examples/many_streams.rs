@@ -22,7 +22,8 @@
 //! 3. prints acknowledged appends/s, the process's CPU time per append (`getrusage`, user +
 //!    system, every thread: the writers' own loop is in it, a few percent), latency p50/p99
 //!    (submit to acknowledgement), RSS (`VmRSS` at the end of the window), open descriptors, disk
-//!    used (allocated blocks) and files;
+//!    used (allocated blocks) and files, and the appends and creates refused with
+//!    `TooManyOpenStreams` ("retry shortly": each is retried after 20 ms);
 //! 4. shuts the store down and times `Store::open` plus a first `head` of a stream ("open after
 //!    close"); then a child process (`--crash-child`) opens the store and appends with the same
 //!    writers for `--crash-secs`, and is killed with SIGKILL while it writes: the journal holds
@@ -255,42 +256,68 @@ fn disk(dir: &Path) -> (u64, u64) {
     (bytes, files)
 }
 
+/// Whether `e` is the store's "retry shortly" refusal (`TooManyOpenStreams`: every open
+/// stream has changes no checkpoint has recorded yet).
+fn busy<T>(r: &Result<T, brook::Error>) -> bool {
+    matches!(r, Err(brook::Error::TooManyOpenStreams { .. }))
+}
+
 /// Creates streams `0..n` from `threads` threads, each submitting 64 creates before waiting for
-/// them (so creates share syncs).
-fn create_streams(store: &Store, n: usize, threads: usize) -> Res<()> {
+/// them (so creates share syncs). A create refused with `TooManyOpenStreams` is retried after
+/// 20 ms; returns how many were.
+fn create_streams(store: &Store, n: usize, threads: usize) -> Res<u64> {
     let threads = threads.clamp(1, n);
-    std::thread::scope(|sc| -> Res<()> {
+    std::thread::scope(|sc| -> Res<u64> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                sc.spawn(move || -> Result<(), brook::Error> {
+                sc.spawn(move || -> Result<u64, brook::Error> {
+                    let mut refused = 0;
                     let mine: Vec<usize> = (t..n).step_by(threads).collect();
                     for window in mine.chunks(64) {
-                        let pending = window
-                            .iter()
-                            .map(|&i| {
-                                let req =
-                                    CreateOptions::with_content_type("application/octet-stream");
-                                store.submit_create(&stream_name(i), req)
-                            })
-                            .collect::<Result<Vec<_>, _>>()?;
-                        for p in pending {
-                            p.wait()?;
+                        let mut todo = window.to_vec();
+                        while !todo.is_empty() {
+                            let pending: Vec<_> = todo
+                                .iter()
+                                .map(|&i| {
+                                    let req = CreateOptions::with_content_type(
+                                        "application/octet-stream",
+                                    );
+                                    (i, store.submit_create(&stream_name(i), req))
+                                })
+                                .collect();
+                            let mut again = Vec::new();
+                            for (i, p) in pending {
+                                let done = p.and_then(brook::Pending::wait);
+                                if busy(&done) {
+                                    again.push(i);
+                                } else {
+                                    done?;
+                                }
+                            }
+                            if !again.is_empty() {
+                                refused += again.len() as u64;
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            todo = again;
                         }
                     }
-                    Ok(())
+                    Ok(refused)
                 })
             })
             .collect();
+        let mut refused = 0;
         for h in handles {
-            h.join().map_err(|_| "a create thread panicked")??;
+            refused += h.join().map_err(|_| "a create thread panicked")??;
         }
-        Ok(())
+        Ok(refused)
     })
 }
 
 /// What the writers did in the measured window.
 struct Window {
     appends: u64,
+    /// Appends refused with `TooManyOpenStreams` (warm-up included), each retried after 20 ms.
+    refused: u64,
     secs: f64,
     cpu_secs: f64,
     p50_ms: f64,
@@ -316,18 +343,25 @@ fn write(
     std::thread::scope(|sc| -> Res<Window> {
         let handles: Vec<_> = (0..writers)
             .map(|t| {
-                sc.spawn(move || -> Result<Vec<u32>, brook::Error> {
+                sc.spawn(move || -> Result<(Vec<u32>, u64), brook::Error> {
                     let mut rng = seed(t);
                     let mut lat = Vec::new();
+                    let mut refused = 0;
                     loop {
                         let i = rng.below(n);
                         let sent = Instant::now();
                         if sent >= until {
-                            return Ok(lat);
+                            return Ok((lat, refused));
                         }
-                        store
-                            .submit_append(&stream_name(i), AppendRequest::new(body.clone()))?
-                            .wait()?;
+                        let done = store
+                            .submit_append(&stream_name(i), AppendRequest::new(body.clone()))
+                            .and_then(brook::Pending::wait);
+                        if busy(&done) {
+                            refused += 1;
+                            std::thread::sleep(Duration::from_millis(20));
+                            continue;
+                        }
+                        done?;
                         let done = Instant::now();
                         if sent >= from && done <= until {
                             let us = done.duration_since(sent).as_micros();
@@ -341,9 +375,11 @@ fn write(
         let c0 = cpu_seconds();
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
         let cpu_secs = cpu_seconds() - c0;
-        let mut all = Vec::new();
+        let (mut all, mut refused) = (Vec::new(), 0);
         for h in handles {
-            all.extend(h.join().map_err(|_| "a writer panicked")??);
+            let (lat, r) = h.join().map_err(|_| "a writer panicked")??;
+            all.extend(lat);
+            refused += r;
         }
         all.sort_unstable();
         let q = |p: f64| {
@@ -352,6 +388,7 @@ fn write(
         };
         Ok(Window {
             appends: all.len() as u64,
+            refused,
             secs,
             cpu_secs,
             p50_ms: q(0.5),
@@ -379,7 +416,8 @@ fn run_case(a: &Args) -> Res<()> {
     let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;
     let tmp = tempfile::tempdir_in(&parent)?;
-    let row = measure(a, &tmp.path().join("store")).unwrap_or_else(|e| format!("failed: {e} |"));
+    let row = measure(a, &tmp.path().join("store"))
+        .unwrap_or_else(|e| format!("failed: {} |", chain(e.as_ref())));
     println!("| {n} | {} | {row}", mode_name(mode));
     std::io::stdout().flush()?;
     if a.keep {
@@ -388,12 +426,24 @@ fn run_case(a: &Args) -> Res<()> {
     Ok(())
 }
 
+/// An error and its sources, `: `-separated (brook's I/O failures carry the `io::Error`).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 /// The case's measurements in `dir`: its table row but the first two cells.
 fn measure(a: &Args, dir: &Path) -> Res<String> {
     let (n, mode) = (a.streams[0], a.modes[0]);
     let store = Store::open(dir, options(a, mode))?;
     let t = Instant::now();
-    create_streams(&store, n, a.create_threads)?;
+    let creates_refused = create_streams(&store, n, a.create_threads)?;
     let creates_per_s = n as f64 / t.elapsed().as_secs_f64();
     let body = noise(a.body);
     let w = write(&store, n, a.writers, &body, a.warmup, a.secs)?;
@@ -403,13 +453,14 @@ fn measure(a: &Args, dir: &Path) -> Res<String> {
     store.shutdown()?;
     drop(store);
     let row = format!(
-        "{:.1}k | {:.1}k | {:.1} | {:.2} | {:.2} | {rss:.0} | {fds} / {budget} | {:.0} | {files} |",
+        "{:.1}k | {:.1}k | {:.1} | {:.2} | {:.2} | {rss:.0} | {fds} / {budget} | {:.0} | {files} | {} (+{creates_refused} creates) |",
         creates_per_s / 1e3,
         w.appends as f64 / w.secs / 1e3,
         w.cpu_secs * 1e6 / w.appends.max(1) as f64,
         w.p50_ms,
         w.p99_ms,
         bytes as f64 / 1_048_576.0,
+        w.refused,
     );
     let clean = match timed_open(dir, options(a, mode)) {
         Ok((store, secs)) => {
@@ -417,7 +468,7 @@ fn measure(a: &Args, dir: &Path) -> Res<String> {
             drop(store);
             format!("{secs:.2}")
         }
-        Err(e) => return Ok(format!("{row} failed: {e} | - |")),
+        Err(e) => return Ok(format!("{row} failed: {} | - |", chain(e.as_ref()))),
     };
     let journal = crash(a, dir)?;
     let crashed = match timed_open(dir, options(a, mode)) {
@@ -425,7 +476,7 @@ fn measure(a: &Args, dir: &Path) -> Res<String> {
             store.shutdown()?;
             format!("{secs:.2}")
         }
-        Err(e) => format!("failed: {e}"),
+        Err(e) => format!("failed: {}", chain(e.as_ref())),
     };
     Ok(format!(
         "{row} {clean} | {crashed} ({journal:.0} MB journal) |"
@@ -496,9 +547,9 @@ fn main() -> Res<()> {
     );
     println!();
     println!(
-        "| streams | mode | creates/s | appends/s | CPU us/append | p50 ms | p99 ms | RSS MB | fds / budget | disk MB | files | open after close s | open after crash s |"
+        "| streams | mode | creates/s | appends/s | CPU us/append | p50 ms | p99 ms | RSS MB | fds / budget | disk MB | files | refused | open after close s | open after crash s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     std::io::stdout().flush()?;
     for &n in &a.streams {
         for &mode in &a.modes {
