@@ -7,7 +7,7 @@
 //! cargo run --release --example many_streams -- [--streams 1000,100000,1000000]
 //!     [--modes sync,buffered] [--writers 64] [--body 256] [--warmup 3] [--secs 10]
 //!     [--crash-secs 3] [--create-threads 8] [--dir PATH]
-//!     [--max-open-streams N] [--max-stream-files N]
+//!     [--max-open-streams N] [--max-stream-files N] [--keep]
 //! ```
 //!
 //! Every (N, mode) case runs in a child process of its own (this program run again with
@@ -22,12 +22,14 @@
 //! 3. prints acknowledged appends/s, the process's CPU time per append (`getrusage`, user +
 //!    system, every thread: the writers' own loop is in it, a few percent), latency p50/p99
 //!    (submit to acknowledgement), RSS (`VmRSS` at the end of the window), open descriptors, disk
-//!    used (allocated blocks) and files;
+//!    used (allocated blocks) and files, and the appends and creates refused with
+//!    `TooManyOpenStreams` ("retry shortly": each is retried after 20 ms);
 //! 4. shuts the store down and times `Store::open` plus a first `head` of a stream ("open after
 //!    close"); then a child process (`--crash-child`) opens the store and appends with the same
 //!    writers for `--crash-secs`, and is killed with SIGKILL while it writes: the journal holds
 //!    what it wrote since its last checkpoint (printed), and the open plus first `head` after it
-//!    is timed too ("open after crash").
+//!    is timed too ("open after crash"). A step that fails is printed in its cell; the store's
+//!    directory is then removed (minutes at 1M streams; `--keep` leaves it and prints its path).
 //!
 //! The store uses `Options::default()` but for the durability (`--max-open-streams` and
 //! `--max-stream-files` override the caches). docs/benchmarks.md has the method and results.
@@ -58,6 +60,8 @@ struct Args {
     max_stream_files: Option<usize>,
     /// Run one case (the first of `streams` and `modes`) in this process.
     case: bool,
+    /// Leave each case's store directory in place (its path goes to stderr).
+    keep: bool,
     /// Open the store in this directory and append until killed.
     crash_child: Option<PathBuf>,
 }
@@ -83,12 +87,14 @@ fn parse_args() -> Res<Args> {
         max_open_streams: None,
         max_stream_files: None,
         case: false,
+        keep: false,
         crash_child: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--case" {
-            a.case = true;
+        if flag == "--case" || flag == "--keep" {
+            a.case |= flag == "--case";
+            a.keep |= flag == "--keep";
             continue;
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -156,6 +162,9 @@ fn child_args(a: &Args, n: usize, mode: Durability) -> Vec<String> {
     }
     if let Some(n) = a.max_stream_files {
         v.extend(["--max-stream-files".into(), n.to_string()]);
+    }
+    if a.keep {
+        v.push("--keep".into());
     }
     v
 }
@@ -247,42 +256,68 @@ fn disk(dir: &Path) -> (u64, u64) {
     (bytes, files)
 }
 
+/// Whether `e` is the store's "retry shortly" refusal (`TooManyOpenStreams`: every open
+/// stream has changes no checkpoint has recorded yet).
+fn busy<T>(r: &Result<T, brook::Error>) -> bool {
+    matches!(r, Err(brook::Error::TooManyOpenStreams { .. }))
+}
+
 /// Creates streams `0..n` from `threads` threads, each submitting 64 creates before waiting for
-/// them (so creates share syncs).
-fn create_streams(store: &Store, n: usize, threads: usize) -> Res<()> {
+/// them (so creates share syncs). A create refused with `TooManyOpenStreams` is retried after
+/// 20 ms; returns how many were.
+fn create_streams(store: &Store, n: usize, threads: usize) -> Res<u64> {
     let threads = threads.clamp(1, n);
-    std::thread::scope(|sc| -> Res<()> {
+    std::thread::scope(|sc| -> Res<u64> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                sc.spawn(move || -> Result<(), brook::Error> {
+                sc.spawn(move || -> Result<u64, brook::Error> {
+                    let mut refused = 0;
                     let mine: Vec<usize> = (t..n).step_by(threads).collect();
                     for window in mine.chunks(64) {
-                        let pending = window
-                            .iter()
-                            .map(|&i| {
-                                let req =
-                                    CreateOptions::with_content_type("application/octet-stream");
-                                store.submit_create(&stream_name(i), req)
-                            })
-                            .collect::<Result<Vec<_>, _>>()?;
-                        for p in pending {
-                            p.wait()?;
+                        let mut todo = window.to_vec();
+                        while !todo.is_empty() {
+                            let pending: Vec<_> = todo
+                                .iter()
+                                .map(|&i| {
+                                    let req = CreateOptions::with_content_type(
+                                        "application/octet-stream",
+                                    );
+                                    (i, store.submit_create(&stream_name(i), req))
+                                })
+                                .collect();
+                            let mut again = Vec::new();
+                            for (i, p) in pending {
+                                let done = p.and_then(brook::Pending::wait);
+                                if busy(&done) {
+                                    again.push(i);
+                                } else {
+                                    done?;
+                                }
+                            }
+                            if !again.is_empty() {
+                                refused += again.len() as u64;
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            todo = again;
                         }
                     }
-                    Ok(())
+                    Ok(refused)
                 })
             })
             .collect();
+        let mut refused = 0;
         for h in handles {
-            h.join().map_err(|_| "a create thread panicked")??;
+            refused += h.join().map_err(|_| "a create thread panicked")??;
         }
-        Ok(())
+        Ok(refused)
     })
 }
 
 /// What the writers did in the measured window.
 struct Window {
     appends: u64,
+    /// Appends refused with `TooManyOpenStreams` (warm-up included), each retried after 20 ms.
+    refused: u64,
     secs: f64,
     cpu_secs: f64,
     p50_ms: f64,
@@ -308,18 +343,25 @@ fn write(
     std::thread::scope(|sc| -> Res<Window> {
         let handles: Vec<_> = (0..writers)
             .map(|t| {
-                sc.spawn(move || -> Result<Vec<u32>, brook::Error> {
+                sc.spawn(move || -> Result<(Vec<u32>, u64), brook::Error> {
                     let mut rng = seed(t);
                     let mut lat = Vec::new();
+                    let mut refused = 0;
                     loop {
                         let i = rng.below(n);
                         let sent = Instant::now();
                         if sent >= until {
-                            return Ok(lat);
+                            return Ok((lat, refused));
                         }
-                        store
-                            .submit_append(&stream_name(i), AppendRequest::new(body.clone()))?
-                            .wait()?;
+                        let done = store
+                            .submit_append(&stream_name(i), AppendRequest::new(body.clone()))
+                            .and_then(brook::Pending::wait);
+                        if busy(&done) {
+                            refused += 1;
+                            std::thread::sleep(Duration::from_millis(20));
+                            continue;
+                        }
+                        done?;
                         let done = Instant::now();
                         if sent >= from && done <= until {
                             let us = done.duration_since(sent).as_micros();
@@ -333,9 +375,11 @@ fn write(
         let c0 = cpu_seconds();
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
         let cpu_secs = cpu_seconds() - c0;
-        let mut all = Vec::new();
+        let (mut all, mut refused) = (Vec::new(), 0);
         for h in handles {
-            all.extend(h.join().map_err(|_| "a writer panicked")??);
+            let (lat, r) = h.join().map_err(|_| "a writer panicked")??;
+            all.extend(lat);
+            refused += r;
         }
         all.sort_unstable();
         let q = |p: f64| {
@@ -344,6 +388,7 @@ fn write(
         };
         Ok(Window {
             appends: all.len() as u64,
+            refused,
             secs,
             cpu_secs,
             p50_ms: q(0.5),
@@ -364,30 +409,84 @@ fn journal_mb(dir: &Path) -> f64 {
     disk(&dir.join("journal")).0 as f64 / 1_048_576.0
 }
 
-/// One (N, mode) case; prints its table row.
+/// One (N, mode) case; prints its table row (or where it failed) before its directory is
+/// removed (which takes minutes at 1M streams: `--keep` leaves it).
 fn run_case(a: &Args) -> Res<()> {
     let (n, mode) = (a.streams[0], a.modes[0]);
     let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;
     let tmp = tempfile::tempdir_in(&parent)?;
-    let dir = tmp.path().join("store");
-    let store = Store::open(&dir, options(a, mode))?;
+    let row = measure(a, &tmp.path().join("store"))
+        .unwrap_or_else(|e| format!("failed: {} |", chain(e.as_ref())));
+    println!("| {n} | {} | {row}", mode_name(mode));
+    std::io::stdout().flush()?;
+    if a.keep {
+        eprintln!("many_streams: kept {}", tmp.keep().display());
+    }
+    Ok(())
+}
+
+/// An error and its sources, `: `-separated (brook's I/O failures carry the `io::Error`).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// The case's measurements in `dir`: its table row but the first two cells.
+fn measure(a: &Args, dir: &Path) -> Res<String> {
+    let (n, mode) = (a.streams[0], a.modes[0]);
+    let store = Store::open(dir, options(a, mode))?;
     let t = Instant::now();
-    create_streams(&store, n, a.create_threads)?;
+    let creates_refused = create_streams(&store, n, a.create_threads)?;
     let creates_per_s = n as f64 / t.elapsed().as_secs_f64();
     let body = noise(a.body);
     let w = write(&store, n, a.writers, &body, a.warmup, a.secs)?;
     let (rss, fds) = (rss_mb(), open_fds());
     let budget = store.stats().stream_file_budget;
-    let (bytes, files) = disk(&dir);
+    let (bytes, files) = disk(dir);
     store.shutdown()?;
     drop(store);
+    let row = format!(
+        "{:.1}k | {:.1}k | {:.1} | {:.2} | {:.2} | {rss:.0} | {fds} / {budget} | {:.0} | {files} | {} (+{creates_refused} creates) |",
+        creates_per_s / 1e3,
+        w.appends as f64 / w.secs / 1e3,
+        w.cpu_secs * 1e6 / w.appends.max(1) as f64,
+        w.p50_ms,
+        w.p99_ms,
+        bytes as f64 / 1_048_576.0,
+        w.refused,
+    );
+    let clean = match timed_open(dir, options(a, mode)) {
+        Ok((store, secs)) => {
+            store.shutdown()?;
+            drop(store);
+            format!("{secs:.2}")
+        }
+        Err(e) => return Ok(format!("{row} failed: {} | - |", chain(e.as_ref()))),
+    };
+    let journal = crash(a, dir)?;
+    let crashed = match timed_open(dir, options(a, mode)) {
+        Ok((store, secs)) => {
+            store.shutdown()?;
+            format!("{secs:.2}")
+        }
+        Err(e) => format!("failed: {}", chain(e.as_ref())),
+    };
+    Ok(format!(
+        "{row} {clean} | {crashed} ({journal:.0} MB journal) |"
+    ))
+}
 
-    let (store, clean_open) = timed_open(&dir, options(a, mode))?;
-    store.shutdown()?;
-    drop(store);
-
-    // A child appends until it is killed (SIGKILL) mid-write: the state a crash leaves.
+/// Runs a child that appends to the store in `dir` until it is killed (SIGKILL) mid-write: the
+/// state a crash leaves. Returns the journal's size then, in MB.
+fn crash(a: &Args, dir: &Path) -> Res<f64> {
+    let (n, mode) = (a.streams[0], a.modes[0]);
     let mut child = Command::new(std::env::current_exe()?)
         .args(child_args(a, n, mode))
         .args(["--crash-child".into(), dir.display().to_string()])
@@ -403,22 +502,7 @@ fn run_case(a: &Args) -> Res<()> {
     std::thread::sleep(Duration::from_secs_f64(a.crash_secs));
     child.kill()?;
     child.wait()?;
-    let journal = journal_mb(&dir);
-    let (store, crash_open) = timed_open(&dir, options(a, mode))?;
-    store.shutdown()?;
-
-    println!(
-        "| {n} | {} | {:.1}k | {:.1}k | {:.1} | {:.2} | {:.2} | {rss:.0} | {fds} / {budget} | {:.0} | {files} | {clean_open:.2} | {crash_open:.2} ({journal:.0} MB journal) |",
-        mode_name(mode),
-        creates_per_s / 1e3,
-        w.appends as f64 / w.secs / 1e3,
-        w.cpu_secs * 1e6 / w.appends.max(1) as f64,
-        w.p50_ms,
-        w.p99_ms,
-        bytes as f64 / 1_048_576.0,
-    );
-    std::io::stdout().flush()?;
-    Ok(())
+    Ok(journal_mb(dir))
 }
 
 /// The crash child: opens the store in `dir`, says "writing" and appends from `writers`
@@ -463,9 +547,9 @@ fn main() -> Res<()> {
     );
     println!();
     println!(
-        "| streams | mode | creates/s | appends/s | CPU us/append | p50 ms | p99 ms | RSS MB | fds / budget | disk MB | files | open after close s | open after crash s |"
+        "| streams | mode | creates/s | appends/s | CPU us/append | p50 ms | p99 ms | RSS MB | fds / budget | disk MB | files | refused | open after close s | open after crash s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     std::io::stdout().flush()?;
     for &n in &a.streams {
         for &mode in &a.modes {
