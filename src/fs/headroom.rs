@@ -48,6 +48,17 @@ impl Headroom {
         }
     }
 
+    /// The free space on the file system holding `file` (open at `path`) after this batch's
+    /// allocations so far: the look taken for them less what they took, or a look now if none
+    /// was taken; `None` if the file system cannot say.
+    pub(crate) fn available(&self, file: &File, path: &Path) -> Option<u64> {
+        match self.free {
+            Free::Unlooked => super::available_bytes(file, path),
+            Free::Unknown => None,
+            Free::Bytes(f) => Some(f),
+        }
+    }
+
     /// Counts `bytes` allocated.
     fn took(&mut self, bytes: u64) {
         if let Free::Bytes(f) = &mut self.free {

@@ -81,6 +81,51 @@ fn protocol_route(p: &str) -> Option<Route> {
     None
 }
 
+/// A path's last segments, found by one scan from its end: `cuts[i]` is the position of the
+/// slash before the `i`-th segment from the end (0: the last), for the first `n` of them.
+struct Tail<'a> {
+    p: &'a str,
+    cuts: [usize; 4],
+    n: usize,
+}
+
+impl<'a> Tail<'a> {
+    fn of(p: &'a str) -> Tail<'a> {
+        let b = p.as_bytes();
+        let mut t = Tail {
+            p,
+            cuts: [0; 4],
+            n: 0,
+        };
+        let mut end = b.len();
+        while t.n < t.cuts.len() {
+            let Some(at) = b[..end].iter().rposition(|&c| c == b'/') else {
+                break;
+            };
+            t.cuts[t.n] = at;
+            t.n += 1;
+            end = at;
+        }
+        t
+    }
+
+    /// The `i`-th segment from the end (0: the last), if the path has that many.
+    fn seg(&self, i: usize) -> Option<&'a str> {
+        let end = match i {
+            0 => self.p.len(),
+            _ if i <= self.n => self.cuts[i - 1],
+            _ => return None,
+        };
+        let start = if i < self.n { self.cuts[i] + 1 } else { 0 };
+        Some(&self.p[start..end])
+    }
+
+    /// The path before the `i`-th segment from the end (without its slash), if there is one.
+    fn before(&self, i: usize) -> Option<&'a str> {
+        (i < self.n).then(|| &self.p[..self.cuts[i]])
+    }
+}
+
 /// [`parse_route`] for paths whose stream names are valid.
 fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
     // The reserved prefixes first: no stream name starts with them.
@@ -90,13 +135,12 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
     if let Some(rest) = p.strip_prefix("__brook/") {
         return Ok(Route::Admin(rest.to_owned()));
     }
-    if let Some(route) = extension_route(p)? {
+    // One scan from the end finds every segment the routes below look at.
+    let t = Tail::of(p);
+    if let Some(route) = extension_route(&t)? {
         return Ok(route);
     }
-    let (head, last) = match p.rsplit_once('/') {
-        Some((h, l)) => (Some(h), l),
-        None => (None, p),
-    };
+    let (head, last) = (t.before(0), t.seg(0).unwrap_or(p));
     match last {
         "bootstrap" => return stream_name(head).map(Route::Bootstrap),
         "snapshot" => return stream_name(head).map(Route::SnapshotLatest),
@@ -108,11 +152,8 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
         }
         _ => {}
     }
-    if let Some(head) = head {
-        let (stream, mid) = match head.rsplit_once('/') {
-            Some((s, m)) => (Some(s), m),
-            None => (None, head),
-        };
+    if head.is_some() {
+        let (stream, mid) = (t.before(1), t.seg(1).unwrap_or(""));
         match mid {
             "snapshot" => return Ok(Route::SnapshotAt(stream_name(stream)?, last.to_owned())),
             "retention" => return Ok(Route::Retention(stream_name(stream)?, last.to_owned())),
@@ -125,10 +166,9 @@ fn parse_stream_route(p: &str) -> Result<Route, ApiError> {
 /// The routes of Ursula 0.11 that end in more than two segments after the stream:
 /// `{s}/incarnation/{token}/(chunk|snapshot)/{offset}`, `{s}/snapshot/{offset}/parts` and
 /// `{s}/snapshot/parts`; `None` for any other path. The stream names reserve these shapes.
-fn extension_route(p: &str) -> Result<Option<Route>, ApiError> {
-    let mut segs = p.rsplitn(5, '/');
-    let last = segs.next().unwrap_or("");
-    let (s2, s3, s4, rest) = (segs.next(), segs.next(), segs.next(), segs.next());
+fn extension_route(t: &Tail<'_>) -> Result<Option<Route>, ApiError> {
+    let last = t.seg(0).unwrap_or("");
+    let (s2, s3, s4, rest) = (t.seg(1), t.seg(2), t.seg(3), t.before(3));
     if let (Some(kind @ ("chunk" | "snapshot")), Some(token), Some("incarnation"), Some(_)) =
         (s2, s3, s4, rest)
     {
@@ -144,17 +184,11 @@ fn extension_route(p: &str) -> Result<Option<Route>, ApiError> {
         return Ok(None);
     }
     match (s2, s3) {
-        (Some("snapshot"), Some(_)) => {
-            let head = p.rsplitn(3, '/').nth(2);
-            Ok(Some(Route::SnapshotParts(stream_name(head)?)))
-        }
-        (Some(offset), Some("snapshot")) if s4.is_some() => {
-            let head = p.rsplitn(4, '/').nth(3);
-            Ok(Some(Route::SnapshotPart(
-                stream_name(head)?,
-                offset.to_owned(),
-            )))
-        }
+        (Some("snapshot"), Some(_)) => Ok(Some(Route::SnapshotParts(stream_name(t.before(1))?))),
+        (Some(offset), Some("snapshot")) if s4.is_some() => Ok(Some(Route::SnapshotPart(
+            stream_name(t.before(2))?,
+            offset.to_owned(),
+        ))),
         _ => Ok(None),
     }
 }

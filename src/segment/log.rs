@@ -15,9 +15,10 @@ use crate::name::Offset;
 use crate::state::Body;
 
 use super::mmap::{self, ReadMap};
+use super::set::BufferShare;
 use super::{
-    COLD_BLOCK, ColdPiece, ENTRY, FLUSH_AT, IDX_HEADER, IDX_MAGIC, IDX_VERSION, MIN_IDX_ENTRIES,
-    MIN_LOG_CAP, Piece, WRITE_THROUGH, WRITEBACK_AT, idx_path, log_path,
+    COLD_BLOCK, ColdPiece, ENTRY, FLUSH_AT, IDX_FLOOR, IDX_HEADER, IDX_MAGIC, IDX_VERSION,
+    MIN_IDX_ENTRIES, MIN_LOG_CAP, Piece, WRITE_THROUGH, WRITEBACK_AT, idx_path, log_path,
 };
 
 pub(super) struct Segment {
@@ -400,13 +401,16 @@ impl Segment {
     /// growing the files as needed (sparse lengths: the writer set their blocks aside before
     /// the batch, `segment/room.rs`).
     ///
-    /// `tight`: the store's write buffers are over their budget: a body that does not fit the
-    /// room the buffer has (all of it for an empty buffer) is written through with what the
-    /// buffer holds, and the buffer's memory given back.
-    pub(super) fn write(&mut self, body: &Body, hold: bool, tight: bool) -> Result<()> {
-        // The index grows first: once the body's bytes are written or buffered, only its
-        // entries are left to add, so a failure cannot leave bytes buffered past `end`.
+    /// `share`: the set's share of the store's write-buffer budget, the most capacity the two
+    /// buffers may take together ([`BufferShare::limit`], asked only when one must grow). A
+    /// buffer grows only within it; a full one that may not grow is written, and keeps its room
+    /// while it is within the limit.
+    pub(super) fn write(&mut self, body: &Body, hold: bool, share: BufferShare) -> Result<()> {
+        // The index grows first, and its buffer makes room for the body's entries: once the
+        // body's bytes are written or buffered, only its entries are left to add, so a failure
+        // cannot leave bytes buffered past `end`.
         self.grow_index(body.ends.len() as u64)?;
+        self.entry_room(body.ends.len() as u64, share)?;
         let rel = self.end - self.base.bytes;
         let need = rel + body.data.len() as u64;
         if need > self.log_cap {
@@ -418,15 +422,8 @@ impl Segment {
             )?;
             self.log_cap = cap;
         }
-        // Past the store's budget a buffer does not grow: a body that does not fit the room
-        // it has is written with what it holds, and the buffer is given back.
-        let through =
-            tight && !hold && self.unwritten.len() + body.data.len() > self.unwritten.capacity();
-        if body.data.len() >= WRITE_THROUGH || through {
+        if body.data.len() >= WRITE_THROUGH {
             self.flush_log()?;
-            if through {
-                self.unwritten = Vec::new();
-            }
             self.local_log()?.write_all_at(&body.data, rel)?;
             self.written_to(rel + body.data.len() as u64);
         } else if hold {
@@ -449,19 +446,94 @@ impl Segment {
                 // Room for a few more bodies like this one, or twice the room it had, up to a
                 // flush's worth: bodies of a few KiB are not copied again at every doubling,
                 // and small ones are copied a few times in all before the buffer is written.
+                // Within the limit only, and then no more than it leaves.
+                let limit = share.limit();
+                let fits = limit.saturating_sub(self.idx_pending.capacity());
                 let want = (4 * body.data.len())
                     .max(2 * self.unwritten.capacity())
                     .min(FLUSH_AT + body.data.len())
+                    .min(fits)
                     .max(need);
-                self.unwritten.reserve_exact(want - self.unwritten.len());
+                if want <= fits {
+                    self.unwritten.reserve_exact(want - self.unwritten.len());
+                } else if self.write_full(&body.data, rel, limit)? {
+                    return self.add_entries(body);
+                }
             }
             self.unwritten.extend_from_slice(&body.data);
         }
         self.add_entries(body)
     }
 
+    /// Room in the entries' buffer for `n` more entries, made before an append's bytes are
+    /// taken. The buffer grows within the share (see [`Segment::write`]), or up to [`IDX_FLOOR`]
+    /// whatever the limit, so a stream that got no share of the budget writes its entries once
+    /// per that many, not at each append. Full and not allowed to grow, it writes its entries
+    /// first and keeps its room while within the limit; with no descriptor free to open the
+    /// index, the entries stay and the buffer grows (the next flush writes them).
+    #[inline]
+    pub(super) fn entry_room(&mut self, n: u64, share: BufferShare) -> Result<()> {
+        if self.idx_pending.len() + (n * ENTRY) as usize <= self.idx_pending.capacity() {
+            return Ok(());
+        }
+        self.grow_entries(n, share)
+    }
+
+    /// [`Segment::entry_room`] when the buffer has no room for the entries.
+    fn grow_entries(&mut self, n: u64, share: BufferShare) -> Result<()> {
+        let add = (n * ENTRY) as usize;
+        let limit = share.limit();
+        let fits = limit
+            .saturating_sub(self.unwritten.capacity())
+            .max(IDX_FLOOR);
+        let want = (2 * self.idx_pending.capacity())
+            .max(4 * ENTRY as usize)
+            .min(FLUSH_AT)
+            .min(fits);
+        if self.idx_pending.len() + add > want && !self.idx_pending.is_empty() {
+            match self.write_entries() {
+                Err(Error::TooManyOpenFiles) => {}
+                other => other?,
+            }
+            if self.idx_pending.is_empty() && self.buffer_capacity() > limit.max(IDX_FLOOR) {
+                self.idx_pending = Vec::new();
+            }
+        }
+        let need = self.idx_pending.len() + add;
+        if need > self.idx_pending.capacity() {
+            self.idx_pending
+                .reserve_exact(want.max(need) - self.idx_pending.len());
+        }
+        Ok(())
+    }
+
+    /// A body at `rel` that the log's buffer has no room for, and which may not grow past
+    /// `limit`: what the buffer holds is written, with the body too (one call) if it does not
+    /// fit the buffer's room, and the room is kept while the buffers are within `limit` (given
+    /// back past it: the share shrank as more streams took buffers). Whether the body was
+    /// written; if not, the emptied buffer has room for it.
+    fn write_full(&mut self, data: &[u8], rel: u64, limit: usize) -> Result<bool> {
+        if self.buffer_capacity() > limit {
+            self.flush_log()?;
+            self.unwritten = Vec::new();
+        } else if data.len() <= self.unwritten.capacity() {
+            self.flush_log()?;
+            return Ok(false);
+        }
+        if self.unwritten.is_empty() {
+            self.local_log()?.write_all_at(data, rel)?;
+        } else {
+            let from = rel - self.unwritten.len() as u64;
+            fs::write_all_vectored_at(self.local_log()?, &[&self.unwritten, data], from)?;
+            self.unwritten.clear();
+        }
+        self.written_to(rel + data.len() as u64);
+        Ok(true)
+    }
+
     /// The index part of an append of `body`, whose bytes are in the log or its buffer from
-    /// `end` on: buffers its index entries and moves `end` past it.
+    /// `end` on: buffers its index entries (in the room [`Segment::entry_room`] made) and moves
+    /// `end` past it.
     pub(super) fn add_entries(&mut self, body: &Body) -> Result<()> {
         let n = body.ends.len() as u64;
         self.grow_index(n)?;
@@ -527,6 +599,12 @@ impl Segment {
     /// buffered.
     pub(super) fn flush(&mut self) -> Result<()> {
         self.flush_log()?;
+        self.write_entries()
+    }
+
+    /// Writes the buffered index entries to the index file, in one call (the buffer keeps its
+    /// room).
+    fn write_entries(&mut self) -> Result<()> {
         if !self.idx_pending.is_empty() {
             self.open_index()?
                 .write_all_at(&self.idx_pending, IDX_HEADER + self.idx_written * ENTRY)?;

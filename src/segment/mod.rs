@@ -92,6 +92,12 @@ pub(crate) fn parse_idx_name(name: &str) -> Option<u64> {
 /// memory a stream's unwritten appends take.
 const FLUSH_AT: usize = 16 << 10;
 
+/// What a segment's buffer of index entries may hold whatever its stream's share of the
+/// store's write-buffer budget (32 entries): a stream that got no share (the budget taken by
+/// others) writes its entries once per this many appends, not at each one (an index write
+/// opens the file). Beyond the budget by at most this much per stream with buffers.
+const IDX_FLOOR: usize = 512;
+
 /// Once this many bytes were written to a log since its write-back was last asked for, the
 /// range is handed to the engine, whose checkpoint thread has the kernel start writing it
 /// (`fs::start_writeback`), so a checkpoint's `syncfs` does not find a whole checkpoint's

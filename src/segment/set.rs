@@ -47,11 +47,14 @@ pub(crate) struct SegmentSet {
 
 /// What the segments of a store's streams hold together: descriptors, which the engine puts
 /// idle streams at rest to keep within its budget (`max_stream_files`), and write-buffer
-/// memory, past [`WRITE_BUFFERS`] of which appends are written through instead of buffered.
+/// memory, which [`WRITE_BUFFERS`] bounds (each set's buffers grow only within its share of
+/// it, `BufferShare::limit`).
 #[derive(Debug, Default)]
 pub(crate) struct SegmentUse {
     pub(super) files: AtomicUsize,
     pub(super) buffered: AtomicUsize,
+    /// The sets holding any write-buffer memory: the budget's shares are split among them.
+    pub(super) buffering: AtomicUsize,
 }
 
 impl SegmentUse {
@@ -69,10 +72,35 @@ impl SegmentUse {
 /// The most memory the write buffers of a store's segments take together (their capacity).
 /// A stream's appends are buffered (up to `FLUSH_AT`) so that one write carries many; across
 /// thousands of streams each written now and then, the buffers took 8 KiB a stream (82 MB
-/// over 10,000 streams in ds-bench's pool workload) and saved few writes. Past this, appends
-/// of streams whose buffer is empty are written through (one `pwrite` each) and their buffers
-/// given back.
+/// over 10,000 streams in ds-bench's pool workload) and saved few writes. So each set's
+/// buffers grow only within its share (this over the sets holding buffers, and no more than
+/// the budget has left): a full buffer that may not grow is written and keeps its room, and a
+/// stream that got no room writes its appends through (one `pwrite` each).
 pub(crate) const WRITE_BUFFERS: usize = 8 << 20;
+
+/// A set's view of the store's write-buffer budget, for a buffer that must grow.
+#[derive(Clone, Copy)]
+pub(super) struct BufferShare<'a> {
+    /// The store's counts (none for a set no store counts: unbounded).
+    files: Option<&'a SegmentUse>,
+    /// The set's buffers' capacity, as counted.
+    held: usize,
+}
+
+impl BufferShare<'_> {
+    /// The most capacity the set's write buffers may take now: its share of [`WRITE_BUFFERS`]
+    /// among the sets holding buffers (itself included), and no more than what it holds and
+    /// the budget has left.
+    pub(super) fn limit(self) -> usize {
+        let Some(f) = self.files else {
+            return usize::MAX;
+        };
+        let sets = f.buffering.load(Ordering::Relaxed) + usize::from(self.held == 0);
+        let share = WRITE_BUFFERS / sets.max(1);
+        let left = WRITE_BUFFERS.saturating_sub(f.buffered());
+        share.min(self.held + left)
+    }
+}
 
 /// Moves `counter` from `old` to `new`.
 fn shift(counter: &AtomicUsize, old: usize, new: usize) {
@@ -88,6 +116,9 @@ impl Drop for SegmentSet {
         if let Some(f) = &self.files {
             f.files.fetch_sub(self.counted, Ordering::Relaxed);
             f.buffered.fetch_sub(self.buffered, Ordering::Relaxed);
+            if self.buffered > 0 {
+                f.buffering.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -291,6 +322,9 @@ impl SegmentSet {
         if let Some(old) = self.files.replace(files.clone()) {
             old.files.fetch_sub(self.counted, Ordering::Relaxed);
             old.buffered.fetch_sub(self.buffered, Ordering::Relaxed);
+            if self.buffered > 0 {
+                old.buffering.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         self.counted = 0;
         self.buffered = 0;
@@ -319,16 +353,14 @@ impl SegmentSet {
         if now != self.buffered {
             if let Some(f) = &self.files {
                 shift(&f.buffered, self.buffered, now);
+                if self.buffered == 0 {
+                    f.buffering.fetch_add(1, Ordering::Relaxed);
+                } else if now == 0 {
+                    f.buffering.fetch_sub(1, Ordering::Relaxed);
+                }
             }
             self.buffered = now;
         }
-    }
-
-    /// Whether the store's write buffers are at or over [`WRITE_BUFFERS`] together.
-    fn buffers_tight(&self) -> bool {
-        self.files
-            .as_ref()
-            .is_some_and(|f| f.buffered() >= WRITE_BUFFERS)
     }
 
     /// The descriptors this set holds.
@@ -467,9 +499,12 @@ impl SegmentSet {
             self.room = 0;
             self.roll_if_full(start)?;
         }
-        let tight = self.buffers_tight();
+        let share = BufferShare {
+            files: self.files.as_deref(),
+            held: self.buffered,
+        };
         let out = match self.segs.last_mut() {
-            Some(s) => s.write(body, hold, tight),
+            Some(s) => s.write(body, hold, share),
             None => Err(Error::corrupt(&*self.dir, "stream has no segment")),
         };
         self.recount_buffers();
@@ -501,6 +536,10 @@ impl SegmentSet {
         self.check_start(start)?;
         self.wake()?;
         self.roll_if_full(start)?;
+        let share = BufferShare {
+            files: self.files.as_deref(),
+            held: self.buffered,
+        };
         let (dir, segs) = (&self.dir, &mut self.segs);
         let Some(s) = segs.last_mut() else {
             return Err(Error::corrupt(&**dir, "stream has no segment"));
@@ -523,8 +562,10 @@ impl SegmentSet {
         if ends.len() == 1 {
             let _ = body.crc.set(placed.crc);
         }
+        s.entry_room(ends.len() as u64, share)?;
         s.add_entries(&body)?;
         s.written_to(rel + len);
+        self.recount_buffers();
         Ok(Some(body))
     }
 

@@ -505,11 +505,12 @@ fn an_open_segment_holds_only_its_log_open() {
     ));
 }
 
-/// The store's write buffers are bounded together: while they are over [`WRITE_BUFFERS`], an
-/// append that would start an empty buffer is written to the log at once and the buffer's
-/// memory given back, and a buffer holding bytes takes only what fits its room (the append that
-/// does not fit is written with them); under it, appends buffer again. The count follows each set's buffers
-/// and leaves with the set.
+/// The store's write buffers are bounded together: a set's buffers grow only within its share
+/// of [`WRITE_BUFFERS`] and what the budget has left. With no room left, an append to an empty
+/// buffer is written to the log at once (its entries kept in at most `IDX_FLOOR`); a full
+/// buffer that may not grow is written and keeps its room, so the appends after it buffer
+/// again; a set past its share (more sets took buffers) gives its room back when full. The
+/// counts follow each set's buffers and leave with the set.
 #[test]
 fn write_buffers_past_the_store_budget_write_through() {
     use std::sync::atomic::Ordering;
@@ -524,11 +525,16 @@ fn write_buffers_past_the_store_budget_write_through() {
         set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
         expect.extend_from_slice(m.as_bytes());
     };
+    let cap = |set: &SegmentSet| {
+        let s = set.segs.last().unwrap();
+        (s.unwritten.capacity(), s.idx_pending.capacity())
+    };
     for i in 0..10 {
         add(&mut set, &mut expect, i);
     }
     let own = shared.buffered();
     assert!(own >= 10 * 120, "buffered bytes are counted: {own}");
+    assert_eq!(shared.buffering.load(Ordering::Relaxed), 1);
     assert!(
         log()[..expect.len()].iter().all(|&b| b == 0),
         "nothing written yet"
@@ -541,10 +547,14 @@ fn write_buffers_past_the_store_budget_write_through() {
         WRITE_BUFFERS,
         "a flush gives the buffers back"
     );
-    for i in 10..20 {
+    assert_eq!(shared.buffering.load(Ordering::Relaxed), 0);
+    for i in 10..50 {
         add(&mut set, &mut expect, i);
-        let s = set.segs.last().unwrap();
-        assert_eq!(s.unwritten.capacity(), 0, "append {i} was buffered");
+        assert_eq!(cap(&set).0, 0, "append {i} was buffered");
+        assert!(
+            cap(&set).1 <= IDX_FLOOR,
+            "the entries' buffer grew past its floor"
+        );
         assert_eq!(
             &log()[..expect.len()],
             &expect[..],
@@ -553,38 +563,52 @@ fn write_buffers_past_the_store_budget_write_through() {
     }
     // Room again: appends buffer.
     shared.buffered.fetch_sub(WRITE_BUFFERS, Ordering::Relaxed);
-    add(&mut set, &mut expect, 20);
-    let room = set.segs.last().unwrap().unwritten.capacity();
+    add(&mut set, &mut expect, 50);
+    let room = cap(&set).0;
     assert!(room > 0);
     // Past the budget again with bytes buffered: the buffer takes what fits its room and does
-    // not grow; the body that does not fit is written with the buffered bytes, and the buffer
-    // goes back.
+    // not grow; once full, its bytes are written (with the body that did not fit, or before
+    // it) and it keeps its room for the appends after.
     shared.buffered.fetch_add(WRITE_BUFFERS, Ordering::Relaxed);
-    let mut i = 21;
-    loop {
+    let mut i = 51;
+    let mut written = 0;
+    while written < 3 {
         let before = set.segs.last().unwrap().unwritten.len();
         add(&mut set, &mut expect, i);
         i += 1;
         let s = set.segs.last().unwrap();
-        assert!(
-            s.unwritten.capacity() <= room,
-            "the buffer grew past the budget"
-        );
-        if s.unwritten.capacity() == 0 {
-            assert!(before > 0);
+        assert_eq!(s.unwritten.capacity(), room, "the buffer grew or went back");
+        if s.unwritten.len() < before {
+            written += 1;
+            let on_disk = expect.len() - s.unwritten.len();
             assert_eq!(
-                &log()[..expect.len()],
-                &expect[..],
-                "buffer and body written"
+                &log()[..on_disk],
+                &expect[..on_disk],
+                "the full buffer was written"
             );
-            break;
         }
-        assert!(i < 100, "the buffer never filled");
+        assert!(i < 500, "the buffer never filled");
     }
     shared.buffered.fetch_sub(WRITE_BUFFERS, Ordering::Relaxed);
+    // Many more sets holding buffers: this one's share is under what it holds, and when its
+    // buffer is full it gives the room back.
+    shared.buffering.fetch_add(1 << 20, Ordering::Relaxed);
+    while cap(&set).0 == room {
+        add(&mut set, &mut expect, i);
+        i += 1;
+        assert!(i < 1000, "the buffer was never given back");
+    }
+    let share = WRITE_BUFFERS / ((1 << 20) + 1);
+    let (data, idx) = cap(&set);
+    assert!(
+        data + idx <= share.max(IDX_FLOOR),
+        "past its share: {data} + {idx} bytes"
+    );
+    shared.buffering.fetch_sub(1 << 20, Ordering::Relaxed);
     let end = set.end();
     let got: Vec<u8> = set.read_local(0, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, expect);
     drop(set);
     assert_eq!(shared.buffered(), 0, "a dropped set leaves the count");
+    assert_eq!(shared.buffering.load(Ordering::Relaxed), 0);
 }

@@ -100,6 +100,9 @@ pub(in crate::engine) struct Writer {
     pub(super) spare_items: Vec<Queued>,
     /// The streams of the batch being committed, each once.
     touched: Vec<Arc<Stream>>,
+    /// Scratch for the room a batch's streams need (`engine/journal/space.rs`), kept empty
+    /// between batches for its allocation.
+    pub(super) room_want: Vec<(usize, u64, u64)>,
 }
 
 /// One journal shard: its queue, its writer, its durable LSN and its checkpoint hand-off.
@@ -208,6 +211,7 @@ impl Shard {
                 spare_batch: None,
                 spare_items: Vec::new(),
                 touched: Vec::new(),
+                room_want: Vec::new(),
             }),
             durable_lsn: AtomicU64::new(end),
             durable: Event::new(),

@@ -20,7 +20,9 @@
 //!    the name index. The look (`fstatvfs`) is taken again once the batches since the last one
 //!    could have used half of what was free then (at most every [`LOOK_EVERY`] bytes), and
 //!    after anything took space the batches do not count: 1 or 2 allocated, or the journal
-//!    moved to another file. So a disk with room costs one call per [`LOOK_EVERY`] and a
+//!    moved to another file. A look the batch's allocations took already (to size their
+//!    steps, `fs/headroom.rs`), less what they allocated, serves as the batch's. So a disk
+//!    with room costs one call per [`LOOK_EVERY`] (and one per batch that allocates), and a
 //!    nearly full one a call per batch.
 //!
 //! Any of these refusing makes the shard refuse writes (`engine/journal/poison.rs`): `507
@@ -77,10 +79,10 @@ impl Shard {
         let mut room = fs::Headroom::new(HEAL_FREE);
         let set = (|| -> Result<()> {
             Self::reserve(w, need, &mut room)?;
-            if Self::make_room(items, &mut room)? || w.alloc != alloc {
+            if Self::make_room(items, &mut w.room_want, &mut room)? || w.alloc != alloc {
                 w.unlooked = 0;
             }
-            Ok(self.admit(w, buf, items)?)
+            Ok(self.admit(w, buf, items, &room)?)
         })();
         if set.is_err() && w.alloc != alloc {
             // A refused batch keeps no reservation: the free space healing looks at is what
@@ -92,13 +94,20 @@ impl Shard {
     }
 
     /// The segments' room (2 above) for the appends among `items`, one call per stream;
-    /// whether any space was allocated.
-    fn make_room(items: &[Queued], room: &mut fs::Headroom) -> Result<bool> {
-        let mut want: Vec<(&Arc<Stream>, u64, u64)> = Vec::new();
-        // Each stream's place in `want`, once a batch is large enough that a scan would cost.
-        let mut at: HashMap<*const Stream, usize> = HashMap::new();
-        let indexed = items.len() > 16;
-        for it in items {
+    /// whether any space was allocated. `want` is the writer's scratch list (empty between
+    /// batches, so a batch allocates nothing once it has room): per stream, the index in
+    /// `items` of its first append, and the bytes and entries of all of them.
+    fn make_room(
+        items: &[Queued],
+        want: &mut Vec<(usize, u64, u64)>,
+        room: &mut fs::Headroom,
+    ) -> Result<bool> {
+        want.clear();
+        // Each stream's place in `want`, once a batch is large enough that a scan would cost
+        // (none for a small batch: a map's hasher alone costs more than its scan).
+        let mut at: Option<HashMap<*const Stream, usize>> =
+            (items.len() > 16).then(|| HashMap::with_capacity(items.len()));
+        for (i, it) in items.iter().enumerate() {
             let Record::Append { rec, .. } = &it.record else {
                 continue;
             };
@@ -106,30 +115,39 @@ impl Shard {
             if bytes == 0 {
                 continue;
             }
-            let found = if indexed {
-                at.get(&Arc::as_ptr(&it.stream)).copied()
-            } else {
-                want.iter().position(|(s, ..)| Arc::ptr_eq(s, &it.stream))
+            let found = match &at {
+                Some(at) => at.get(&Arc::as_ptr(&it.stream)).copied(),
+                None => want
+                    .iter()
+                    .position(|&(first, ..)| Arc::ptr_eq(&items[first].stream, &it.stream)),
             };
-            if let Some(w) = found.and_then(|i| want.get_mut(i)) {
+            if let Some(w) = found.and_then(|k| want.get_mut(k)) {
                 w.1 += bytes;
                 w.2 += entries;
             } else {
-                if indexed {
+                if let Some(at) = &mut at {
                     at.insert(Arc::as_ptr(&it.stream), want.len());
                 }
-                want.push((&it.stream, bytes, entries));
+                want.push((i, bytes, entries));
             }
         }
         let mut grew = false;
-        for (stream, bytes, entries) in want {
+        let mut out = Ok(());
+        for &(first, bytes, entries) in want.iter() {
             // A stream created in this batch has no segments yet: its appends go into the
             // first segment as it is created (inside the floor).
-            if let Some(segs) = stream.data.lock().segs.as_mut() {
-                grew |= segs.make_room(bytes, entries, room)?;
+            if let Some(segs) = items[first].stream.data.lock().segs.as_mut() {
+                match segs.make_room(bytes, entries, room) {
+                    Ok(g) => grew |= g,
+                    Err(e) => {
+                        out = Err(e);
+                        break;
+                    }
+                }
             }
         }
-        Ok(grew)
+        want.clear();
+        out.map(|()| grew)
     }
 
     /// Whether a shard refusing writes after a full disk may take them again: the journal's
@@ -144,8 +162,15 @@ impl Shard {
     }
 
     /// The free-space look (3 above) for a batch of `buf` with `items`: `ENOSPC` when the file
-    /// system is too full to take it, before any of it is written.
-    fn admit(&self, w: &mut Writer, buf: &[u8], items: &[Queued]) -> std::io::Result<()> {
+    /// system is too full to take it, before any of it is written. A look `room` took for this
+    /// batch's allocations (less what they took) is the look.
+    fn admit(
+        &self,
+        w: &mut Writer,
+        buf: &[u8],
+        items: &[Queued],
+        room: &fs::Headroom,
+    ) -> std::io::Result<()> {
         let placed: u64 = items
             .iter()
             .map(|it| match &it.record {
@@ -161,7 +186,7 @@ impl Shard {
             w.unlooked -= cost;
             return Ok(());
         }
-        match fs::available_bytes(&w.file, &w.path) {
+        match room.available(&w.file, &w.path) {
             // A file system that cannot say: the reservation is the only look.
             None => w.unlooked = LOOK_EVERY,
             Some(free) if free >= FREE_FLOOR.saturating_add(cost) => {

@@ -86,6 +86,93 @@ fn routes_split_on_the_reserved_last_segments() {
     }
 }
 
+/// The routes as they were split before the one scan from the end (`rsplit_once` and
+/// `rsplitn` on the path): the reference the scan is checked against.
+fn split_by_rsplit(p: &str) -> Result<Route, &'static str> {
+    let name =
+        |s: Option<&str>| StreamName::new(s.unwrap_or("")).map_err(|_| "INVALID_STREAM_NAME");
+    let mut segs = p.rsplitn(5, '/');
+    let last = segs.next().unwrap_or("");
+    let (s2, s3, s4, rest) = (segs.next(), segs.next(), segs.next(), segs.next());
+    if let (Some(kind @ ("chunk" | "snapshot")), Some(token), Some("incarnation"), Some(_)) =
+        (s2, s3, s4, rest)
+    {
+        let n = name(rest)?;
+        return Ok(if kind == "chunk" {
+            Route::IncarnationChunk(n, token.into(), last.into())
+        } else {
+            Route::IncarnationSnapshot(n, token.into(), last.into())
+        });
+    }
+    if last == "parts" {
+        match (s2, s3) {
+            (Some("snapshot"), Some(_)) => {
+                return Ok(Route::SnapshotParts(name(p.rsplitn(3, '/').nth(2))?));
+            }
+            (Some(offset), Some("snapshot")) if s4.is_some() => {
+                let n = name(p.rsplitn(4, '/').nth(3))?;
+                return Ok(Route::SnapshotPart(n, offset.into()));
+            }
+            _ => {}
+        }
+    }
+    let (head, last) = match p.rsplit_once('/') {
+        Some((h, l)) => (Some(h), l),
+        None => (None, p),
+    };
+    match last {
+        "bootstrap" => return name(head).map(Route::Bootstrap),
+        "snapshot" => return name(head).map(Route::SnapshotLatest),
+        "retention" => return Err("INVALID_ARGUMENT"),
+        _ => {}
+    }
+    if let Some(head) = head {
+        let (stream, mid) = match head.rsplit_once('/') {
+            Some((s, m)) => (Some(s), m),
+            None => (None, head),
+        };
+        match mid {
+            "snapshot" => return Ok(Route::SnapshotAt(name(stream)?, last.into())),
+            "retention" => return Ok(Route::Retention(name(stream)?, last.into())),
+            _ => {}
+        }
+    }
+    name(Some(p)).map(Route::Stream)
+}
+
+/// Every path of up to five segments over the words the routes reserve splits as the
+/// `rsplit`-based parse split it: the same route, or a refusal with the same code.
+#[test]
+fn the_scan_from_the_end_splits_as_rsplit_did() {
+    let words = [
+        "a",
+        "",
+        "snapshot",
+        "parts",
+        "incarnation",
+        "chunk",
+        "retention",
+        "bootstrap",
+        "..",
+    ];
+    let mut paths: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+    let mut checked = 0;
+    for depth in 1..=5 {
+        for q in &paths {
+            let got = parse_route(&format!("/{q}")).map_err(|e| e.code());
+            assert_eq!(got, split_by_rsplit(q), "/{q}");
+            checked += 1;
+        }
+        if depth < 5 {
+            paths = paths
+                .iter()
+                .flat_map(|p| words.iter().map(move |w| format!("{p}/{w}")))
+                .collect();
+        }
+    }
+    assert!(checked > 60_000, "{checked} paths");
+}
+
 /// Every header-name constant the server writes is a valid lower-case `HeaderName` (the invariant
 /// `IntoHeaderName for &'static str` relies on).
 #[test]

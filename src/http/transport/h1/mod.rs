@@ -450,12 +450,21 @@ async fn take_request<S: Io, H: Handler>(
         }
         Err(NotHere::Over(e)) => return Next::Refuse(e),
     };
-    // The head (and below, a small body) is copied out of the read buffer, so that nothing the
+    // The head (and a small body) is copied out of the read buffer, so that nothing the
     // handler holds keeps the buffer's allocation: with no pipelined bytes after the request
     // the buffer goes back before the handler runs, and a connection waiting for its append's
-    // commit, streaming a response or idle between requests holds none.
-    let head_bytes = Bytes::copy_from_slice(&buf[..head.len]);
-    buf.advance(head.len);
+    // commit, streaming a response or idle between requests holds none. A small body that came
+    // with its head is copied with it, into one allocation.
+    let with_body =
+        head.body_len > 0 && head.body_len < MOVE_BODY_AT && buf.len() - head.len >= head.body_len;
+    let taken = if with_body {
+        head.len + head.body_len
+    } else {
+        head.len
+    };
+    let mut head_bytes = Bytes::copy_from_slice(&buf[..taken]);
+    buf.advance(taken);
+    let came = with_body.then(|| head_bytes.split_off(head.len));
     let is_head = head.method == Method::HEAD;
     let Some(req) = request(&head_bytes, &head, lines, std::mem::take(spare)) else {
         return Next::Refuse(unparsable());
@@ -465,7 +474,7 @@ async fn take_request<S: Io, H: Handler>(
     // Admission before reading: the handler decides from the head (rights, and for a body still
     // to come the route's size limit), then the memory budget, so a refused request costs no
     // body bytes.
-    let unread = (head.body_len > buf.len()).then_some(head.body_len);
+    let unread = (!with_body && head.body_len > buf.len()).then_some(head.body_len);
     let admission = match handler.admit(&mut parts, unread) {
         Ok(admission) => admission,
         Err((answer, cors)) => return Next::RefuseUnread((answer, cors, None)),
@@ -495,7 +504,9 @@ async fn take_request<S: Io, H: Handler>(
             }
             // The handler holds the body's bytes of the budget from here.
         }
-        body = Body::from(if head.body_len < MOVE_BODY_AT {
+        body = Body::from(if let Some(bytes) = came {
+            bytes
+        } else if head.body_len < MOVE_BODY_AT {
             let bytes = Bytes::copy_from_slice(&buf[..head.body_len]);
             buf.advance(head.body_len);
             bytes
