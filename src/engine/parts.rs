@@ -15,9 +15,9 @@
 //! `max_staged_bytes_per_tenant` (default `2 × max_snapshot_bytes`, a quarter of the store's),
 //! so one tenant cannot fill the store's pool and have every other refused for a day; the
 //! store holds at most `8 × max_snapshot_bytes` of them in all. A part older than
-//! [`PART_GRACE`] is removed by the next stage on any stream. The bounds are checked before a part's body is
-//! read (no room at all is refused then), and its bytes are reserved as they arrive, so
-//! concurrent parts never pass them together and none holds room it has not used.
+//! [`PART_GRACE`] is removed by the next stage on any stream. The bounds are checked before a
+//! part's body is read (no room at all is refused then), and its bytes are reserved as they
+//! arrive, so concurrent parts never pass them together and none holds room it has not used.
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -115,7 +115,8 @@ pub(crate) struct Held {
 /// most `target` bytes: the smallest of `target`, `target / 2`, `target / 4`, ... (none under
 /// 16 KiB) that holds them. Each step about doubles the buffer (so it is at most twice what
 /// arrived) and the last one reaches `target` exactly, so growing never holds more than
-/// [`body_peak`](super::budget::body_peak) of `target` (the old buffer and the new one while the bytes move).
+/// [`body_peak`](super::budget::body_peak) of `target` (the old buffer and the new one while
+/// the bytes move).
 pub(crate) fn grown(len: usize, more: usize, target: usize) -> usize {
     let need = len + more;
     let mut cap = target.max(need);
