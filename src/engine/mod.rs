@@ -305,6 +305,7 @@ impl Engine {
                 segs.count_in(&counters.stream_files);
             }
         }
+        recovery::end_spilled(&registry, std::mem::take(&mut replayed.spilled))?;
         names.compact_if_needed()?;
         tracing::info!(
             journal_bytes = replayed.bytes,

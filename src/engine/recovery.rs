@@ -13,6 +13,7 @@ use crate::engine::journal::{self, Record};
 use crate::error::{Error, Result};
 use crate::fs;
 use crate::options::Options;
+use crate::segment::SegmentSet;
 use crate::sidecar;
 
 use super::apply::{apply, dir_key, discard_all};
@@ -119,6 +120,16 @@ pub(super) struct Replayed {
     /// their stream: removed once the recovery checkpoint's sidecars no longer refer to them
     /// (see [`reclaim`]).
     pub(super) reclaim: Vec<(Arc<Stream>, PathBuf)>,
+    /// The streams replay closed before its end to stay within its bound (see [`spill`]), by
+    /// name: what [`end_spilled`] needs to finish their replay.
+    pub(super) spilled: HashMap<String, Spilled>,
+}
+
+/// A stream [`spill`] closed while replaying: its directory, incarnation and segment bases.
+pub(super) struct Spilled {
+    dir: PathBuf,
+    incarnation: String,
+    bases: Vec<u64>,
 }
 
 /// Replays one shard's journal (directory `dir`) into `registry`; returns the LSN after its
@@ -285,6 +296,9 @@ pub(super) fn replay_shard(
             }
             Ok(true) => {
                 replayed.streams.insert(name.to_owned());
+                if registry.len() > replay_bound(options) {
+                    spill(root, registry, &mut replayed.spilled)?;
+                }
                 // Files behind retention wait for the recovery checkpoint, with their stream.
                 let mut i = before;
                 while i < obsolete.len() {
@@ -314,6 +328,97 @@ pub(super) fn replay_shard(
     }
     discard_all(&obsolete);
     Ok(end)
+}
+
+/// The most streams replay keeps open: as many as the store keeps open when running
+/// (`max_open_streams`), and no more than its stream files may hold descriptors
+/// (`max_stream_files`, one per open segment log), so a journal naming more streams than that
+/// replays in the descriptors and memory maps the running store is given (see [`spill`]).
+fn replay_bound(options: &Options) -> usize {
+    options
+        .max_open_streams
+        .min(options.max_stream_files)
+        .max(16)
+}
+
+/// Makes the replayed state of every stream `registry` holds durable in its sidecar, as the
+/// recovery checkpoint would (segments written and synced, then the sidecars, synced), and
+/// closes them all. A later record of a closed stream loads it again from that sidecar, and
+/// applies only if it is past the sidecar's LSN, as after any checkpoint; a crash before the
+/// recovery checkpoint finds the same sidecars and the whole journal, which replays the same.
+/// Streams of the shards replayed before are clean already and are only closed.
+fn spill(
+    root: &Path,
+    registry: &mut HashMap<String, Arc<Stream>>,
+    spilled: &mut HashMap<String, Spilled>,
+) -> Result<()> {
+    let dirty: Vec<Arc<Stream>> = registry
+        .values()
+        .filter(|s| {
+            let d = s.data.lock();
+            !d.deleted && d.applied_lsn > d.checkpointed_lsn
+        })
+        .cloned()
+        .collect();
+    for s in &dirty {
+        if let Some(segs) = s.data.lock().segs.as_mut() {
+            segs.flush()?;
+        }
+    }
+    let syncer = File::open(root)?;
+    fs::sync_fs(&syncer, root)?;
+    let mut scratch = Vec::new();
+    for s in &dirty {
+        let mut d = s.data.lock();
+        let generation = d.generation + 1;
+        sidecar::write_with(&mut scratch, &s.dir, generation, d.applied_lsn, &d.state)?;
+        d.generation = generation;
+        d.checkpointed_lsn = d.applied_lsn;
+    }
+    fs::sync_fs(&syncer, root)?;
+    tracing::debug!(
+        written = dirty.len(),
+        closed = registry.len(),
+        "replay spilled its streams to their sidecars"
+    );
+    for (name, s) in registry.drain() {
+        let d = s.data.lock();
+        if let Some(segs) = d.segs.as_ref().filter(|_| !d.deleted) {
+            let bases = segs.bases();
+            spilled.insert(
+                name,
+                Spilled {
+                    dir: s.dir.clone(),
+                    incarnation: s.incarnation.as_str().to_owned(),
+                    bases,
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Finishes the replay of the streams [`spill`] closed and replay did not open again
+/// (`registry`, the streams open at its end, finish their own): what
+/// [`SegmentSet::end_replay`] removes goes, once the recovery checkpoints made every
+/// replayed state durable. A stream whose directory now holds another incarnation, or none,
+/// is left alone.
+pub(super) fn end_spilled(
+    registry: &HashMap<String, Arc<Stream>>,
+    spilled: HashMap<String, Spilled>,
+) -> Result<()> {
+    for (name, sp) in spilled {
+        if registry.contains_key(&name) {
+            continue;
+        }
+        match sidecar::load(&sp.dir)? {
+            Some(sc) if sc.state.config.incarnation == sp.incarnation => {
+                SegmentSet::end_replay_of(&sp.dir, &sp.bases)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Removes files behind retention whose removal waited for a checkpoint, except those of a

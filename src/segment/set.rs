@@ -428,17 +428,28 @@ impl SegmentSet {
             return Ok(());
         }
         self.ahead = Vec::new();
-        let ours = |b: &u64| self.segs.iter().any(|s| s.base.bytes == *b);
-        let (mut logs, mut indexes) = segment_files(&self.dir)?;
+        SegmentSet::end_replay_of(&self.dir, &self.bases())
+    }
+
+    /// The byte positions the set's segments start at, ascending.
+    pub(crate) fn bases(&self) -> Vec<u64> {
+        self.segs.iter().map(|s| s.base.bytes).collect()
+    }
+
+    /// [`SegmentSet::end_replay`] for a set replay closed before its end, by the directory
+    /// `dir` and the segment bases `ours` it had then (see `recovery::spill`).
+    pub(crate) fn end_replay_of(dir: &Path, ours: &[u64]) -> Result<()> {
+        let ours = |b: &u64| ours.contains(b);
+        let (mut logs, mut indexes) = segment_files(dir)?;
         logs.retain(|b| !ours(b));
         indexes.retain(|b| !ours(b));
         logs.sort_unstable();
-        remove_strays(&self.dir, &logs)?;
+        remove_strays(dir, &logs)?;
         // Indexes left without their logs: a reclaim removes logs first, durably, then the
         // indexes, and may have been cut short between the two.
         for b in indexes {
             if logs.binary_search(&b).is_err() {
-                remove_index(&self.dir, b)?;
+                remove_index(dir, b)?;
             }
         }
         Ok(())

@@ -233,3 +233,90 @@ async fn stream_files_borrow_the_descriptors_connections_leave() -> R {
     let _ = child.wait();
     result
 }
+
+/// A journal that names more streams than the descriptors allow open: 600 streams written
+/// under a hard limit of 300 descriptors, the server killed with SIGKILL before a checkpoint
+/// took their records from the journal, and started again under the same limit. Replay keeps
+/// to the stream-file budget (it writes the sidecars of what it replayed and closes those
+/// streams whenever it holds that many), so the store opens, rather than failing with
+/// "Too many open files", and every acknowledged append reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_replays_more_streams_than_it_may_hold_open() -> R {
+    let dir = tempfile::tempdir()?;
+    let served = serve_limited("-n 300", dir.path())?;
+    let (mut child, base) = (served.child, format!("http://{}", served.addr));
+    let client = reqwest::Client::new();
+    for round in 0..15 {
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let (client, base) = (client.clone(), base.clone());
+            tasks.push(tokio::spawn(async move {
+                let url = format!("{base}/replay/{round}-{i}");
+                let put = client
+                    .put(&url)
+                    .header("content-type", "text/plain")
+                    .body(format!("{round}-{i}:"))
+                    .send()
+                    .await?
+                    .status()
+                    .as_u16();
+                let post = client
+                    .post(&url)
+                    .header("content-type", "text/plain")
+                    .body("appended")
+                    .send()
+                    .await?
+                    .status()
+                    .as_u16();
+                Ok::<_, reqwest::Error>((put, post))
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await??, (201, 204));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let served = serve_limited("-n 300", dir.path())
+        .map_err(|e| format!("no start after SIGKILL under the same limit: {e}"))?;
+    let replayed = served
+        .log_text()
+        .lines()
+        .find(|l| l.contains("recovered store"))
+        .unwrap_or_default()
+        .to_owned();
+    let (mut child, base) = (served.child, format!("http://{}", served.addr));
+    let mut wrong = Vec::new();
+    for round in 0..15 {
+        for i in 0..40 {
+            let got = client
+                .get(format!("{base}/replay/{round}-{i}"))
+                .send()
+                .await?;
+            let status = got.status().as_u16();
+            let body = got.text().await?;
+            if (status, body.as_str()) != (200, format!("{round}-{i}:appended").as_str()) {
+                wrong.push(format!("{round}-{i}: {status} {body}"));
+            }
+        }
+    }
+    let (budget, files) = stream_files(&client, &base).await?;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        replayed.contains("streams=600") || replayed.contains("streams: 600"),
+        "the restart did not replay the 600 streams from the journal: {replayed}"
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of 600 wrong: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    assert!(
+        files <= budget,
+        "{files} stream files over the budget of {budget}"
+    );
+    Ok(())
+}
