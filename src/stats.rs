@@ -60,6 +60,9 @@ pub struct Stats {
     /// Streams open now (in the registry: their state and index maps in memory; their files
     /// open unless at rest).
     pub open_streams: u64,
+    /// Streams closed by the open-stream cache whose state stays in memory (their resident
+    /// records): opening one again reads neither its sidecar nor its directory listing.
+    pub resident_streams: u64,
     /// Descriptors the open streams' segment files hold now: kept within `max_stream_files`
     /// by putting idle streams at rest (their files closed, reopened on their next use).
     pub stream_files: u64,

@@ -242,6 +242,7 @@ impl Engine {
                     }
                     drop(segs);
                     sidecar::write(&dir, 1, 0, &state)?;
+                    self.resident.forget(&state.config.name);
                     self.names.add(&state.config.name)?;
                     count += 1;
                     progress(count);

@@ -135,6 +135,7 @@ impl Engine {
             .map(|sc| sc.state.config.name.clone());
         if let Some(n) = &name {
             self.registry.lock().remove(n.as_str());
+            self.resident.forget(n);
             self.names.remove(n)?;
         }
         let qdir = self.root.join("quarantine");

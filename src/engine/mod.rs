@@ -78,6 +78,7 @@ pub(crate) mod parts;
 mod read;
 mod recovery;
 mod registry;
+mod resident;
 mod retention;
 mod snapshot;
 mod stream;
@@ -121,6 +122,8 @@ pub(crate) struct Engine {
     registry: Mutex<HashMap<String, Arc<Stream>>>,
     /// Streams registered so far (changed only under `registry`): see `registry`'s lookup.
     registered: AtomicU64,
+    /// The records of the streams the registry closed (`resident`).
+    resident: resident::Residents,
     /// The last eviction scan, if it fell short of its target (taken under `registry`).
     short_scan: Mutex<Option<registry::ShortScan>>,
     /// The descriptors the streams' segment files may hold now: `max_stream_files` at the
@@ -336,6 +339,7 @@ impl Engine {
             _lock: lock,
             registry: Mutex::new(registry),
             registered: AtomicU64::new(0),
+            resident: resident::Residents::default(),
             short_scan: Mutex::new(None),
             stream_file_budget,
             open_file_limit,
@@ -417,6 +421,7 @@ impl Engine {
         )]
         let mut stats = Stats {
             open_streams: self.registry.lock().len() as u64,
+            resident_streams: self.resident.len() as u64,
             stream_files: self.counters.stream_files.get() as u64,
             stream_file_budget: self.max_stream_files() as u64,
             journal_shards: self.shards.len() as u64,

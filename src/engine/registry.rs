@@ -239,12 +239,26 @@ impl Engine {
         Ok(loaded)
     }
 
-    /// The stream `name` as its files hold it, or `None` if it has none.
+    /// The stream `name` as its resident record or else its files hold it, or `None` if it
+    /// has neither.
     fn load(&self, name: &str) -> Result<Option<Arc<Stream>>> {
+        let shard = self.shard_of(name);
+        match self.resident.open(name, shard, self.options.segment_bytes) {
+            Some(Ok(s)) => {
+                if let Some(segs) = s.data.lock().segs.as_mut() {
+                    segs.count_in(&self.counters.stream_files);
+                }
+                return Ok(Some(s));
+            }
+            Some(Err(e)) => {
+                tracing::debug!(stream = name, error = %e, "opening from the resident record failed: opening from the files");
+            }
+            None => {}
+        }
         let dir = fs::stream_dir(&self.root, name);
         let loaded = Stream::load(
             dir.clone(),
-            self.shard_of(name),
+            shard,
             self.options.segment_bytes,
             false,
             |sc| {
@@ -304,7 +318,12 @@ impl Engine {
     /// [`close_idle`] down from `cap`, noting whether the scan fell short of its target.
     fn evict(&self, reg: &mut HashMap<String, Arc<Stream>>, cap: usize) {
         let sidecars = self.counters.sidecars_written.load(Ordering::Acquire);
-        close_idle(reg, cap);
+        let closed = close_idle(reg, cap);
+        if !self.has_tier() {
+            for s in &closed {
+                self.resident.keep(s);
+            }
+        }
         *self.short_scan.lock() = (reg.len() > cap - cap / 8).then(|| ShortScan {
             registered: self.registered.load(Ordering::Relaxed),
             sidecars,
@@ -490,18 +509,19 @@ pub(super) struct ShortScan {
     sidecars: u64,
 }
 
-/// Closes idle, clean streams beyond `cap`, least recently used first, down to 7/8 of `cap`.
+/// Closes idle, clean streams beyond `cap`, least recently used first, down to 7/8 of `cap`;
+/// returns them.
 ///
 /// A stream qualifies only if nobody else holds it (no reader, writer or waiter), and it is
 /// either deleted or has nothing unsynced or uncheckpointed (so closing it loses nothing and
 /// reloading it from its sidecar gives the same state). Called under the registry lock; its
 /// stream locks are only tried, never waited for, so the order `data` before `core` here cannot
 /// deadlock.
-fn close_idle(reg: &mut HashMap<String, Arc<Stream>>, cap: usize) {
+fn close_idle(reg: &mut HashMap<String, Arc<Stream>>, cap: usize) -> Vec<Arc<Stream>> {
     let target = cap - cap / 8;
     let excess = reg.len().saturating_sub(target);
     if excess == 0 {
-        return;
+        return Vec::new();
     }
     let mut candidates: Vec<(u64, &String)> = reg
         .iter()
@@ -526,7 +546,5 @@ fn close_idle(reg: &mut HashMap<String, Arc<Stream>>, cap: usize) {
         candidates.truncate(excess);
     }
     let closing: Vec<String> = candidates.into_iter().map(|(_, n)| n.clone()).collect();
-    for n in closing {
-        reg.remove(&n);
-    }
+    closing.iter().filter_map(|n| reg.remove(n)).collect()
 }

@@ -735,6 +735,11 @@ impl Scrape {
                 s.open_streams as f64,
             ),
             gauge(
+                "brook_resident_streams",
+                "Streams closed with their state kept in memory",
+                s.resident_streams as f64,
+            ),
+            gauge(
                 "brook_stream_files",
                 "Descriptors held by open streams' segment files",
                 s.stream_files as f64,

@@ -316,6 +316,44 @@ impl SegmentSet {
         Ok(set)
     }
 
+    /// Opens again the segments of a set this process closed: `bases` as
+    /// [`SegmentSet::bases`] gave them, the stream ending at `end`. Nothing is listed, removed
+    /// or checked against its checksum, as [`SegmentSet::open`] does: the files are this
+    /// process's own and unchanged since (every change goes through an open set, and a closed
+    /// stream had nothing unwritten). Their lengths are still checked against the stream's.
+    pub(crate) fn reopen(
+        dir: &Path,
+        bases: &[u64],
+        end: Offset,
+        segment_bytes: u64,
+    ) -> Result<SegmentSet> {
+        let shared: Arc<Path> = Arc::from(dir);
+        let mut segs = bases
+            .iter()
+            .map(|&b| Segment::open(&shared, b, None))
+            .collect::<Result<Vec<Segment>>>()?;
+        if segs.is_empty() {
+            return Err(Error::corrupt(dir, "stream has no segment"));
+        }
+        let n = segs.len();
+        for i in 0..n {
+            let next = if i + 1 < n { segs[i + 1].base } else { end };
+            segs[i].reach(dir, next)?;
+        }
+        Ok(SegmentSet {
+            dir: shared,
+            segs,
+            segment_bytes,
+            replaying: false,
+            ahead: Vec::new(),
+            room: 0,
+            resting: false,
+            files: None,
+            counted: 0,
+            buffered: 0,
+        })
+    }
+
     /// Counts this set's descriptors in `files` from now on (the store's count, which
     /// [`SegmentSet::rest`] lowers).
     pub(crate) fn count_in(&mut self, files: &Arc<SegmentUse>) {

@@ -143,3 +143,128 @@ fn streams_past_the_cap_close_once_a_checkpoint_or_their_release_lets_them() -> 
     }
     Ok(())
 }
+
+/// Streams the cache closed open again from their resident records, with all of their state:
+/// 100 streams over a cap of 16, each with data, a producer, a Stream-Seq, every fifth closed,
+/// every seventh rolled over several segments. After a checkpoint and a pass over all of them
+/// (closing most), each reads back whole, a producer's retry is still a duplicate, a lower
+/// Stream-Seq is still a conflict, a closed stream still refuses appends, and a delete and a
+/// create of one leaves no trace of the old incarnation; a reopened store agrees.
+#[test]
+fn streams_closed_by_the_cache_open_again_with_all_their_state() -> R {
+    let dir = tempfile::tempdir()?;
+    let opts = Options::default()
+        .with_max_open_streams(16)
+        .with_segment_bytes(4096);
+    let store = Store::open(dir.path(), opts.clone())?;
+    let n = |i: usize| name(&format!("resident/{i}"));
+    let mut want = Vec::new();
+    for i in 0..100 {
+        store.create(&n(i), text("text/plain"))?;
+        let mut held = Vec::new();
+        let rounds = if i % 7 == 0 { 12 } else { 2 };
+        for k in 0..rounds {
+            let body = if i % 7 == 0 {
+                vec![b'a' + (k % 26) as u8; 1000]
+            } else {
+                format!("{i}.{k};").into_bytes()
+            };
+            store.append(
+                &n(i),
+                AppendRequest::new(body.clone())
+                    .producer(Producer::new("p", 0, k))
+                    .stream_seq(format!("{k:03}")),
+            )?;
+            held.extend_from_slice(&body);
+        }
+        if i % 5 == 0 {
+            store.close(&n(i), &Guard::NONE)?;
+        }
+        want.push((held, rounds - 1));
+    }
+    store.checkpoint()?;
+    for i in 0..100 {
+        store.head(&n(i), &Guard::NONE)?;
+    }
+    let stats = store.stats();
+    assert!(
+        stats.resident_streams >= 80 && stats.open_streams <= 16 + 32,
+        "most streams closed with their records: {} resident, {} open",
+        stats.resident_streams,
+        stats.open_streams
+    );
+    let check = |store: &Store| -> R {
+        for (i, (held, last)) in want.iter().enumerate() {
+            if i == 3 {
+                continue;
+            }
+            assert_eq!(read_all(store, &n(i))?, *held, "resident/{i}'s data");
+            if i % 5 == 0 {
+                let e = store.append(&n(i), AppendRequest::new("x")).unwrap_err();
+                assert!(
+                    matches!(e, Error::StreamClosed { .. }),
+                    "resident/{i}: {e:?}"
+                );
+                continue;
+            }
+            let retry = store.append(
+                &n(i),
+                AppendRequest::new("again").producer(Producer::new("p", 0, *last)),
+            )?;
+            assert!(
+                matches!(retry.status, AppendStatus::Duplicate { .. }),
+                "resident/{i}: the producer's retry is a duplicate"
+            );
+            let e = store
+                .append(&n(i), AppendRequest::new("x").stream_seq("000"))
+                .unwrap_err();
+            assert!(
+                matches!(e, Error::StreamSeqConflict { .. }),
+                "resident/{i}: {e:?}"
+            );
+        }
+        Ok(())
+    };
+    check(&store)?;
+    // Delete one and create it again: the new incarnation is empty.
+    store.delete(&n(3), &Guard::NONE)?;
+    store.create(&n(3), text("text/plain"))?;
+    for i in 0..100 {
+        store.head(&n(i), &Guard::NONE)?;
+    }
+    assert_eq!(read_all(&store, &n(3))?, b"");
+    store.append(&n(3), AppendRequest::new("new"))?;
+    check(&store)?;
+    drop(store);
+    let store = Store::open(dir.path(), opts)?;
+    check(&store)?;
+    assert_eq!(read_all(&store, &n(3))?, b"new");
+    Ok(())
+}
+
+/// A stream with a sliding TTL that the cache closed keeps its last access: left idle past its
+/// TTL while closed, it has expired when looked up (before, opening it again counted as an
+/// access, and a closed stream never expired).
+#[test]
+fn a_closed_stream_keeps_its_last_access_for_its_ttl() -> R {
+    let dir = tempfile::tempdir()?;
+    let opts = Options::default().with_max_open_streams(16);
+    let store = Store::open(dir.path(), opts)?;
+    let ttl = name("ttl/short");
+    store.create(&ttl, text("text/plain").ttl(1))?;
+    store.append(&ttl, AppendRequest::new("soon gone"))?;
+    store.checkpoint()?;
+    for i in 0..40 {
+        let n = name(&format!("ttl/other/{i}"));
+        store.create(&n, text("text/plain"))?;
+    }
+    store.checkpoint()?;
+    for i in 0..40 {
+        store.head(&name(&format!("ttl/other/{i}")), &Guard::NONE)?;
+    }
+    assert!(store.stats().open_streams < 41, "the cache closed streams");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let e = store.head(&ttl, &Guard::NONE).unwrap_err();
+    assert!(matches!(e, Error::NotFound), "expired while closed: {e:?}");
+    Ok(())
+}
