@@ -67,7 +67,20 @@ fn encode_into(
     state: &StreamState,
 ) -> Vec<u8> {
     buf.clear();
-    let mut e = Enc::with(buf);
+    append_image(&mut buf, generation, applied_lsn, state);
+    buf
+}
+
+/// Appends a slot image to `buf`: the form a checkpoint file holds its entries in (one image
+/// after another, each as long as its header says: [`image_len`]). Returns its length.
+pub(crate) fn append_image(
+    buf: &mut Vec<u8>,
+    generation: u64,
+    applied_lsn: u64,
+    state: &StreamState,
+) -> usize {
+    let start = buf.len();
+    let mut e = Enc::with(std::mem::take(buf));
     e.buf.extend_from_slice(MAGIC);
     e.u32(VERSION);
     e.u64(generation);
@@ -75,15 +88,24 @@ fn encode_into(
     e.u32(0);
     e.u32(0);
     state.encode(&mut e);
-    let mut buf = e.buf;
-    let len = (buf.len() - HEADER) as u32;
-    buf[24..28].copy_from_slice(&len.to_le_bytes());
+    *buf = e.buf;
+    let image = &mut buf[start..];
+    let len = (image.len() - HEADER) as u32;
+    image[24..28].copy_from_slice(&len.to_le_bytes());
     let mut h = crc32fast::Hasher::new();
-    h.update(&buf[..28]);
-    h.update(&buf[HEADER..]);
+    h.update(&image[..28]);
+    h.update(&image[HEADER..]);
     let crc = h.finalize();
-    buf[28..32].copy_from_slice(&crc.to_le_bytes());
-    buf
+    image[28..32].copy_from_slice(&crc.to_le_bytes());
+    buf.len() - start
+}
+
+/// The length of the image that starts `buf`, from its header (`None` when `buf` is shorter
+/// than a header or than the image it announces). Not checked: [`decode`] checks.
+pub(crate) fn image_len(buf: &[u8]) -> Option<usize> {
+    let len = u32::from_le_bytes(buf.get(24..28)?.try_into().ok()?) as usize;
+    let total = HEADER.checked_add(len)?;
+    (buf.len() >= total).then_some(total)
 }
 
 /// Decodes a slot image; `None` if it is torn, corrupt or of another version.

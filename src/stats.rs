@@ -63,6 +63,13 @@ pub struct Stats {
     /// Streams closed by the open-stream cache whose state stays in memory (their resident
     /// records): opening one again reads neither its sidecar nor its directory listing.
     pub resident_streams: u64,
+    /// Checkpoint files (DESIGN.md 2.8) holding some stream's newest image, over every shard.
+    pub checkpoint_files: u64,
+    /// Their bytes.
+    pub checkpoint_file_bytes: u64,
+    /// Stream images checkpoints have written to checkpoint files since the store opened (the
+    /// streams they recorded without a sidecar write).
+    pub checkpoint_images: u64,
     /// Descriptors the open streams' segment files hold now: kept within `max_stream_files`
     /// by putting idle streams at rest (their files closed, reopened on their next use).
     pub stream_files: u64,
@@ -185,6 +192,8 @@ pub(crate) struct Counters {
     /// Checkpoints that have recorded their streams' sidecars (and so made those streams
     /// closable): what tells the registry's eviction that a scan may find something new.
     pub(crate) sidecars_written: AtomicU64,
+    /// Stream images written to checkpoint files (2.8).
+    pub(crate) checkpoint_images: AtomicU64,
     /// See [`Stats::retention`].
     pub(crate) retention: crate::retention::RetentionCounters,
     /// The descriptors the streams' segment files hold (see [`Stats::stream_files`]).
@@ -205,6 +214,7 @@ impl Default for Counters {
             journal_sync: AtomicHistogram::new(LATENCY_BOUNDS),
             checkpoint: AtomicHistogram::new(LATENCY_BOUNDS),
             sidecars_written: AtomicU64::new(0),
+            checkpoint_images: AtomicU64::new(0),
             retention: crate::retention::RetentionCounters::default(),
             stream_files: std::sync::Arc::default(),
         }

@@ -37,6 +37,11 @@ pub(super) fn apply(
     if lsn <= d.applied_lsn && !matches!(record, Record::Create { .. }) {
         return Ok(true);
     }
+    if !matches!(record, Record::Append { .. }) {
+        // A change of configuration (create, delete, snapshot, retention, forks): the next
+        // checkpoint writes the stream's sidecar, not an image in its checkpoint file (2.8).
+        d.sidecar_due = true;
+    }
     match record {
         Record::Create { state, initial } => {
             if d.segs.is_some() && lsn <= d.applied_lsn {

@@ -241,7 +241,11 @@ impl Engine {
                         )));
                     }
                     drop(segs);
-                    sidecar::write(&dir, 1, 0, &state)?;
+                    // At the shard's newest LSN: replay then skips every older record of the
+                    // name (of streams deleted before), and no older image in a checkpoint
+                    // file can win over this sidecar (2.8).
+                    let lsn = self.shards[self.shard_of(&state.config.name)].last_lsn();
+                    sidecar::write(&dir, 1, lsn, &state)?;
                     self.resident.forget(&state.config.name);
                     self.names.add(&state.config.name)?;
                     count += 1;

@@ -136,6 +136,8 @@ impl Engine {
         if let Some(n) = &name {
             self.registry.lock().remove(n.as_str());
             self.resident.forget(n);
+            // Its image in a checkpoint file, if any, names a directory that is gone.
+            self.shards[self.shard_of(n)].images.deleted(n, u64::MAX);
             self.names.remove(n)?;
         }
         let qdir = self.root.join("quarantine");

@@ -103,6 +103,7 @@ use crate::options::Options;
 use crate::stats::{Counters, Stats};
 
 use expiry::reaper;
+use journal::images::Images;
 use journal::prepared;
 use journal::shard::{Shard, new_journal_file};
 use names::Names;
@@ -237,6 +238,12 @@ impl Engine {
             tier::restore_indexes(&root, t)?;
         }
 
+        // A cold tier's thread reads a stream's state from its sidecar, so with one every
+        // checkpoint writes sidecars (2.8).
+        #[cfg(feature = "tier")]
+        let has_tier = tier.0.is_some();
+        #[cfg(not(feature = "tier"))]
+        let has_tier = false;
         let mut registry: HashMap<String, Arc<Stream>> = HashMap::new();
         let mut replayed = Replayed::default();
         let mut shards = Vec::new();
@@ -246,10 +253,11 @@ impl Engine {
             let jdir = root.join("journal").join(format!("{id:02}"));
             fs::create_dir_all(&jdir)?;
             let records_before = replayed.records;
+            let images = Arc::new(Images::open(&jdir, id, !has_tier)?);
             let end = replay_shard(
                 &root,
                 &options,
-                id,
+                &images,
                 &jdir,
                 &mut registry,
                 &names,
@@ -264,7 +272,7 @@ impl Engine {
                 &options,
                 (file, end),
                 hook.clone(),
-                (counters.clone(), names.clone()),
+                (counters.clone(), names.clone(), images),
             ));
             // Streams replayed from this shard's journal are dirty until the first checkpoint.
             {
@@ -415,6 +423,10 @@ impl Engine {
     /// open's recovery did. Takes the registry lock once (to count the open streams).
     pub(crate) fn stats(&self) -> Stats {
         let (bytes, streams, seconds) = self.recovered;
+        let (ckpt_files, ckpt_bytes) = self.shards.iter().fold((0, 0), |(n, b), s| {
+            let (fs, fb) = s.images.files();
+            (n + fs as u64, b + fb)
+        });
         #[cfg_attr(
             not(feature = "tier"),
             expect(unused_mut, reason = "only the tier adds figures")
@@ -422,6 +434,9 @@ impl Engine {
         let mut stats = Stats {
             open_streams: self.registry.lock().len() as u64,
             resident_streams: self.resident.len() as u64,
+            checkpoint_files: ckpt_files,
+            checkpoint_file_bytes: ckpt_bytes,
+            checkpoint_images: self.counters.checkpoint_images.load(Ordering::Relaxed),
             stream_files: self.counters.stream_files.get() as u64,
             stream_file_budget: self.max_stream_files() as u64,
             journal_shards: self.shards.len() as u64,

@@ -17,6 +17,7 @@ use crate::segment::SegmentSet;
 use crate::sidecar;
 
 use super::apply::{apply, dir_key, discard_all};
+use super::journal::images::Images;
 use super::names::Names;
 use super::stream::{Stream, Visible};
 
@@ -151,12 +152,13 @@ pub(super) struct Spilled {
 pub(super) fn replay_shard(
     root: &Path,
     options: &Options,
-    id: usize,
+    images: &Images,
     dir: &Path,
     registry: &mut HashMap<String, Arc<Stream>>,
     names: &Names,
     replayed: &mut Replayed,
 ) -> Result<u64> {
+    let id = images.shard() as usize;
     let mut files = journal::list_files(dir)?;
     let mut scans = Vec::with_capacity(files.len());
     for (_, path) in &files {
@@ -278,7 +280,7 @@ pub(super) fn replay_shard(
         match replay_one(
             root,
             options,
-            id,
+            images,
             registry,
             names,
             at,
@@ -297,7 +299,7 @@ pub(super) fn replay_shard(
             Ok(true) => {
                 replayed.streams.insert(name.to_owned());
                 if registry.len() > replay_bound(options) {
-                    spill(root, registry, &mut replayed.spilled)?;
+                    spill(root, images, registry, &mut replayed.spilled)?;
                 }
                 // Files behind retention wait for the recovery checkpoint, with their stream.
                 let mut i = before;
@@ -349,6 +351,7 @@ fn replay_bound(options: &Options) -> usize {
 /// Streams of the shards replayed before are clean already and are only closed.
 fn spill(
     root: &Path,
+    images: &Images,
     registry: &mut HashMap<String, Arc<Stream>>,
     spilled: &mut HashMap<String, Spilled>,
 ) -> Result<()> {
@@ -376,6 +379,9 @@ fn spill(
         d.checkpointed_lsn = d.applied_lsn;
     }
     fs::sync_fs(&syncer, root)?;
+    for s in &dirty {
+        images.superseded(s.name.as_str(), s.data.lock().applied_lsn);
+    }
     tracing::debug!(
         written = dirty.len(),
         closed = registry.len(),
@@ -474,7 +480,7 @@ struct Position {
 fn replay_one(
     root: &Path,
     options: &Options,
-    id: usize,
+    images: &Images,
     registry: &mut HashMap<String, Arc<Stream>>,
     names: &Names,
     at: Position,
@@ -483,11 +489,14 @@ fn replay_one(
     obsolete: &mut Vec<PathBuf>,
 ) -> Result<bool> {
     let (name, lsn) = (record.name(), at.lsn);
+    if matches!(record, Record::Delete { soft: false, .. }) {
+        images.deleted(name, lsn);
+    }
     if ahead.doomed.contains(&(name, record.incarnation())) {
         if matches!(record, Record::Delete { soft: false, .. }) {
             let recreated = ahead.last_create.get(name).is_some_and(|&c| c > at.i);
             replay_doomed_delete(
-                root, options, id, registry, lsn, record, recreated, obsolete,
+                root, options, images, registry, lsn, record, recreated, obsolete,
             )?;
             // Not listed any more, unless another incarnation holds the name (a later Create of
             // the name lists it again).
@@ -497,7 +506,7 @@ fn replay_one(
         }
         return Ok(true);
     }
-    let target = replay_target(root, options, id, registry, lsn, record)?;
+    let target = replay_target(root, options, images, registry, lsn, record)?;
     // A create is indexed again (a no-op when its frame survived), so a frame lost from the
     // index's unsynced tail comes back with the record.
     if matches!(record, Record::Create { .. }) && registry.contains_key(name) {
@@ -572,7 +581,7 @@ fn keep_records(root: &Path, id: usize, name: &str, kept: &[(u64, &Record)]) -> 
 fn replay_doomed_delete(
     root: &Path,
     options: &Options,
-    id: usize,
+    images: &Images,
     registry: &mut HashMap<String, Arc<Stream>>,
     lsn: u64,
     record: &Record,
@@ -590,7 +599,8 @@ fn replay_doomed_delete(
     fs::no_symlinks(&sdir)?;
     match sidecar::load(&sdir)? {
         Some(sc) if sc.state.config.incarnation == record.incarnation() => {
-            if let Some(s) = Stream::load(sdir, id, options.segment_bytes, true, |_| Ok(true))? {
+            if let Some(s) = Stream::load(sdir, images, options.segment_bytes, true, |_| Ok(true))?
+            {
                 apply(root, options, &s, (lsn, record), true, obsolete)?;
             }
             registry.remove(name);
@@ -619,7 +629,7 @@ fn replay_doomed_delete(
 fn replay_target(
     root: &Path,
     options: &Options,
-    id: usize,
+    images: &Images,
     registry: &mut HashMap<String, Arc<Stream>>,
     lsn: u64,
     record: &Record,
@@ -635,21 +645,29 @@ fn replay_target(
         }
         // A sidecar of this very incarnation at or past this LSN means the create is
         // checkpointed.
-        let checkpointed = Stream::load(sdir.clone(), id, options.segment_bytes, true, |sc| {
+        let checkpointed = Stream::load(sdir.clone(), images, options.segment_bytes, true, |sc| {
             Ok(sc.state.config.incarnation == state.config.incarnation && sc.applied_lsn >= lsn)
         })?;
         if let Some(s) = checkpointed {
             registry.insert(name.to_owned(), s);
             return Ok(None);
         }
-        let s = Stream::new((**state).clone(), sdir, id, None, 0, 0, true);
+        let s = Stream::new(
+            (**state).clone(),
+            sdir,
+            images.shard() as usize,
+            None,
+            0,
+            0,
+            true,
+        );
         registry.insert(name.to_owned(), s.clone());
         return Ok(Some(s));
     }
     if let Some(s) = registry.get(name) {
         return Ok(Some(s.clone()));
     }
-    let loaded = Stream::load(sdir, id, options.segment_bytes, true, |sc| {
+    let loaded = Stream::load(sdir, images, options.segment_bytes, true, |sc| {
         Ok(sc.state.config.incarnation == record.incarnation())
     })?;
     if let Some(s) = &loaded {

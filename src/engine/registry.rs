@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::fs;
 use crate::listing::{ListPage, StreamListing};
 use crate::name::StreamName;
-use crate::sidecar;
 use crate::state::now_ms;
 use crate::types::Expiry;
 
@@ -258,7 +257,7 @@ impl Engine {
         let dir = fs::stream_dir(&self.root, name);
         let loaded = Stream::load(
             dir.clone(),
-            shard,
+            &self.shards[shard].images,
             self.options.segment_bytes,
             false,
             |sc| {
@@ -457,7 +456,8 @@ impl Engine {
                 closed: vis.closed,
             }));
         }
-        let Some(sc) = sidecar::load(&fs::stream_dir(&self.root, name))? else {
+        let images = &self.shards[self.shard_of(name)].images;
+        let Some(sc) = images.load(&fs::stream_dir(&self.root, name))? else {
             return Ok(None);
         };
         let st = sc.state;

@@ -16,7 +16,9 @@ use crate::engine::journal::{Placed, Record};
 use crate::error::Result;
 use crate::name::{Incarnation, Offset, StreamName, is_json};
 use crate::segment::SegmentSet;
-use crate::sidecar::{self, Sidecar};
+use crate::sidecar::Sidecar;
+
+use super::journal::images::Images;
 use crate::state::{AppendRecord, Config, StreamState, check_incarnation, now_ms};
 use crate::types::{Expiry, SnapshotInfo, StreamInfo};
 
@@ -68,6 +70,9 @@ pub(super) struct Data {
     pub(super) checkpointed_lsn: u64,
     /// The newest sidecar's generation (the next one goes to the other slot).
     pub(super) generation: u64,
+    /// A record that changed more than data was applied since the last checkpoint took the
+    /// stream: the next one writes its sidecar (2.8).
+    pub(super) sidecar_due: bool,
     /// The delete was applied: the directory is in the trash.
     pub(super) deleted: bool,
     /// The stream is in its shard's dirty set (`Shard::dirty`): set only after it was put
@@ -162,6 +167,7 @@ impl Stream {
                 applied_lsn: lsn,
                 checkpointed_lsn: lsn,
                 generation,
+                sidecar_due: false,
                 deleted: false,
                 in_dirty: false,
             }),
@@ -172,20 +178,22 @@ impl Stream {
         })
     }
 
-    /// Opens the stream stored in `dir` as its sidecar records it: segments opened (and checked
+    /// Opens the stream stored in `dir` as its newest durable image records it (its sidecar, or
+    /// its shard's checkpoint file: `images`): segments opened (and checked
     /// against the state: see `SegmentSet::open`), applied and checkpointed at the sidecar's
     /// LSN. `None` if `dir` holds no valid sidecar or `accept` declines the one it holds (before
     /// any segment is opened); `accept`'s error is returned as it is. `replaying`: loaded by
     /// recovery's replay (see `SegmentSet::open`).
     pub(super) fn load(
         dir: PathBuf,
-        shard: usize,
+        images: &Images,
         segment_bytes: u64,
         replaying: bool,
         accept: impl FnOnce(&Sidecar) -> Result<bool>,
     ) -> Result<Option<Arc<Stream>>> {
         crate::fs::no_symlinks(&dir)?;
-        let Some(sc) = sidecar::load(&dir)? else {
+        let shard = images.shard() as usize;
+        let Some(sc) = images.load(&dir)? else {
             return Ok(None);
         };
         if !accept(&sc)? {

@@ -740,6 +740,21 @@ impl Scrape {
                 s.resident_streams as f64,
             ),
             gauge(
+                "brook_checkpoint_files",
+                "Checkpoint files holding some stream's newest image",
+                s.checkpoint_files as f64,
+            ),
+            gauge(
+                "brook_checkpoint_file_bytes",
+                "Bytes of the checkpoint files",
+                s.checkpoint_file_bytes as f64,
+            ),
+            counter(
+                "brook_checkpoint_images_total",
+                "Stream images written to checkpoint files instead of sidecars",
+                s.checkpoint_images,
+            ),
+            gauge(
                 "brook_stream_files",
                 "Descriptors held by open streams' segment files",
                 s.stream_files as f64,

@@ -1,5 +1,6 @@
 //! Integration tests through brook's public API, in one binary.
 
+mod checkpoint_files;
 mod checkpoint_many;
 #[cfg(feature = "http")]
 mod cli_auth;

@@ -20,6 +20,8 @@ use crate::options::Durability;
 use crate::sidecar;
 use crate::state::StreamState;
 
+use super::images::Written;
+
 use super::super::Engine;
 use super::super::stream::Stream;
 use super::shard::{Shard, Writer};
@@ -52,8 +54,12 @@ pub(in crate::engine) struct CheckpointJob {
     lsn: u64,
     /// The checkpoint requests this one answers.
     requests: u64,
-    /// Each dirty stream with its applied LSN and state at the rotation.
-    streams: Vec<(Arc<Stream>, u64, StreamState)>,
+    /// Each dirty stream with its applied LSN and state at the rotation, and whether its
+    /// sidecar must be written (its configuration changed, or it has none yet) rather than an
+    /// image in the checkpoint file.
+    streams: Vec<(Arc<Stream>, u64, StreamState, bool)>,
+    /// Streams deleted since the last checkpoint: their images in checkpoint files go.
+    gone: Vec<Box<str>>,
 }
 
 /// The hand-off between a shard's writer and its checkpoint thread (under `Shard::checkpoints`).
@@ -111,28 +117,42 @@ impl Shard {
         }
         let dirty: Vec<Arc<Stream>> = self.dirty.lock().drain().map(|(_, s)| s).collect();
         let mut streams = Vec::with_capacity(dirty.len());
+        let gone = std::mem::take(&mut *self.deleted.lock());
         for s in dirty {
             let mut d = s.data.lock();
             d.in_dirty = false;
             if !d.deleted {
+                let due = d.sidecar_due || d.generation == 0 || !self.images.enabled;
+                d.sidecar_due = false;
                 let (lsn, state) = (d.applied_lsn, d.state.clone());
                 drop(d);
-                streams.push((s, lsn, state));
+                streams.push((s, lsn, state, due));
             }
         }
         Ok(CheckpointJob {
             lsn,
             requests,
             streams,
+            gone,
         })
     }
 
+    /// The bytes of checkpoint files past which a checkpoint folds the oldest into its own: the
+    /// journal's checkpoint size, so recovery reads about as much of them as of the journal.
+    fn fold_bytes(&self) -> u64 {
+        self.options.checkpoint_bytes
+    }
+
     /// Puts streams taken by a rotation or checkpoint that failed back in the dirty set, so the
-    /// next checkpoint records them (deleted ones excepted).
-    fn redirty<'a>(&self, streams: impl Iterator<Item = &'a Arc<Stream>>) {
+    /// next checkpoint records them (deleted ones excepted), and the deletes it took back in
+    /// the shard's list.
+    fn redirty<'a>(&self, streams: impl Iterator<Item = &'a Arc<Stream>>, gone: &[Box<str>]) {
+        self.deleted.lock().extend(gone.iter().cloned());
         let mut dirty = self.dirty.lock();
         for s in streams {
             let mut d = s.data.lock();
+            // What the failed checkpoint was to write is written again, as a sidecar.
+            d.sidecar_due = true;
             if !d.deleted && !dirty.contains_key(s.name.as_str()) {
                 dirty.insert(s.name.as_str().to_owned(), s.clone());
                 d.in_dirty = true;
@@ -252,7 +272,7 @@ impl Shard {
                 // Not a sync (that poisoned the shard): the journal still holds everything the
                 // checkpoint would have recorded, so the shard refuses writes until it heals,
                 // and the next checkpoint records these streams.
-                self.redirty(job.streams.iter().map(|(s, _, _)| s));
+                self.redirty(job.streams.iter().map(|(s, _, _, _)| s), &job.gone);
                 self.refuse(e);
             }
             self.checkpointed.fetch_max(job.requests, Ordering::AcqRel);
@@ -294,7 +314,7 @@ impl Shard {
         // here rather than at the rotation, under `writer`, where a thousand streams' buffers
         // stalled every writer; what was appended since the rotation goes too (a superset).
         // A failed flush keeps its bytes for the next try; the caller redirties the streams.
-        for (s, _, _) in &job.streams {
+        for (s, _, _, _) in &job.streams {
             let mut d = s.data.lock();
             if !d.deleted
                 && let Some(segs) = d.segs.as_mut()
@@ -305,26 +325,53 @@ impl Shard {
         // 6b [sync]. Everything applied before the rotation (segments, indexes, directories)
         // becomes durable (and whatever was applied since: sidecars never claim more than that).
         fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;
-        // 6c. Sidecars record each stream's state at the rotation (one encoding buffer for all).
+        // 6c. Each stream's state at the rotation: a sidecar when its configuration changed (or
+        // it has none), else an image in the shard's checkpoint file for this rotation, written
+        // in one piece (one encoding buffer for all the sidecars).
         let mut scratch = Vec::new();
-        for (s, lsn, state) in &job.streams {
+        let mut written = Written::default();
+        let mut sidecars: Vec<(Box<str>, u64)> = Vec::new();
+        for (s, lsn, state, due) in &job.streams {
             let mut d = s.data.lock();
             if d.deleted {
                 continue;
             }
-            // A failed write leaves the generation, so the next one goes to the same slot and the
-            // other slot keeps the newest good sidecar.
-            let generation = d.generation + 1;
-            sidecar::write_with(&mut scratch, &s.dir, generation, *lsn, state)?;
-            d.generation = generation;
+            if *due {
+                // A failed write leaves the generation, so the next one goes to the same slot
+                // and the other slot keeps the newest good sidecar.
+                let generation = d.generation + 1;
+                sidecar::write_with(&mut scratch, &s.dir, generation, *lsn, state)?;
+                d.generation = generation;
+                sidecars.push((s.name.as_str().into(), *lsn));
+            } else {
+                written.push(self.images.shard(), job.lsn, d.generation, *lsn, state);
+            }
             d.checkpointed_lsn = d.checkpointed_lsn.max(*lsn);
         }
+        // The oldest checkpoint file's newest images move into this one once the files pass
+        // their bound, so recovery reads a bounded number of them (2.8).
+        if let Some(oldest) = self.images.fold_due(self.fold_bytes()) {
+            let taken: std::collections::HashSet<&str> = job
+                .streams
+                .iter()
+                .map(|(s, _, _, _)| s.name.as_str())
+                .collect();
+            self.images
+                .fold(oldest, job.lsn, &mut written, &|n| taken.contains(n))?;
+        }
+        let file = self.images.write(job.lsn, &written)?;
+        self.counters
+            .checkpoint_images
+            .fetch_add(written.len() as u64, Ordering::Relaxed);
         // Its streams are closable now: the registry's eviction may scan again.
         self.counters
             .sidecars_written
             .fetch_add(1, Ordering::Release);
-        // 6d [sync]. The sidecars become durable; only then may the journal they replace go.
+        // 6d [sync]. The sidecars and the checkpoint file become durable; only then may the
+        // journal they replace go, and the checkpoint files whose images they replace.
         fs::sync_fs(syncer, &self.dir).map_err(|e| self.sync_failed(e))?;
+        self.images
+            .commit(job.lsn, written, file, &sidecars, &job.gone)?;
         // 6e. Drop the replaced journal files, durably.
         let dropped = self.drop_journal_before(job.lsn)?;
         // 6f. The files the recorded state no longer needs go (see `Shard::reclaim`).
@@ -338,7 +385,7 @@ impl Shard {
         // The checkpointed state is durable: the cold tier may upload what it made sealed.
         #[cfg(feature = "tier")]
         if let Some(t) = self.tier.get() {
-            t.note(job.streams.iter().map(|(s, _, _)| s.dir.clone()));
+            t.note(job.streams.iter().map(|(s, _, _, _)| s.dir.clone()));
         }
         self.counters.checkpoint.observe_duration(started.elapsed());
         // Churn (creates and deletes) grows the name index's log: rewrite it once it doubled.

@@ -23,6 +23,7 @@
 
 pub(in crate::engine) mod checkpoint;
 pub(in crate::engine) mod commit;
+pub(crate) mod images;
 pub(in crate::engine) mod poison;
 pub(in crate::engine) mod prepared;
 mod record;
@@ -45,7 +46,7 @@ pub(crate) const MAGIC: &[u8; 4] = b"BRKJ";
 /// retention policy to the stream state of a Create record (flag bit 1 of its last byte,
 /// DESIGN.md 2.3) and the producer digest (producer tag 2, and digests in a stream state, flag
 /// bit 2), which older readers would misread or take for a damaged frame and end the journal at.
-pub(crate) const VERSION: u32 = 3;
+pub(crate) const VERSION: u32 = 4;
 /// The oldest journal format this build reads (version 1 has no placed appends).
 const OLDEST_VERSION: u32 = 1;
 pub(crate) const HEADER_LEN: u64 = 24;

@@ -40,6 +40,7 @@ use super::super::stream::Stream;
 use super::super::ticket::Batch;
 use super::checkpoint::{Checkpoints, Writeback};
 use super::commit::{Queue, Queued};
+use super::images::Images;
 use super::poison::Refused;
 
 /// How long the shard thread leaves queued records to their writers (Buffered mode) before it
@@ -150,10 +151,15 @@ pub(crate) struct Shard {
     pub(in crate::engine) reclaim: Mutex<Vec<(u64, Arc<Stream>, PathBuf)>>,
     /// Streams whose applied state is newer than their sidecar (changed under `writer`).
     pub(in crate::engine) dirty: Mutex<HashMap<String, Arc<Stream>>>,
+    /// Streams deleted for good since the last rotation: their images in checkpoint files stop
+    /// counting at the next checkpoint (2.8).
+    pub(in crate::engine) deleted: Mutex<Vec<Box<str>>>,
     /// The store's counters (batch sizes, sync and checkpoint durations).
     pub(in crate::engine) counters: Arc<Counters>,
     /// The store's name index: a Create adds its name, a completed delete removes it.
     pub(in crate::engine) names: Arc<Names>,
+    /// The shard's checkpoint files (2.8) and the newest stream images in them.
+    pub(in crate::engine) images: Arc<Images>,
     /// The cold tier, told about each checkpoint's streams (set once, at open).
     #[cfg(feature = "tier")]
     pub(in crate::engine) tier: OnceLock<Arc<crate::tier::Tier>>,
@@ -161,7 +167,8 @@ pub(crate) struct Shard {
 
 impl Shard {
     /// A shard whose journal continues at `end` in `file` (a new, synced file named `end`),
-    /// sharing the store's subscription hook, counters and name index.
+    /// sharing the store's subscription hook, counters and name index, with its checkpoint
+    /// files as read at open.
     pub(in crate::engine) fn new(
         id: usize,
         dir: PathBuf,
@@ -169,13 +176,14 @@ impl Shard {
         options: &Options,
         (file, end): (File, u64),
         hook: Arc<super::super::subscription::Hook>,
-        (counters, names): (Arc<Counters>, Arc<Names>),
+        (counters, names, images): (Arc<Counters>, Arc<Names>, Arc<Images>),
     ) -> Shard {
         let path = journal::file_path(&dir, end);
         Shard {
             id,
             counters,
             names,
+            images,
             dir,
             root,
             hook,
@@ -224,10 +232,16 @@ impl Shard {
             checkpointed: AtomicU64::new(0),
             checkpoint_done: Event::new(),
             dirty: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(Vec::new()),
             #[cfg(feature = "tier")]
             tier: OnceLock::new(),
             reclaim: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The LSN of the newest record enqueued: every later record's is higher.
+    pub(in crate::engine) fn last_lsn(&self) -> u64 {
+        self.queue.lock().next_lsn
     }
 
     /// Whether the journal or the dirty set has grown enough for a checkpoint.
@@ -434,7 +448,10 @@ impl Shard {
             };
             match &it.record {
                 Record::Create { .. } => self.names.add(it.stream.name.as_str())?,
-                Record::Delete { .. } if deleted => self.names.remove(it.stream.name.as_str())?,
+                Record::Delete { .. } if deleted => {
+                    self.names.remove(it.stream.name.as_str())?;
+                    self.deleted.lock().push(it.stream.name.as_str().into());
+                }
                 _ => {}
             }
             // The flag follows the set, never leads it (see `Data::in_dirty`).
