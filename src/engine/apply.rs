@@ -215,7 +215,7 @@ fn leave_tier_marker(trash: &Path) {
     if !in_trash || discarding || !gone.is_dir() {
         return;
     }
-    if std::fs::File::create(gone.join(name)).is_ok() {
+    if fs::create(&gone.join(name)).is_ok() {
         let _ = fs::sync_dir(&gone);
     }
 }

@@ -228,7 +228,7 @@ impl Engine {
         #[cfg(feature = "tier")]
         let tier = tier::TierGuard(match options.tier.clone() {
             Some(t) => {
-                std::fs::create_dir_all(root.join(crate::tier::GONE_DIR))?;
+                fs::create_dir_all(&root.join(crate::tier::GONE_DIR))?;
                 Some(crate::tier::Tier::start(&root, t)?)
             }
             None => None,

@@ -63,7 +63,7 @@ impl Engine {
                 return Ok(false);
             }
         }
-        match std::fs::remove_file(dir.join(format!("{base:020}.log"))) {
+        match crate::fs::remove_file(&dir.join(format!("{base:020}.log"))) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e.into()),

@@ -147,6 +147,17 @@ struct Inner {
     space: Option<(u64, u64)>,
 }
 
+impl Inner {
+    /// Forgets the durable bytes of a file removed (or replaced) since `before` saved it. Only
+    /// if they are still the ones saved: between the two the inode may have been freed and
+    /// taken by a file another thread created and synced meanwhile.
+    fn forget(&mut self, s: &Saved) {
+        if self.durable.get(&s.ino) == s.durable.as_ref() {
+            self.durable.remove(&s.ino);
+        }
+    }
+}
+
 /// A simulated disk under one data directory; see the module docs. Install it with
 /// [`Disk::install`] before opening the store.
 pub struct Disk {
@@ -500,7 +511,9 @@ impl Hook for Disk {
                 {
                     return; // an existing file opened: no directory change
                 }
+                // A new file: whatever an earlier file of this inode left is not its own.
                 g.durable.remove(&m.ino());
+                g.lengths.remove(&m.ino());
                 let change = Change::Create {
                     path: p.to_path_buf(),
                     ino: m.ino(),
@@ -519,7 +532,7 @@ impl Hook for Disk {
                     _ => None,
                 };
                 if let Some(s) = &displaced {
-                    g.durable.remove(&s.ino);
+                    g.forget(s);
                 }
                 let mut dirs: Vec<PathBuf> = parent(from);
                 for d in parent(to) {
@@ -536,7 +549,7 @@ impl Hook for Disk {
             }
             Op::Remove(p) => {
                 if let Some(Staged::File(Some(saved))) = staged {
-                    g.durable.remove(&saved.ino);
+                    g.forget(&saved);
                     let change = Change::Remove {
                         path: p.to_path_buf(),
                         saved,
@@ -548,7 +561,7 @@ impl Hook for Disk {
                 if let Some(Staged::Tree(saved)) = staged {
                     for (_, s) in &saved {
                         if let Some(s) = s {
-                            g.durable.remove(&s.ino);
+                            g.forget(s);
                         }
                     }
                     let change = Change::RemoveTree {

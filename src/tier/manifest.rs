@@ -155,12 +155,12 @@ pub(crate) fn load(dir: &Path) -> Result<Option<Manifest>> {
 )]
 pub(crate) fn store(dir: &Path, m: &Manifest) -> Result<()> {
     let tmp = dir.join("tier.tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut f = crate::fs::create(&tmp)?;
     f.write_all(&m.encode())?;
-    f.sync_all()?;
+    crate::fs::sync_all(&f, &tmp)?;
     drop(f);
-    std::fs::rename(&tmp, dir.join(FILE))?;
-    std::fs::File::open(dir)?.sync_all()?;
+    crate::fs::rename(&tmp, &dir.join(FILE))?;
+    crate::fs::sync_dir(dir)?;
     Ok(())
 }
 

@@ -293,10 +293,15 @@ mod running {
             self.work.note_evict();
         }
 
-        /// Stops the tier thread (after the object operation it is in) and joins it.
+        /// Stops the tier thread (after the object operation it is in) and joins it, unless
+        /// this is the tier thread: an eviction holds the engine, and when the store is dropped
+        /// meanwhile the engine's last reference (and its shutdown) goes on that thread, which
+        /// ends after this pass.
         pub(crate) fn stop(&self) {
             self.work.stop();
-            if let Some(t) = self.thread.lock().take() {
+            if let Some(t) = self.thread.lock().take()
+                && t.thread().id() != std::thread::current().id()
+            {
                 let _ = t.join();
             }
         }
@@ -426,9 +431,11 @@ mod running {
                 return Err(Error::corrupt(path, "the tier's copy fails its checksum"));
             }
             let tmp = path.with_extension("restore");
-            std::fs::write(&tmp, &bytes)?;
-            std::fs::File::open(&tmp)?.sync_all()?;
-            std::fs::rename(&tmp, path)?;
+            let mut f = crate::fs::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            crate::fs::sync_all(&f, &tmp)?;
+            drop(f);
+            crate::fs::rename(&tmp, path)?;
             Ok(())
         }
 

@@ -529,7 +529,7 @@ impl Tier {
                 self.delete(&o.location)?;
             }
             self.forget(&prefix);
-            std::fs::remove_file(e.path())?;
+            crate::fs::remove_file(&e.path())?;
             tracing::debug!(
                 key,
                 incarnation = inc,

@@ -66,7 +66,10 @@ impl Engine {
     /// touched.
     fn subs_tick(&self, all: bool) -> bool {
         let mut st = self.subs_state();
-        let touched = self.subs.hook.take();
+        let mut touched = self.subs.hook.take();
+        if all {
+            touched.extend(self.unlinked_matches(&st, &touched));
+        }
         let now = now_ms();
         // Most subscriptions, most of the time, concern none of this: look without copying.
         let paths: Vec<String> = st
@@ -85,6 +88,48 @@ impl Engine {
             self.tick_one(&mut st, &path, &touched, all, now);
         }
         !touched.is_empty()
+    }
+
+    /// The streams in the name index that match a subscription's pattern and are not linked to
+    /// it (nor in `touched`), for the first pass after an open: a stream created just before a
+    /// crash is linked by that pass when the journal replay saw its create, but not when a
+    /// checkpoint took the create from the journal before the subscription thread recorded the
+    /// link. Names only, one listing of each pattern's literal prefix (every match of which
+    /// is linked, and looked at by the same pass, in the usual case); whether each stream
+    /// still exists is the pass's look.
+    fn unlinked_matches(&self, st: &State, touched: &[StreamName]) -> Vec<StreamName> {
+        const PAGE: usize = 1024;
+        let touched: std::collections::HashSet<&StreamName> = touched.iter().collect();
+        let mut out = std::collections::BTreeSet::new();
+        for sub in st.subs.values() {
+            let Some(pattern) = &sub.config.pattern else {
+                continue;
+            };
+            let prefix = format!(
+                "{}{}",
+                sub.config.root,
+                super::glob::literal_prefix(pattern)
+            );
+            let mut after: Option<String> = None;
+            loop {
+                let page = self.names.page(&prefix, after.as_deref(), PAGE);
+                let last = page.len() < PAGE;
+                for n in page {
+                    if let Ok(name) = StreamName::new(&n)
+                        && !sub.links.contains_key(&name)
+                        && sub.matches(&name)
+                        && !touched.contains(&name)
+                    {
+                        out.insert(name);
+                    }
+                    after = Some(n);
+                }
+                if last {
+                    break;
+                }
+            }
+        }
+        out.into_iter().collect()
     }
 
     /// [`Engine::subs_tick`] for the subscription at `path`: one record at most.
