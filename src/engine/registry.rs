@@ -242,7 +242,10 @@ impl Engine {
     /// has neither.
     fn load(&self, name: &str) -> Result<Option<Arc<Stream>>> {
         let shard = self.shard_of(name);
-        match self.resident.open(name, shard, self.options.segment_bytes) {
+        match self
+            .resident
+            .open(&self.root, name, shard, self.options.segment_bytes)
+        {
             Some(Ok(s)) => {
                 if let Some(segs) = s.data.lock().segs.as_mut() {
                     segs.count_in(&self.counters.stream_files);

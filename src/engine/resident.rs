@@ -10,7 +10,7 @@
 //! record stays true. Not kept with a cold tier, which moves the segments of closed streams.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -24,8 +24,6 @@ use super::stream::Stream;
 
 /// A closed stream as its last open knew it.
 pub(super) struct Resident {
-    /// The stream directory (its key is a hash of the name: kept, not recomputed).
-    dir: PathBuf,
     /// The applied (and checkpointed) state, as the sidecar holds it.
     state: StreamState,
     /// The LSN of that state, and the generation of the sidecar that holds it.
@@ -56,7 +54,6 @@ impl Residents {
             return;
         };
         let record = Resident {
-            dir: s.dir.clone(),
             state: d.state.clone(),
             lsn: d.applied_lsn,
             generation: d.generation,
@@ -67,22 +64,26 @@ impl Residents {
         self.records.lock().insert(s.name.as_str().into(), record);
     }
 
-    /// Opens the stream `name` from its record, taking the record out; `None` without one.
+    /// Opens the stream `name` of the store in `root` from its record, taking the record out;
+    /// `None` without one. Its directory is computed again from the name (a hash: cheaper
+    /// than the hundred-odd bytes of a path kept per record).
     /// Its segments are opened from the bases the record holds (`SegmentSet::reopen`). A
     /// failure drops the record and is returned: the caller opens from the files instead,
     /// which finds the cause again and reports it as an open would.
     pub(super) fn open(
         &self,
+        root: &Path,
         name: &str,
         shard: usize,
         segment_bytes: u64,
     ) -> Option<Result<Arc<Stream>>> {
         let r = self.records.lock().remove(name)?;
-        let segs = match SegmentSet::reopen(&r.dir, &r.bases, r.state.tail, segment_bytes) {
+        let dir = crate::fs::stream_dir(root, name);
+        let segs = match SegmentSet::reopen(&dir, &r.bases, r.state.tail, segment_bytes) {
             Ok(segs) => segs,
             Err(e) => return Some(Err(e)),
         };
-        let s = Stream::new(r.state, r.dir, shard, Some(segs), r.lsn, r.generation, true);
+        let s = Stream::new(r.state, dir, shard, Some(segs), r.lsn, r.generation, true);
         s.last_access_ms.store(r.last_access_ms, Ordering::Relaxed);
         Some(Ok(s))
     }
