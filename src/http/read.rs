@@ -290,10 +290,19 @@ pub(crate) async fn get(
         .and_then(|e| e.deadline());
     match p.live {
         Live::CatchUp => catch_up(app, name, parts, p, expect).await,
-        Live::LongPoll => long_poll(app, name, p, expect, credential).await,
-        Live::Sse => sse::respond(app, name, &parts.headers, p, expect, credential)
-            .await
-            .map(Answer::from),
+        // Boxed: a live read's state need not be part of every request's future (brook's
+        // HTTP/1.1 loop boxes that future per request, and copies it into its box).
+        Live::LongPoll => Box::pin(long_poll(app, name, p, expect, credential)).await,
+        Live::Sse => Box::pin(sse::respond(
+            app,
+            name,
+            &parts.headers,
+            p,
+            expect,
+            credential,
+        ))
+        .await
+        .map(Answer::from),
     }
 }
 

@@ -16,7 +16,8 @@ use crate::{
     TryAppend, normalize_content_type,
 };
 
-use super::body::{Held, read_body};
+use super::body::{Held, read_body, take_whole};
+use super::budget;
 use super::error::{ApiError, Op};
 use super::if_match::tail_match;
 use super::names::{
@@ -276,8 +277,12 @@ pub(crate) async fn append(
     let pending = match app.store.try_append(&name, req) {
         TryAppend::Done(p) => p,
         TryAppend::WouldBlock(req) => {
+            // Boxed: the blocking call's state need not be part of every append's future.
             let store = app.store.clone();
-            blocking(Op::Append, move || store.submit_append(&name, req)).await?
+            Box::pin(blocking(Op::Append, move || {
+                store.submit_append(&name, req)
+            }))
+            .await?
         }
     };
     // The writers that might join this append's batch: every open connection but the live
@@ -350,8 +355,27 @@ pub(crate) async fn delete(
 /// (HTTP/1.1 and HTTP/2 alike; a malformed one never reaches a handler), brook's HTTP/1.1
 /// loop's from the body it read whole. So the header is not parsed again here. A body that may
 /// be large is charged to the request's owner (`parts`: its peer and token).
-async fn write_body(app: &AppState, parts: &Parts, body: Body) -> Result<Held, ApiError> {
+///
+/// A small body that is there whole (brook's HTTP/1.1 loop reads it before the handler runs) is
+/// taken at once ([`take_whole`]); any other is read by [`read_body`], whose future is boxed so
+/// that it is no part of every append's (which that loop boxes, and copies, per request).
+async fn write_body(app: &AppState, parts: &Parts, mut body: Body) -> Result<Held, ApiError> {
     let declared = http_body::Body::size_hint(&body).exact();
     let limit = app.store.options().max_append_bytes();
-    read_body(body, declared, limit, &app.body_rules_for(parts, declared)).await
+    if let Some(n) = declared
+        && n <= limit as u64
+        && n <= budget::SMALL
+    {
+        match take_whole(body, n, &app.budget)? {
+            Ok(held) => return Ok(held),
+            Err(rest) => body = rest,
+        }
+    }
+    Box::pin(read_body(
+        body,
+        declared,
+        limit,
+        &app.body_rules_for(parts, declared),
+    ))
+    .await
 }
