@@ -206,7 +206,7 @@ mod tests {
         let append = size4(super::super::write::append);
         let request = size5(super::respond_admitted);
         println!("append future: {append} bytes; request future: {request} bytes");
-        assert!(append <= 960, "an append's future is {append} bytes");
-        assert!(request <= 1600, "a request's future is {request} bytes");
+        assert!(append <= 640, "an append's future is {append} bytes");
+        assert!(request <= 1152, "a request's future is {request} bytes");
     }
 }
