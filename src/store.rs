@@ -69,6 +69,20 @@ impl<T> Pending<T> {
         self.outcome
     }
 
+    /// What the outcome waits for, if anything: [`Pending::wait_async`] in two steps, for a
+    /// caller that waits with the pending outcome in place (a future that moves it into
+    /// `wait_async`'s holds it twice).
+    #[cfg(feature = "http")]
+    pub(crate) fn ticket(&self) -> Option<&crate::engine::Ticket> {
+        self.ticket.as_ref()
+    }
+
+    /// The outcome, once [`Pending::ticket`] was waited on.
+    #[cfg(feature = "http")]
+    pub(crate) fn into_outcome(self) -> Result<T> {
+        self.outcome
+    }
+
     /// Waits (without blocking a thread) until durable, then returns the outcome.
     pub async fn wait_async(self) -> Result<T> {
         if let Some(t) = &self.ticket {

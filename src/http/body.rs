@@ -216,6 +216,100 @@ pub(crate) async fn read_body(
     })
 }
 
+/// A body of `declared` bytes (at most [`SMALL`](super::budget::SMALL)) taken whole at once when
+/// its one frame is there already, as brook's HTTP/1.1 loop hands a small body over (and hyper
+/// a small body that came in one read): one lease of its length, with none of [`read_body`]'s
+/// pace, rules or buffer. `Ok(Err(body))` gives the body back to be read by [`read_body`]: its
+/// frame has not come yet (nothing was taken from it), or the frame taken was not all of it
+/// (then put back in front of the rest).
+pub(crate) fn take_whole(
+    mut body: Body,
+    declared: u64,
+    budget: &Arc<Budget>,
+) -> Result<Result<Held, Body>, ApiError> {
+    debug_assert!(declared <= super::budget::SMALL);
+    let Some(frame) = futures_util::FutureExt::now_or_never(body.frame()) else {
+        return Ok(Err(body));
+    };
+    let frame = match frame {
+        // Ended with no frame: an empty body, as `read_body` takes one.
+        None => {
+            return Ok(Ok(Held {
+                bytes: Bytes::new(),
+                _lease: Lease::empty(budget, Use::Bodies),
+            }));
+        }
+        Some(Err(_)) => {
+            return Err(ApiError::bad_request(
+                "INVALID_BODY",
+                "the request body could not be read",
+            ));
+        }
+        Some(Ok(frame)) => frame,
+    };
+    match frame.into_data() {
+        Ok(data) if data.len() as u64 == declared && http_body::Body::is_end_stream(&body) => {
+            // Small: charged to no one (see `Lease::try_grow`).
+            let mut lease = Lease::empty(budget, Use::Bodies);
+            lease.grow(declared)?;
+            Ok(Ok(Held {
+                bytes: data,
+                _lease: lease,
+            }))
+        }
+        Ok(data) => Ok(Err(Body::new(Prepend {
+            first: Some(Frame::data(data)),
+            rest: body,
+        }))),
+        Err(frame) => Ok(Err(Body::new(Prepend {
+            first: Some(frame),
+            rest: body,
+        }))),
+    }
+}
+
+/// A body with one frame taken from it put back in front (see [`take_whole`]).
+struct Prepend {
+    /// The frame taken, until it is read again.
+    first: Option<Frame<Bytes>>,
+    /// The rest of the body.
+    rest: Body,
+}
+
+impl http_body::Body for Prepend {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        if let Some(frame) = self.first.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let first = self
+            .first
+            .as_ref()
+            .and_then(Frame::data_ref)
+            .map_or(0, |d| d.len() as u64);
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + first);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + first);
+        }
+        hint
+    }
+}
+
 /// The body's next frame, refused when it does not come in time ([`Pace::due`]), `received`
 /// bytes in. A frame already there (as a small body's nearly always is) is taken without
 /// arming a timer or reading the clock.

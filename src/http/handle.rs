@@ -116,46 +116,58 @@ async fn respond(
 
 /// [`respond`] for a request whose head was admitted already ([`admit`]): brook's HTTP/1.1
 /// loop admits a head before it reads the body.
-async fn respond_admitted(
+///
+/// Not an `async fn`: what admission decided is settled before the future is made, so the
+/// future (boxed per request by that loop) keeps neither the admission (a refusal's answer) nor
+/// its arguments twice, only what the route's handler needs across its waits.
+fn respond_admitted(
     app: &AppState,
     mut parts: axum::http::request::Parts,
     body: Body,
     admission: Admission,
     admin_only: bool,
-) -> (reply::Answer, bool, HeaderMap) {
+) -> impl Future<Output = (reply::Answer, bool, HeaderMap)> + Send {
     let started = Instant::now();
-    // Only a server logging at debug copies the method and path for its request line.
-    let logged = app
-        .log_requests
-        .then(|| (parts.method.clone(), parts.uri.path().to_owned()));
     let cors = cors_wanted(&parts);
-    let mut kind = RouteKind::Other;
-    let res = match admission {
-        Admission::Preflight => {
-            kind = RouteKind::Preflight;
-            reply::preflight(&parts.headers).into()
-        }
-        Admission::Refused(answer) => answer,
-        Admission::Open | Admission::Admitted(_) => {
-            let dispatched = route::dispatch(app, &mut parts, body, &mut kind, admin_only);
-            let mut res = match dispatched.await {
-                Ok(res) => res,
-                Err(e) => {
-                    app.metrics.error(e.code());
-                    e.into_response().into()
-                }
-            };
-            if let Admission::Admitted(admitted) = admission {
-                auth::private_if_token(&mut res, admitted);
-            }
-            res
-        }
+    // Boxed (a preflight, a refusal): the common request's future holds no answer but its own.
+    let settled = match admission {
+        Admission::Preflight => Err(Box::new((
+            RouteKind::Preflight,
+            reply::preflight(&parts.headers).into(),
+        ))),
+        Admission::Refused(answer) => Err(Box::new((RouteKind::Other, answer))),
+        Admission::Open => Ok(None),
+        Admission::Admitted(admitted) => Ok(Some(admitted)),
     };
-    app.metrics.request_since(kind, res.status(), started);
-    if let Some((method, path)) = logged {
-        log_request(&method, &path, &res, started.elapsed());
+    async move {
+        // Only a server logging at debug copies the method and path for its request line.
+        let logged = app
+            .log_requests
+            .then(|| Box::new((parts.method.clone(), parts.uri.path().to_owned())));
+        let (kind, res) = match settled {
+            Err(settled) => *settled,
+            Ok(admitted) => {
+                let mut kind = RouteKind::Other;
+                let dispatched = route::dispatch(app, &mut parts, body, &mut kind, admin_only);
+                let mut res = match dispatched.await {
+                    Ok(res) => res,
+                    Err(e) => {
+                        app.metrics.error(e.code());
+                        e.into_response().into()
+                    }
+                };
+                if let Some(admitted) = admitted {
+                    auth::private_if_token(&mut res, admitted);
+                }
+                (kind, res)
+            }
+        };
+        app.metrics.request_since(kind, res.status(), started);
+        if let Some(logged) = logged {
+            log_request(&logged.0, &logged.1, &res, started.elapsed());
+        }
+        (res, cors, parts.headers)
     }
-    (res, cors, parts.headers)
 }
 
 /// The request's `debug` line: method, path, status, body bytes (`-` when the body streams
@@ -170,4 +182,31 @@ fn log_request(method: &Method, path: &str, res: &reply::Answer, took: Duration)
         micros = took.as_micros() as u64,
         "request"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of what a function of four arguments returns.
+    fn size4<A, B, C, D, R>(_: fn(A, B, C, D) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// The size of what a function of five arguments returns.
+    fn size5<A, B, C, D, E, R>(_: fn(A, B, C, D, E) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// brook's HTTP/1.1 loop boxes a request's future and moves it into its box, once per
+    /// request: its size is copied every time, and past about 1 KiB glibc's `malloc` and `free`
+    /// leave their per-thread cache (docs/benchmarks/history.md, issue 51's second round). The
+    /// reads, the rarer routes and an append's body still to be read are boxed on their own, so
+    /// what is left is the append's durability wait: 2,032 bytes before, here far less.
+    #[test]
+    fn the_request_future_is_small() {
+        let append = size4(super::super::write::append);
+        let request = size5(super::respond_admitted);
+        println!("append future: {append} bytes; request future: {request} bytes");
+        assert!(append <= 640, "an append's future is {append} bytes");
+        assert!(request <= 1152, "a request's future is {request} bytes");
+    }
 }

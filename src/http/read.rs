@@ -289,11 +289,21 @@ pub(crate) async fn get(
         .get::<CredentialExpiry>()
         .and_then(|e| e.deadline());
     match p.live {
-        Live::CatchUp => catch_up(app, name, parts, p, expect).await,
-        Live::LongPoll => long_poll(app, name, p, expect, credential).await,
-        Live::Sse => sse::respond(app, name, &parts.headers, p, expect, credential)
-            .await
-            .map(Answer::from),
+        // Each boxed: no read's state is part of every request's future (brook's HTTP/1.1 loop
+        // boxes that future per request, and copies it into its box), so that an append's
+        // stays within the allocator's per-thread cache.
+        Live::CatchUp => Box::pin(catch_up(app, name, parts, p, expect)).await,
+        Live::LongPoll => Box::pin(long_poll(app, name, p, expect, credential)).await,
+        Live::Sse => Box::pin(sse::respond(
+            app,
+            name,
+            &parts.headers,
+            p,
+            expect,
+            credential,
+        ))
+        .await
+        .map(Answer::from),
     }
 }
 

@@ -246,9 +246,9 @@ pub(crate) async fn dispatch(
         Route::Stream(name) => match *m {
             Method::GET => read::get(app, name, parts).await,
             Method::HEAD => read::head(app, name, parts).await,
-            Method::PUT => write::create(app, name, parts, body).await,
+            Method::PUT => Box::pin(write::create(app, name, parts, body)).await,
             Method::POST => write::append(app, name, parts, body).await,
-            Method::DELETE => write::delete(app, name, parts).await,
+            Method::DELETE => Box::pin(write::delete(app, name, parts)).await,
             _ => Err(ApiError::MethodNotAllowed {
                 allow: STREAM_METHODS,
             }),
@@ -265,7 +265,7 @@ pub(crate) async fn dispatch(
                 .unwrap_or_else(|| ApiError::internal("a reserved route parsed as a stream name")))
         }
         Route::SnapshotLatest(name) => match *m {
-            Method::GET => snapshot::snapshot_latest(app, name, parts)
+            Method::GET => Box::pin(snapshot::snapshot_latest(app, name, parts))
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -273,13 +273,13 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::SnapshotAt(name, offset) => match *m {
-            Method::GET => snapshot::snapshot_at(app, name, &offset, parts)
+            Method::GET => Box::pin(snapshot::snapshot_at(app, name, &offset, parts))
                 .await
                 .map(Answer::from),
-            Method::PUT => snapshot::publish_snapshot(app, name, &offset, parts, body)
+            Method::PUT => Box::pin(snapshot::publish_snapshot(app, name, &offset, parts, body))
                 .await
                 .map(Answer::from),
-            Method::DELETE => snapshot::delete_snapshot(app, name, &offset, parts)
+            Method::DELETE => Box::pin(snapshot::delete_snapshot(app, name, &offset, parts))
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -287,7 +287,7 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::SnapshotPart(name, offset) => match *m {
-            Method::POST => snapshot_parts::stage(app, name, &offset, parts, body)
+            Method::POST => Box::pin(snapshot_parts::stage(app, name, &offset, parts, body))
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -295,7 +295,7 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::SnapshotParts(name) => match *m {
-            Method::DELETE => snapshot_parts::discard(app, name, parts)
+            Method::DELETE => Box::pin(snapshot_parts::discard(app, name, parts))
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -303,21 +303,25 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::IncarnationChunk(name, token, offset) => match *m {
-            Method::GET | Method::HEAD => immutable::chunk(app, name, &token, &offset, parts).await,
+            Method::GET | Method::HEAD => {
+                Box::pin(immutable::chunk(app, name, &token, &offset, parts)).await
+            }
             _ => Err(ApiError::MethodNotAllowed {
                 allow: "GET, HEAD, OPTIONS",
             }),
         },
         Route::IncarnationSnapshot(name, token, offset) => match *m {
-            Method::GET | Method::HEAD => immutable::snapshot(app, name, &token, &offset, parts)
-                .await
-                .map(Answer::from),
+            Method::GET | Method::HEAD => {
+                Box::pin(immutable::snapshot(app, name, &token, &offset, parts))
+                    .await
+                    .map(Answer::from)
+            }
             _ => Err(ApiError::MethodNotAllowed {
                 allow: "GET, HEAD, OPTIONS",
             }),
         },
         Route::Retention(name, offset) => match *m {
-            Method::PUT => snapshot::retention(app, name, &offset, parts)
+            Method::PUT => Box::pin(snapshot::retention(app, name, &offset, parts))
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -325,7 +329,7 @@ pub(crate) async fn dispatch(
             }),
         },
         Route::Bootstrap(name) => match *m {
-            Method::GET => bootstrap::bootstrap(app, name, parts)
+            Method::GET => Box::pin(bootstrap::bootstrap(app, name, parts))
                 .await
                 .map(Answer::from),
             _ => Err(ApiError::MethodNotAllowed {
@@ -335,10 +339,12 @@ pub(crate) async fn dispatch(
         Route::Protocol(root, rest) => {
             // The only handler that takes the head by value; the caller gets an empty one back.
             let parts = std::mem::replace(parts, Request::new(()).into_parts().0);
-            subscriptions::dispatch(app, &root, &rest, parts, body)
+            Box::pin(subscriptions::dispatch(app, &root, &rest, parts, body))
                 .await
                 .map(Answer::from)
         }
-        Route::Admin(rest) => admin::dispatch(app, &rest, parts).await.map(Answer::from),
+        Route::Admin(rest) => Box::pin(admin::dispatch(app, &rest, parts))
+            .await
+            .map(Answer::from),
     }
 }

@@ -462,7 +462,7 @@ async fn take_request<S: Io, H: Handler>(
     } else {
         head.len
     };
-    let mut head_bytes = Bytes::copy_from_slice(&buf[..taken]);
+    let mut head_bytes = spare::copy(&buf[..taken]);
     buf.advance(taken);
     let came = with_body.then(|| head_bytes.split_off(head.len));
     let is_head = head.method == Method::HEAD;

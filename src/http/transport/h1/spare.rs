@@ -9,7 +9,7 @@
 
 use std::cell::RefCell;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::READ_BUF;
 
@@ -64,6 +64,46 @@ pub(super) fn give_out(mut out: Vec<u8>) {
     });
 }
 
+/// A copy of `bytes` (a request's head, and a small body that came with it) in one allocation
+/// of at most twice their length, shared by every view of it. A `Bytes` copied from a slice
+/// takes a second allocation at its first view (the header values, the body), and frees two:
+/// about 200 instructions of a small append.
+pub(super) fn copy(bytes: &[u8]) -> Bytes {
+    match bytes.len() {
+        0..=256 => Bytes::from_owner(Inline::<256>::of(bytes)),
+        257..=512 => Bytes::from_owner(Inline::<512>::of(bytes)),
+        513..=1024 => Bytes::from_owner(Inline::<1024>::of(bytes)),
+        1025..=2048 => Bytes::from_owner(Inline::<2048>::of(bytes)),
+        _ => Bytes::copy_from_slice(bytes),
+    }
+}
+
+/// Up to `N` bytes held in place (see [`copy`]).
+struct Inline<const N: usize> {
+    /// How many of `bytes` are held.
+    len: usize,
+    /// The bytes, then zeros.
+    bytes: [u8; N],
+}
+
+impl<const N: usize> Inline<N> {
+    /// `from`, at most `N` bytes.
+    fn of(from: &[u8]) -> Self {
+        let mut bytes = [0; N];
+        bytes[..from.len()].copy_from_slice(from);
+        Inline {
+            len: from.len(),
+            bytes,
+        }
+    }
+}
+
+impl<const N: usize> AsRef<[u8]> for Inline<N> {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::{Buf, Bytes};
@@ -97,5 +137,17 @@ mod tests {
             give_read(BytesMut::with_capacity(READ_BUF));
         }
         assert_eq!(kept(), KEEP);
+    }
+
+    /// A copy holds its bytes whatever their length, and its views share it.
+    #[test]
+    fn copies_hold_their_bytes() {
+        for n in [0, 1, 255, 256, 257, 512, 1000, 2048, 2049, 5000] {
+            let from: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            let mut c = copy(&from);
+            assert_eq!(&c[..], &from[..], "{n} bytes");
+            let tail = c.split_off(n / 2);
+            assert_eq!((&c[..], &tail[..]), (&from[..n / 2], &from[n / 2..]));
+        }
     }
 }
