@@ -254,6 +254,16 @@ impl Engine {
             fs::create_dir_all(&jdir)?;
             let records_before = replayed.records;
             let images = Arc::new(Images::open(&jdir, id, !has_tier)?);
+            if has_tier {
+                let n = images.write_into_sidecars(&root)?;
+                if n > 0 {
+                    tracing::info!(
+                        shard = id,
+                        sidecars = n,
+                        "a cold tier reads sidecars: checkpoint files written into them"
+                    );
+                }
+            }
             let end = replay_shard(
                 &root,
                 &options,

@@ -358,3 +358,58 @@ fn a_store_written_before_checkpoint_files_opens_and_upgrades() -> R {
     check(&store, 5)?;
     Ok(())
 }
+
+/// A store whose checkpoint files hold the newest state of its streams, opened with a cold
+/// tier (whose thread reads a stream's state from its sidecar): the images are written into the
+/// sidecars and the files go, every checkpoint with the tier writes sidecars, and the store
+/// opens again without the tier with every stream as acknowledged.
+#[cfg(feature = "tier")]
+#[test]
+fn a_cold_tier_gets_the_checkpoint_files_written_into_sidecars() -> R {
+    let dir = tempfile::tempdir()?;
+    let bucket = tempfile::tempdir()?;
+    let n = |i: usize| name(&format!("tiered/{i}"));
+    let store = Store::open(dir.path(), options())?;
+    for i in 0..20 {
+        store.create(&n(i), text("text/plain"))?;
+        append_round(&store, &n(i), i, 0)?;
+    }
+    store.checkpoint()?;
+    for i in 0..20 {
+        append_round(&store, &n(i), i, 1)?;
+    }
+    store.shutdown()?;
+    drop(store);
+    assert!(!ckpt_files(dir.path())?.is_empty());
+    let before = sidecars(dir.path())?;
+    let tiered = options().with_tier(TierOptions::new(format!(
+        "file://{}",
+        bucket.path().display()
+    )));
+    let store = Store::open(dir.path(), tiered)?;
+    assert!(
+        ckpt_files(dir.path())?.is_empty(),
+        "the files were written into sidecars"
+    );
+    assert_ne!(
+        sidecars(dir.path())?,
+        before,
+        "the sidecars took the images"
+    );
+    for i in 0..20 {
+        check_stream(&store, &n(i), i, 2)?;
+        append_round(&store, &n(i), i, 2)?;
+    }
+    store.checkpoint()?;
+    assert!(
+        ckpt_files(dir.path())?.is_empty(),
+        "with a tier, checkpoints write sidecars"
+    );
+    store.shutdown()?;
+    drop(store);
+    let store = Store::open(dir.path(), options())?;
+    for i in 0..20 {
+        check_stream(&store, &n(i), i, 3)?;
+    }
+    Ok(())
+}

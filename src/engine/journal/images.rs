@@ -467,6 +467,54 @@ impl Images {
         }
     }
 
+    /// Writes every stream's newest image into its sidecar (the slot after the current one),
+    /// makes them durable, and removes the checkpoint files: for a store opened with a cold tier,
+    /// whose thread reads a stream's state from its sidecar (2.8). An image whose stream has no
+    /// sidecar of its incarnation any more, or a newer one, is dropped. Returns the sidecars
+    /// written.
+    pub(in crate::engine) fn write_into_sidecars(&self, root: &Path) -> Result<usize> {
+        let mut inner = self.inner.lock();
+        if inner.files.is_empty() {
+            return Ok(0);
+        }
+        let mut written = 0;
+        let mut scratch = Vec::new();
+        for (name, loc) in &inner.newest {
+            let Some(f) = inner.files.get(&loc.file) else {
+                continue;
+            };
+            let mut buf = vec![0; loc.len as usize];
+            f.file.read_exact_at(&mut buf, loc.offset)?;
+            let Some(image) = sidecar::decode(&buf) else {
+                return Err(Error::corrupt(&f.path, "a checkpoint file's image changed"));
+            };
+            let dir = fs::stream_dir(root, name);
+            let Some(current) = sidecar::load(&dir)? else {
+                continue;
+            };
+            if current.state.config.name != image.state.config.name
+                || current.state.config.incarnation != image.state.config.incarnation
+                || current.applied_lsn >= image.applied_lsn
+            {
+                continue;
+            }
+            sidecar::write_with(
+                &mut scratch,
+                &dir,
+                current.generation + 1,
+                image.applied_lsn,
+                &image.state,
+            )?;
+            written += 1;
+        }
+        fs::sync_fs(&File::open(root)?, root)?;
+        for f in std::mem::take(&mut inner.files).into_values() {
+            fs::remove_file(&f.path)?;
+        }
+        inner.newest.clear();
+        Ok(written)
+    }
+
     /// The number of checkpoint files and their bytes.
     pub(in crate::engine) fn files(&self) -> (usize, u64) {
         let inner = self.inner.lock();
