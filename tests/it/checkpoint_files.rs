@@ -413,3 +413,56 @@ fn a_cold_tier_gets_the_checkpoint_files_written_into_sidecars() -> R {
     }
     Ok(())
 }
+
+/// A power cut during a checkpoint, before its second `syncfs`, may tear its file anywhere,
+/// the header included: while the journal it would replace is left, recovery drops the file
+/// and replays the journal. A committed file with a damaged header is an error instead.
+#[test]
+fn a_torn_file_of_an_unfinished_checkpoint_is_dropped() -> R {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), options())?;
+    let names: Vec<StreamName> = (0..4).map(|i| name(&format!("torn/{i}"))).collect();
+    for (i, n) in names.iter().enumerate() {
+        store.create(n, text("text/plain"))?;
+        append_round(&store, n, i, 0)?;
+    }
+    store.checkpoint()?;
+    for (i, n) in names.iter().enumerate() {
+        append_round(&store, n, i, 1)?;
+    }
+    store.checkpoint()?;
+    for (i, n) in names.iter().enumerate() {
+        append_round(&store, n, i, 2)?;
+    }
+    let committed = ckpt_files(dir.path())?;
+    assert_eq!(committed.len(), 1, "{committed:?}");
+    let crashed = crash_image(store, dir.path())?;
+    let shard = crashed.path().join("journal").join("00");
+    let oldest_journal = std::fs::read_dir(&shard)?
+        .filter_map(|e| {
+            let n = e.ok()?.file_name().into_string().ok()?;
+            n.strip_suffix(".wal")?.parse::<u64>().ok()
+        })
+        .min()
+        .ok_or("no journal file")?;
+    // What a cut leaves of an unfinished checkpoint's file: zeroed pages where its bytes were.
+    let torn = shard.join(format!("{:020}.ckpt", oldest_journal + 1));
+    std::fs::write(&torn, vec![0u8; 8192])?;
+    let store = Store::open(crashed.path(), options())?;
+    assert!(!torn.exists(), "the torn file is dropped");
+    for (i, n) in names.iter().enumerate() {
+        check_stream(&store, n, i, 3)?;
+    }
+    drop(store);
+    // The committed file's header damaged: nothing may silently replace its images.
+    let (path, _) = &ckpt_files(crashed.path())?[0];
+    let mut bytes = std::fs::read(path)?;
+    bytes[0] ^= 0xff;
+    std::fs::write(path, bytes)?;
+    match Store::open(crashed.path(), options()) {
+        Err(Error::Corrupt { .. }) => {}
+        Err(e) => panic!("a damaged committed checkpoint file is corrupt, not {e}"),
+        Ok(_) => panic!("a damaged committed checkpoint file must be refused"),
+    }
+    Ok(())
+}

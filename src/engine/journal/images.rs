@@ -156,7 +156,8 @@ fn images(buf: &[u8]) -> impl Iterator<Item = (u64, usize, Sidecar)> + '_ {
 impl Images {
     /// Reads the checkpoint files of the shard journal directory `dir`, oldest first, and
     /// removes those that hold no stream's newest image. A file whose header is not a
-    /// checkpoint file's of this shard is an error (`Corrupt`).
+    /// checkpoint file's of this shard is removed when its checkpoint did not finish (a journal
+    /// file older than its rotation is left), and an error (`Corrupt`) otherwise.
     pub(in crate::engine) fn open(dir: &Path, shard: usize, enabled: bool) -> Result<Images> {
         let mut found: Vec<(u64, PathBuf)> = Vec::new();
         for e in std::fs::read_dir(dir)? {
@@ -173,20 +174,27 @@ impl Images {
             found.push((lsn, e.path()));
         }
         found.sort();
+        // A checkpoint drops the journal before its rotation only after its file is durable
+        // (step 6d): while a journal file older than the rotation is left, the checkpoint may
+        // not have finished, and its file may be torn anywhere, the header included.
+        let oldest_journal = super::list_files(dir)?.first().map(|(base, _)| *base);
         let mut inner = Inner::default();
         for (lsn, path) in found {
             let buf = std::fs::read(&path)?;
-            if buf.len() < FILE_HEADER {
-                // Created, not yet written, when the power went: its checkpoint did not finish.
-                fs::remove_file(&path)?;
-                continue;
-            }
-            let mut d = Dec::new(&buf[..FILE_HEADER]);
-            let ok = d.take(4) == Some(MAGIC.as_slice())
-                && d.u32() == Some(VERSION)
-                && d.u32() == Some(shard as u32);
-            let _reserved = d.u32();
-            if !ok || d.u64() != Some(lsn) {
+            let ok = buf.len() >= FILE_HEADER && {
+                let mut d = Dec::new(&buf[..FILE_HEADER]);
+                let ok = d.take(4) == Some(MAGIC.as_slice())
+                    && d.u32() == Some(VERSION)
+                    && d.u32() == Some(shard as u32);
+                let _reserved = d.u32();
+                ok && d.u64() == Some(lsn)
+            };
+            if !ok {
+                if oldest_journal.is_some_and(|base| base < lsn) {
+                    // Its checkpoint did not finish; the journal it would replace is here.
+                    fs::remove_file(&path)?;
+                    continue;
+                }
                 return Err(Error::corrupt(&path, "not a checkpoint file of this shard"));
             }
             for (offset, len, sc) in images(&buf) {
