@@ -45,10 +45,11 @@ impl Engine {
             }
             return self.offset_at(&self.source_of(s)?, pos);
         }
-        let d = s.data.lock();
-        Ok(d.segs
-            .as_ref()
-            .map_or(Offset::new(0, pos), |g| g.offset_at(pos)))
+        let mut d = s.data.lock();
+        Ok(match d.segs.as_mut() {
+            Some(g) => g.mapped()?.offset_at(pos),
+            None => Offset::new(0, pos),
+        })
     }
 
     /// `o` itself when its message count agrees with its byte position in `s` (as in every
@@ -75,8 +76,11 @@ impl Engine {
         if pos < base.bytes {
             return self.is_boundary(&self.source_of(s)?, pos);
         }
-        let d = s.data.lock();
-        Ok(d.segs.as_ref().is_some_and(|g| g.is_boundary(pos)))
+        let mut d = s.data.lock();
+        Ok(match d.segs.as_mut() {
+            Some(g) => g.mapped()?.is_boundary(pos),
+            None => false,
+        })
     }
 
     /// The first message boundary after byte position `pos`, or `None` past the last message.
@@ -89,8 +93,11 @@ impl Engine {
             let b = self.next_boundary(&self.source_of(s)?, pos)?;
             return Ok(Some(b.map_or(base.bytes, |b| b.min(base.bytes))));
         }
-        let d = s.data.lock();
-        Ok(d.segs.as_ref().and_then(|g| g.next_boundary_after(pos)))
+        let mut d = s.data.lock();
+        Ok(match d.segs.as_mut() {
+            Some(g) => g.mapped()?.next_boundary_after(pos),
+            None => None,
+        })
     }
 
     /// Where a JSON read from `from` that may return bytes up to `limit` ends: the last message
@@ -122,11 +129,12 @@ impl Engine {
             }
             return Ok(base.bytes);
         }
-        let d = s.data.lock();
-        Ok(d.segs
-            .as_ref()
-            .map_or(tail, |g| g.boundary_for_read(from, limit))
-            .min(tail))
+        let mut d = s.data.lock();
+        Ok(match d.segs.as_mut() {
+            Some(g) => g.mapped()?.boundary_for_read(from, limit),
+            None => tail,
+        }
+        .min(tail))
     }
 
     /// Appends views of bytes `from..to` to `out`, in order, without copying. A range reaching
@@ -197,9 +205,9 @@ impl Engine {
             let src = self.source_of(s)?;
             self.message_ranges(&src, from, to.min(base.bytes), out)?;
         }
-        let d = s.data.lock();
-        if let Some(g) = d.segs.as_ref() {
-            out.extend(g.message_ranges(from.max(base.bytes), to));
+        let mut d = s.data.lock();
+        if let Some(g) = d.segs.as_mut() {
+            out.extend(g.mapped()?.message_ranges(from.max(base.bytes), to));
         }
         Ok(())
     }

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use parking_lot::Mutex;
 
 use crate::error::Result;
-use crate::segment::SegmentSet;
+use crate::segment::{SegmentRecord, SegmentSet};
 use crate::state::StreamState;
 
 use super::stream::Stream;
@@ -29,9 +29,9 @@ pub(super) struct Resident {
     /// The LSN of that state, and the generation of the sidecar that holds it.
     lsn: u64,
     generation: u64,
-    /// Where its segments start, ascending (its directory's logs, less the strays an open
-    /// removes).
-    bases: Box<[u64]>,
+    /// Its segments, ascending: where each starts, its files' lengths and room (see
+    /// `SegmentRecord`), so its next open opens, lists and maps nothing.
+    segs: Box<[SegmentRecord]>,
     /// The last access, for a sliding TTL.
     last_access_ms: u64,
 }
@@ -50,14 +50,14 @@ impl Residents {
         if d.deleted || d.applied_lsn != d.checkpointed_lsn {
             return;
         }
-        let Some(segs) = d.segs.as_ref() else {
+        let Some(segs) = d.segs.as_ref().and_then(SegmentSet::record) else {
             return;
         };
         let record = Resident {
             state: d.state.clone(),
             lsn: d.applied_lsn,
             generation: d.generation,
-            bases: segs.bases().into_boxed_slice(),
+            segs,
             last_access_ms: s.last_access_ms.load(Ordering::Relaxed),
         };
         drop(d);
@@ -67,9 +67,10 @@ impl Residents {
     /// Opens the stream `name` of the store in `root` from its record, taking the record out;
     /// `None` without one. Its directory is computed again from the name (a hash: cheaper
     /// than the hundred-odd bytes of a path kept per record).
-    /// Its segments are opened from the bases the record holds (`SegmentSet::reopen`). A
-    /// failure drops the record and is returned: the caller opens from the files instead,
-    /// which finds the cause again and reports it as an open would.
+    /// Its segments are resumed from the record (`SegmentSet::resume`): nothing is opened
+    /// until an append writes or a read maps. A failure drops the record and is returned: the
+    /// caller opens from the files instead, which finds the cause again and reports it as an
+    /// open would.
     pub(super) fn open(
         &self,
         root: &Path,
@@ -79,7 +80,7 @@ impl Residents {
     ) -> Option<Result<Arc<Stream>>> {
         let r = self.records.lock().remove(name)?;
         let dir = crate::fs::stream_dir(root, name);
-        let segs = match SegmentSet::reopen(&dir, &r.bases, r.state.tail, segment_bytes) {
+        let segs = match SegmentSet::resume(&dir, &r.segs, r.state.tail, segment_bytes) {
             Ok(segs) => segs,
             Err(e) => return Some(Err(e)),
         };

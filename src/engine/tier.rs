@@ -25,9 +25,9 @@ impl Engine {
             )
         })?;
         tier.read_cold(&s.dir, s.incarnation.as_str(), c, |bytes| {
-            let d = s.data.lock();
-            let segs = d.segs.as_ref().ok_or(Error::NotFound)?;
-            segs.check_block(c.seg_base, c.block, bytes)
+            let mut d = s.data.lock();
+            let segs = d.segs.as_mut().ok_or(Error::NotFound)?;
+            segs.mapped()?.check_block(c.seg_base, c.block, bytes)
         })
     }
 

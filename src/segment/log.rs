@@ -43,8 +43,12 @@ pub(super) struct Segment {
     /// next append to fault on. The map is all a segment keeps of its index: the file is opened
     /// only to write entries or to grow ([`Segment::open_index`]), so an open segment holds one
     /// descriptor (its log's), and entries are written in batches (a flush's worth, or at a
-    /// checkpoint), which is when the open is paid.
-    pub(super) idx_map: Mmap,
+    /// checkpoint), which is when the open is paid. `None` in a segment resumed from its
+    /// resident record ([`Segment::resume`]) until something reads its index
+    /// ([`Segment::map_index`]): appends need only `idx_len`.
+    pub(super) idx_map: Option<Mmap>,
+    /// The index file's length (the map's, when mapped).
+    pub(super) idx_len: u64,
     /// Messages in this segment.
     pub(super) count: u64,
     /// Messages whose index entries are in the index file; those of the rest (up to `count`)
@@ -132,7 +136,7 @@ impl Segment {
         header[16..24].copy_from_slice(&base.bytes.to_le_bytes());
         idx.write_all_at(&header, 0)?;
         let idx_map = mmap::map_index(&idx, idx_len as usize)?;
-        Ok(Segment::opened(dir, base, log, log_cap, idx_map))
+        Ok(Segment::opened(dir, base, log, log_cap, idx_map, idx_len))
     }
 
     /// Opens a segment's files; `cold_len` is the log's length in the cold tier when the local
@@ -184,9 +188,37 @@ impl Segment {
                 "index header does not match its file name",
             ));
         }
-        let mut seg = Segment::opened(dir, base, log, log_cap, idx_map);
+        let mut seg = Segment::opened(dir, base, log, log_cap, idx_map, idx_len);
         seg.cold = cold;
         Ok(seg)
+    }
+
+    /// A segment from its resident record (`SegmentSet::resume`), running up to `next`: at
+    /// rest, no file open, its index not mapped, its entries all written.
+    pub(super) fn resume(dir: &Arc<Path>, r: &super::set::SegmentRecord, next: Offset) -> Segment {
+        let count = next.messages.saturating_sub(r.base.messages);
+        Segment {
+            base: r.base,
+            dir: dir.clone(),
+            log: None,
+            cold: r.cold,
+            log_cap: r.log_cap,
+            log_alloc: r.log_alloc,
+            idx_alloc: r.idx_alloc,
+            idx_map: None,
+            idx_len: r.idx_len,
+            count,
+            idx_written: count,
+            idx_pending: Vec::new(),
+            end: next.bytes.max(r.base.bytes),
+            verified: r.verified.min(count),
+            read_map: None,
+            unwritten: Vec::new(),
+            held: Vec::new(),
+            held_len: 0,
+            started: next.bytes.saturating_sub(r.base.bytes),
+            writeback: None,
+        }
     }
 
     /// A segment at `base` over its files as opened, before anything of it is read or
@@ -198,6 +230,7 @@ impl Segment {
         log: Option<Arc<File>>,
         log_cap: u64,
         idx_map: Mmap,
+        idx_len: u64,
     ) -> Segment {
         Segment {
             base,
@@ -207,7 +240,8 @@ impl Segment {
             log_cap,
             log_alloc: 0,
             idx_alloc: 0,
-            idx_map,
+            idx_map: Some(idx_map),
+            idx_len,
             count: 0,
             idx_written: 0,
             idx_pending: Vec::new(),
@@ -232,7 +266,7 @@ impl Segment {
         self.count = next.messages - self.base.messages;
         self.idx_written = self.count;
         self.end = next.bytes;
-        let idx_entries = (self.idx_map.len() as u64 - IDX_HEADER) / ENTRY;
+        let idx_entries = (self.idx_len - IDX_HEADER) / ENTRY;
         if self.count > idx_entries || self.end - self.base.bytes > self.log_cap {
             return Err(Error::corrupt(
                 idx_path(dir, self.base.bytes),
@@ -249,10 +283,13 @@ impl Segment {
     }
 
     /// Index entry `i`'s bytes: from the file, or from `idx_pending` when not written yet.
+    /// The index must be mapped (`SegmentSet::mapped`) for entries already written.
     fn entry(&self, i: u64) -> Option<&[u8]> {
-        let (bytes, at) = match i.checked_sub(self.idx_written) {
-            Some(p) => (&self.idx_pending[..], p * ENTRY),
-            None => (&self.idx_map[..], IDX_HEADER + i * ENTRY),
+        let (bytes, at) = if let Some(p) = i.checked_sub(self.idx_written) {
+            (&self.idx_pending[..], p * ENTRY)
+        } else {
+            debug_assert!(self.idx_map.is_some(), "index entry read before its map");
+            (self.idx_map.as_deref()?, IDX_HEADER + i * ENTRY)
         };
         bytes.get(at as usize..(at + ENTRY) as usize)
     }
@@ -299,24 +336,37 @@ impl Segment {
             return Ok(m.clone());
         }
         let log = self.local_log()?;
-        let m = Arc::new(mmap::map_read(log, self.log_cap as usize)?);
+        let m = Arc::new(mmap::map_read(&log, self.log_cap as usize)?);
         self.read_map = Some(m.clone());
         Ok(m)
     }
 
-    /// The local log file (a cold segment has none: `Corrupt`, as nothing reads or writes a
-    /// cold segment's log here).
-    pub(super) fn local_log(&self) -> Result<&Arc<File>> {
-        self.log.as_ref().ok_or_else(|| {
+    /// The local log file, opened if the segment is at rest (a cold segment has none:
+    /// `Corrupt`, as nothing reads or writes a cold segment's log here). Running out of
+    /// descriptors is `TooManyOpenFiles` (retryable). The set counts the descriptor at its next
+    /// `recount`.
+    pub(super) fn local_log(&mut self) -> Result<Arc<File>> {
+        if self.log.is_none() {
             if self.cold {
-                Error::corrupt(
+                return Err(Error::corrupt(
                     format!("{:020}.log", self.base.bytes),
                     "the segment's log is in the cold tier",
-                )
-            } else {
-                resting(&format!("{:020}.log", self.base.bytes))
+                ));
             }
-        })
+            self.wake().map_err(Error::or_out_of_descriptors)?;
+        }
+        self.log
+            .clone()
+            .ok_or_else(|| resting(&format!("{:020}.log", self.base.bytes)))
+    }
+
+    /// Maps the index, if it is not (see `idx_map`): open, map, close.
+    pub(super) fn map_index(&mut self) -> Result<()> {
+        if self.idx_map.is_none() {
+            let idx = self.open_index()?;
+            self.idx_map = Some(mmap::map_index(&idx, self.idx_len as usize)?);
+        }
+        Ok(())
     }
 
     /// Opens the index file to write entries or grow it, for as long as the caller holds it.
@@ -333,7 +383,7 @@ impl Segment {
                 std::io::ErrorKind::NotFound => Error::corrupt(&ip, "segment file is missing"),
                 _ => Error::from(e).or_out_of_descriptors(),
             })?;
-        if idx.metadata()?.len() < self.idx_map.len() as u64 {
+        if idx.metadata()?.len() < self.idx_len {
             return Err(Error::corrupt(ip, "index shorter than its map"));
         }
         Ok(idx)
@@ -416,7 +466,7 @@ impl Segment {
         if need > self.log_cap {
             let cap = need.next_power_of_two().max(MIN_LOG_CAP);
             fs::set_len(
-                self.local_log()?,
+                &*self.local_log()?,
                 &log_path(&self.dir, self.base.bytes),
                 cap,
             )?;
@@ -524,7 +574,8 @@ impl Segment {
             self.local_log()?.write_all_at(data, rel)?;
         } else {
             let from = rel - self.unwritten.len() as u64;
-            fs::write_all_vectored_at(self.local_log()?, &[&self.unwritten, data], from)?;
+            let log = self.local_log()?;
+            fs::write_all_vectored_at(&log, &[&self.unwritten, data], from)?;
             self.unwritten.clear();
         }
         self.written_to(rel + data.len() as u64);
@@ -580,7 +631,7 @@ impl Segment {
 
     /// Whether the index file is long enough for `n` more entries.
     pub(super) fn index_room_for(&self, n: u64) -> bool {
-        IDX_HEADER + (self.count + n) * ENTRY <= self.idx_map.len() as u64
+        IDX_HEADER + (self.count + n) * ENTRY <= self.idx_len
     }
 
     /// [`Segment::grow_index`] with the index file `idx` already open.
@@ -589,7 +640,10 @@ impl Segment {
             let len =
                 IDX_HEADER + (self.count + n).next_power_of_two().max(MIN_IDX_ENTRIES) * ENTRY;
             fs::set_len(idx, &idx_path(&self.dir, self.base.bytes), len)?;
-            self.idx_map = mmap::map_index(idx, len as usize)?;
+            self.idx_len = len;
+            if self.idx_map.is_some() {
+                self.idx_map = Some(mmap::map_index(idx, len as usize)?);
+            }
         }
         Ok(())
     }
@@ -622,16 +676,17 @@ impl Segment {
             return Ok(());
         }
         let rel = self.end - self.base.bytes - pending;
+        let log = self.local_log()?;
         match (self.unwritten.is_empty(), self.held.as_slice()) {
-            (_, []) => self.local_log()?.write_all_at(&self.unwritten, rel)?,
-            (true, [one]) => self.local_log()?.write_all_at(one, rel)?,
+            (_, []) => log.write_all_at(&self.unwritten, rel)?,
+            (true, [one]) => log.write_all_at(one, rel)?,
             (_, held) => {
                 let mut bufs: Vec<&[u8]> = Vec::with_capacity(held.len() + 1);
                 if !self.unwritten.is_empty() {
                     bufs.push(&self.unwritten);
                 }
                 bufs.extend(held.iter().map(|b| &b[..]));
-                fs::write_all_vectored_at(self.local_log()?, &bufs, rel)?;
+                fs::write_all_vectored_at(&log, &bufs, rel)?;
             }
         }
         self.unwritten.clear();

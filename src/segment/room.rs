@@ -60,15 +60,18 @@ impl SegmentSet {
         if bytes == 0 || self.replaying {
             return Ok(false);
         }
-        self.wake()?;
+        // A resting segment opens its log only if its blocks or length must grow: the room a
+        // closed stream set aside is in its record.
         let end = self.end();
         let segments = self.segs.len();
         self.roll_if_full(end)?;
         let rolled = self.segs.len() != segments;
         let grew = match self.segs.last_mut() {
-            Some(s) => s.set_aside(&self.dir, (bytes, entries), room)?,
-            None => false,
+            Some(s) => s.set_aside(&self.dir, (bytes, entries), room),
+            None => Ok(false),
         };
+        self.recount();
+        let grew = grew?;
         self.room = bytes;
         Ok(rolled || grew)
     }
@@ -92,7 +95,7 @@ impl Segment {
             // The length first, grown as a write past it would grow it (sparse: read maps
             // keep their doubling lengths), then the blocks.
             let cap = need.next_power_of_two().max(MIN_LOG_CAP);
-            fs::set_len(self.local_log()?, &log_path(dir, base), cap)?;
+            fs::set_len(&*self.local_log()?, &log_path(dir, base), cap)?;
             self.log_cap = cap;
         }
         if need > from {
@@ -101,7 +104,7 @@ impl Segment {
                 .max(LOG_MIN_STEP)
                 .min(need.next_multiple_of(LOG_STEP));
             let path = log_path(dir, base);
-            let to = fs::allocate_ahead(self.local_log()?, &path, (from, need, step), room)?;
+            let to = fs::allocate_ahead(&*self.local_log()?, &path, (from, need, step), room)?;
             self.log_alloc = to;
             self.log_cap = self.log_cap.max(to);
             grew = true;
@@ -117,7 +120,7 @@ impl Segment {
                     .next_power_of_two()
                     .max(IDX_STEP_ENTRIES)
                     * ENTRY)
-                .min(self.idx_map.len() as u64);
+                .min(self.idx_len);
             let path = idx_path(dir, base);
             let to = fs::allocate_ahead(&idx, &path, (from_idx, need_idx, step), room)?;
             self.idx_alloc = to;

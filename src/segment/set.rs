@@ -45,6 +45,22 @@ pub(crate) struct SegmentSet {
     pub(super) buffered: usize,
 }
 
+/// What a segment of a closed stream keeps in its resident record (`engine/resident.rs`), so
+/// that [`SegmentSet::resume`] rebuilds it without opening, listing or mapping anything: its
+/// start, its files' lengths and how much of each has its blocks set aside, and how many of
+/// its messages were checked against their CRCs. Its message count and end follow from the
+/// next segment's base (or the stream's end).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SegmentRecord {
+    pub(super) base: Offset,
+    pub(super) log_cap: u64,
+    pub(super) log_alloc: u64,
+    pub(super) idx_len: u64,
+    pub(super) idx_alloc: u64,
+    pub(super) verified: u64,
+    pub(super) cold: bool,
+}
+
 /// What the segments of a store's streams hold together: descriptors, which the engine puts
 /// idle streams at rest to keep within its budget (`max_stream_files`), and write-buffer
 /// memory, which [`WRITE_BUFFERS`] bounds (each set's buffers grow only within its share of
@@ -316,30 +332,57 @@ impl SegmentSet {
         Ok(set)
     }
 
-    /// Opens again the segments of a set this process closed: `bases` as
-    /// [`SegmentSet::bases`] gave them, the stream ending at `end`. Nothing is listed, removed
-    /// or checked against its checksum, as [`SegmentSet::open`] does: the files are this
-    /// process's own and unchanged since (every change goes through an open set, and a closed
-    /// stream had nothing unwritten). Their lengths are still checked against the stream's.
-    pub(crate) fn reopen(
+    /// What a closed stream's record keeps of its segments (see [`SegmentRecord`]); `None` when
+    /// anything is still buffered or replay is not over (the record would not say all).
+    pub(crate) fn record(&self) -> Option<Box<[SegmentRecord]>> {
+        if self.replaying
+            || self
+                .segs
+                .iter()
+                .any(|s| s.pending() > 0 || !s.idx_pending.is_empty() || s.idx_written != s.count)
+        {
+            return None;
+        }
+        Some(
+            self.segs
+                .iter()
+                .map(|s| SegmentRecord {
+                    base: s.base,
+                    log_cap: s.log_cap,
+                    log_alloc: s.log_alloc,
+                    idx_len: s.idx_len,
+                    idx_alloc: s.idx_alloc,
+                    verified: s.verified,
+                    cold: s.cold,
+                })
+                .collect(),
+        )
+    }
+
+    /// The set of a closed stream ending at `end`, from what its record kept
+    /// ([`SegmentSet::record`]): at rest, nothing opened, its indexes not mapped. The files are
+    /// this process's own and unchanged since (every change goes through an open set, and a
+    /// closed stream had nothing unwritten), so nothing is read to check them: an append opens
+    /// the log when it writes (at a checkpoint's flush, for most), a read maps the index first
+    /// ([`SegmentSet::mapped`]).
+    pub(crate) fn resume(
         dir: &Path,
-        bases: &[u64],
+        records: &[SegmentRecord],
         end: Offset,
         segment_bytes: u64,
     ) -> Result<SegmentSet> {
-        let shared: Arc<Path> = Arc::from(dir);
-        let mut segs = bases
-            .iter()
-            .map(|&b| Segment::open(&shared, b, None))
-            .collect::<Result<Vec<Segment>>>()?;
-        if segs.is_empty() {
+        if records.is_empty() {
             return Err(Error::corrupt(dir, "stream has no segment"));
         }
-        let n = segs.len();
-        for i in 0..n {
-            let next = if i + 1 < n { segs[i + 1].base } else { end };
-            segs[i].reach(dir, next)?;
-        }
+        let shared: Arc<Path> = Arc::from(dir);
+        let segs = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let next = records.get(i + 1).map_or(end, |n| n.base);
+                Segment::resume(&shared, r, next)
+            })
+            .collect();
         Ok(SegmentSet {
             dir: shared,
             segs,
@@ -347,11 +390,25 @@ impl SegmentSet {
             replaying: false,
             ahead: Vec::new(),
             room: 0,
-            resting: false,
+            resting: true,
             files: None,
             counted: 0,
             buffered: 0,
         })
+    }
+
+    /// This set with every index mapped, for the questions answered from the indexes (message
+    /// boundaries and offsets): a set resumed from its record maps them on its first read.
+    pub(crate) fn mapped(&mut self) -> Result<&SegmentSet> {
+        self.map_indexes()?;
+        Ok(self)
+    }
+
+    fn map_indexes(&mut self) -> Result<()> {
+        for s in &mut self.segs {
+            s.map_index().map_err(Error::or_out_of_descriptors)?;
+        }
+        Ok(())
     }
 
     /// Counts this set's descriptors in `files` from now on (the store's count, which
@@ -376,7 +433,7 @@ impl SegmentSet {
     }
 
     /// Brings this set's share of the store's count up to date after files opened or closed.
-    fn recount(&mut self) {
+    pub(super) fn recount(&mut self) {
         let now: usize = self.segs.iter().map(Segment::files).sum();
         if let Some(f) = &self.files {
             shift(&f.files, self.counted, now);
@@ -537,7 +594,6 @@ impl SegmentSet {
 
     fn append_as(&mut self, start: Offset, body: &Body, hold: bool) -> Result<()> {
         self.check_start(start)?;
-        self.wake()?;
         if body.data.is_empty() {
             return Ok(());
         }
@@ -552,10 +608,13 @@ impl SegmentSet {
             files: self.files.as_deref(),
             held: self.buffered,
         };
+        // A segment at rest opens its log only when it writes to it (`Segment::local_log`):
+        // a small append to a resting stream is buffered without a file.
         let out = match self.segs.last_mut() {
             Some(s) => s.write(body, hold, share),
             None => Err(Error::corrupt(&*self.dir, "stream has no segment")),
         };
+        self.recount();
         self.recount_buffers();
         out
     }
@@ -564,11 +623,12 @@ impl SegmentSet {
     /// all the stream's placed appends in a batch); the index entries stay buffered. Held bodies
     /// can only be in the last segment: a roll, a copied body and a read write them first.
     pub(crate) fn write_placed(&mut self) -> Result<()> {
-        self.wake()?;
-        match self.segs.last_mut() {
+        let out = match self.segs.last_mut() {
             Some(s) if !s.held.is_empty() => s.flush_log(),
             _ => Ok(()),
-        }
+        };
+        self.recount();
+        out
     }
 
     /// Replay: takes the `placed.len` bytes at the end of the log as the body of a placed
@@ -663,9 +723,13 @@ impl SegmentSet {
     pub(crate) fn flush(&mut self) -> Result<()> {
         match self.segs.last_mut() {
             Some(s) => {
-                s.flush()?;
-                s.unwritten = Vec::new();
-                s.idx_pending = Vec::new();
+                let out = s.flush();
+                self.recount();
+                out?;
+                if let Some(s) = self.segs.last_mut() {
+                    s.unwritten = Vec::new();
+                    s.idx_pending = Vec::new();
+                }
                 self.recount_buffers();
                 Ok(())
             }
@@ -678,6 +742,7 @@ impl SegmentSet {
     /// with `None` when part of the range is not held (reclaimed by retention).
     pub(crate) fn read(&mut self, from: u64, to: u64) -> Result<Option<Vec<Piece>>> {
         self.wake()?;
+        self.map_indexes()?;
         let mut out = Vec::new();
         let mut pos = from;
         for s in &mut self.segs {
@@ -739,7 +804,11 @@ impl SegmentSet {
         self.segs
             .iter()
             .filter(|s| s.end > from && s.base.bytes < to)
-            .all(|s| s.log.is_some() && (s.verified >= s.count || s.entry_start(s.verified) >= to))
+            .all(|s| {
+                s.log.is_some()
+                    && s.idx_map.is_some()
+                    && (s.verified >= s.count || s.entry_start(s.verified) >= to)
+            })
     }
 
     #[cfg(feature = "tier")]

@@ -420,7 +420,8 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     let got: Vec<u8> = set.read_local(m, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, &expect[m as usize..]);
     assert_eq!(files.get(), segs);
-    // So does an append, which then rolls on as before.
+    // An append opens only the log it writes (the sealed ones stay closed), and rolls on as
+    // before.
     assert!(set.rest().unwrap());
     for i in 150..300u32 {
         let m = format!("rest-{i:05}-").repeat(4);
@@ -428,7 +429,8 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
         expect.extend_from_slice(m.as_bytes());
     }
     assert!(set.segs.len() > segs);
-    assert_eq!(files.get(), set.segs.len());
+    assert_eq!(files.get(), set.segs.len() - segs + 1);
+    assert_eq!(set.files_held(), files.get());
     let end = set.end();
     assert!(set.rest().unwrap());
     drop(set);

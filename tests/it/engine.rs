@@ -587,7 +587,8 @@ fn checkpoint_threads_run_below_the_request_threads_priority() -> R {
 }
 
 /// The stream-file budget changes at run time: lowered, the next lookup puts the least
-/// recently used idle streams at rest (down to 7/8 of it); raised, streams woken stay awake.
+/// recently used idle streams at rest (down to 7/8 of it); raised, streams woken (by a read: a
+/// small append buffers without a file) stay awake.
 /// `shed_stream_files` closes what it is asked for whatever the budget, and every stream still
 /// reads what was written.
 #[test]
@@ -612,8 +613,17 @@ fn the_stream_file_budget_moves_and_streams_can_be_shed() -> R {
     // Not below 16.
     assert_eq!(store.set_max_stream_files(3), 16);
     assert_eq!(store.set_max_stream_files(1000), 1000);
+    let resting = store.stats().stream_files;
     for n in &names {
         store.append(n, append("+"))?;
+    }
+    assert_eq!(
+        store.stats().stream_files,
+        resting,
+        "a small append to a resting stream is buffered: it opens no file"
+    );
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(read_all(&store, n)?, format!("s{i}+").as_bytes());
     }
     assert_eq!(store.stats().stream_files, 200, "woken streams stay awake");
     let shed = store.shed_stream_files(50);
