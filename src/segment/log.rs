@@ -135,8 +135,14 @@ impl Segment {
         header[8..16].copy_from_slice(&base.messages.to_le_bytes());
         header[16..24].copy_from_slice(&base.bytes.to_le_bytes());
         idx.write_all_at(&header, 0)?;
+        // Writing the header set aside the index's first block (a delayed allocation reserves
+        // it at the write), so the first entries need no `fallocate` of their own: at most a
+        // 4 KiB block, and no more than the file system's block.
+        let block = std::os::unix::fs::MetadataExt::blksize(&idx.metadata()?).min(4096);
         let idx_map = mmap::map_index(&idx, idx_len as usize)?;
-        Ok(Segment::opened(dir, base, log, log_cap, idx_map, idx_len))
+        let mut seg = Segment::opened(dir, base, log, log_cap, idx_map, idx_len);
+        seg.idx_alloc = block.min(idx_len);
+        Ok(seg)
     }
 
     /// Opens a segment's files; `cold_len` is the log's length in the cold tier when the local
