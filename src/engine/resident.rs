@@ -67,10 +67,10 @@ impl Residents {
     /// Opens the stream `name` of the store in `root` from its record, taking the record out;
     /// `None` without one. Its directory is computed again from the name (a hash: cheaper
     /// than the hundred-odd bytes of a path kept per record).
-    /// Its segments are resumed from the record (`SegmentSet::resume`): nothing is opened
-    /// until an append writes or a read maps. A failure drops the record and is returned: the
-    /// caller opens from the files instead, which finds the cause again and reports it as an
-    /// open would.
+    /// Its segments are resumed from the record (`SegmentSet::resume`): the last one's log is
+    /// opened (`SegmentSet::open_last`), nothing else until a read maps an index or wakes the
+    /// set. A failure drops the record and is returned: the caller opens from the files
+    /// instead, which finds the cause again and reports it as an open would.
     pub(super) fn open(
         &self,
         root: &Path,
@@ -80,7 +80,9 @@ impl Residents {
     ) -> Option<Result<Arc<Stream>>> {
         let r = self.records.lock().remove(name)?;
         let dir = crate::fs::stream_dir(root, name);
-        let segs = match SegmentSet::resume(&dir, &r.segs, r.state.tail, segment_bytes) {
+        let resumed = SegmentSet::resume(&dir, &r.segs, r.state.tail, segment_bytes)
+            .and_then(|mut segs| segs.open_last().map(|()| segs));
+        let segs = match resumed {
             Ok(segs) => segs,
             Err(e) => return Some(Err(e)),
         };

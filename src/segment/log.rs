@@ -366,6 +366,17 @@ impl Segment {
             .ok_or_else(|| resting(&format!("{:020}.log", self.base.bytes)))
     }
 
+    /// Whether the log is open or opens now: `false` when no descriptor is free to open it
+    /// (`TooManyOpenFiles`). An append, applied after its journal record, then buffers what it
+    /// would have written, instead of failing where its outcome would be unknown.
+    fn can_write(&mut self) -> Result<bool> {
+        match self.local_log() {
+            Ok(_) => Ok(true),
+            Err(Error::TooManyOpenFiles) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Maps the index, if it is not (see `idx_map`): open, map, close.
     pub(super) fn map_index(&mut self) -> Result<()> {
         if self.idx_map.is_none() {
@@ -432,6 +443,10 @@ impl Segment {
     /// behind the store's back is `Corrupt`, as at an open.
     pub(super) fn wake(&mut self) -> Result<()> {
         if self.log.is_none() && !self.cold {
+            #[cfg(test)]
+            if super::tests::NO_DESCRIPTORS.get() {
+                return Err(std::io::Error::from_raw_os_error(24).into());
+            }
             let lp = log_path(&self.dir, self.base.bytes);
             let log = OpenOptions::new().read(true).write(true).open(&lp)?;
             if log.metadata()?.len() < self.end - self.base.bytes {
@@ -478,7 +493,7 @@ impl Segment {
             )?;
             self.log_cap = cap;
         }
-        if body.data.len() >= WRITE_THROUGH {
+        if body.data.len() >= WRITE_THROUGH && self.can_write()? {
             self.flush_log()?;
             self.local_log()?.write_all_at(&body.data, rel)?;
             self.written_to(rel + body.data.len() as u64);
@@ -490,7 +505,9 @@ impl Segment {
                 // Copied bytes go after the held ones: those go first.
                 self.flush_log()?;
             }
-            if self.unwritten.len() + body.data.len() > self.unwritten.capacity().max(FLUSH_AT) {
+            if self.unwritten.len() + body.data.len() > self.unwritten.capacity().max(FLUSH_AT)
+                && self.can_write()?
+            {
                 // This body would take a full buffer past a flush's worth: write what is
                 // buffered first, rather than copy it into a larger buffer (with bodies whose
                 // size does not divide `FLUSH_AT`, a copy of up to 16 KiB per stream after
@@ -569,6 +586,12 @@ impl Segment {
     /// back past it: the share shrank as more streams took buffers). Whether the body was
     /// written; if not, the emptied buffer has room for it.
     fn write_full(&mut self, data: &[u8], rel: u64, limit: usize) -> Result<bool> {
+        if !self.can_write()? {
+            // No descriptor to open the log with: the body is buffered past the share rather
+            // than refused after its journal record (the next flush writes it).
+            self.unwritten.reserve(data.len());
+            return Ok(false);
+        }
         if self.buffer_capacity() > limit {
             self.flush_log()?;
             self.unwritten = Vec::new();

@@ -29,8 +29,9 @@ use crate::error::Result;
 use crate::fs;
 
 use super::log::Segment;
+use super::set::BufferShare;
 use super::set::SegmentSet;
-use super::{ENTRY, IDX_HEADER, MIN_LOG_CAP, idx_path, log_path};
+use super::{ENTRY, FLUSH_AT, IDX_HEADER, MIN_LOG_CAP, WRITE_THROUGH, idx_path, log_path};
 
 /// A log's blocks are set aside this many bytes at a time (below it, doubling from
 /// [`LOG_MIN_STEP`]): a few calls per segment, and at most this much allocated and unused past
@@ -50,10 +51,16 @@ impl SegmentSet {
     /// the module docs), rolling ahead first if it is full; the next appends of up to `bytes`
     /// go there. Returns whether it allocated anything (the free space changed). Not while
     /// replaying, whose rolls follow the files on disk.
+    ///
+    /// A resting segment's log is opened here, before the batch's journal record, when the
+    /// batch may write to it (`placed` appends, a buffer that may fill, a large body), so
+    /// that running out of descriptors refuses the batch rather than failing it after its
+    /// record; a batch that stays in the buffers opens nothing.
     pub(crate) fn make_room(
         &mut self,
         bytes: u64,
         entries: u64,
+        placed: bool,
         room: &mut fs::Headroom,
     ) -> Result<bool> {
         self.room = 0;
@@ -66,8 +73,27 @@ impl SegmentSet {
         let segments = self.segs.len();
         self.roll_if_full(end)?;
         let rolled = self.segs.len() != segments;
+        let limit = BufferShare {
+            files: self.files.as_deref(),
+            held: self.buffered,
+        }
+        .limit();
         let grew = match self.segs.last_mut() {
-            Some(s) => s.set_aside(&self.dir, (bytes, entries), room),
+            Some(s) => {
+                // Twice what the batch adds to the buffers, against the least that may make
+                // them write: the share can shrink a little before the batch is applied.
+                let adds = s.pending() as usize + bytes as usize + s.idx_pending.len();
+                let adds = 2 * (adds + (entries * ENTRY) as usize);
+                let writes = placed || adds >= limit.min(FLUSH_AT) || bytes >= WRITE_THROUGH as u64;
+                match if writes {
+                    s.local_log().map(drop)
+                } else {
+                    Ok(())
+                } {
+                    Ok(()) => s.set_aside(&self.dir, (bytes, entries), room),
+                    Err(e) => Err(e),
+                }
+            }
             None => Ok(false),
         };
         self.recount();

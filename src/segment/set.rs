@@ -98,9 +98,9 @@ pub(crate) const WRITE_BUFFERS: usize = 8 << 20;
 #[derive(Clone, Copy)]
 pub(super) struct BufferShare<'a> {
     /// The store's counts (none for a set no store counts: unbounded).
-    files: Option<&'a SegmentUse>,
+    pub(super) files: Option<&'a SegmentUse>,
     /// The set's buffers' capacity, as counted.
-    held: usize,
+    pub(super) held: usize,
 }
 
 impl BufferShare<'_> {
@@ -395,6 +395,22 @@ impl SegmentSet {
             counted: 0,
             buffered: 0,
         })
+    }
+
+    /// Opens the last segment's log, the one appends write (the other logs and every index
+    /// stay as they are): a stream resumed from its record opens it on the thread that looks
+    /// it up, one `openat`, rather than on the writer's thread when its first batch writes.
+    /// Out of descriptors it stays closed (opened when written, or the batch refused then).
+    pub(crate) fn open_last(&mut self) -> Result<()> {
+        let out = match self.segs.last_mut() {
+            Some(s) if !s.cold => match s.wake().map_err(Error::or_out_of_descriptors) {
+                Err(Error::TooManyOpenFiles) => Ok(()),
+                other => other,
+            },
+            _ => Ok(()),
+        };
+        self.recount();
+        out
     }
 
     /// This set with every index mapped, for the questions answered from the indexes (message

@@ -8,6 +8,12 @@ use set::WRITE_BUFFERS;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
+thread_local! {
+    /// Set by a test: opening a resting segment's log fails as if the process had no
+    /// descriptor free (`EMFILE`).
+    pub(super) static NO_DESCRIPTORS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Opens the segments in `dir` from the start (no retention) to `end`.
 fn open_whole(
     dir: &std::path::Path,
@@ -344,7 +350,7 @@ fn room_made_for_a_batch_rolls_ahead_and_allocates_what_the_batch_writes() {
     assert_eq!(set.segs.len(), 1);
     // The first segment is full: the room for the next batch is in a new one, made now.
     let mut room = crate::fs::Headroom::new(0);
-    assert!(set.make_room(3 * 5000, 3, &mut room).unwrap());
+    assert!(set.make_room(3 * 5000, 3, false, &mut room).unwrap());
     assert_eq!(set.segs.len(), 2, "rolled ahead");
     assert_eq!(
         set.segs[1].base,
@@ -613,4 +619,64 @@ fn write_buffers_past_the_store_budget_write_through() {
     drop(set);
     assert_eq!(shared.buffered(), 0, "a dropped set leaves the count");
     assert_eq!(shared.buffering.load(Ordering::Relaxed), 0);
+}
+
+/// A set resumed from its record, with no descriptor free: a batch that would write its log is
+/// refused when its room is made (before its journal record), and appends already past that
+/// point whose buffers pass their share are buffered instead of failing; with descriptors
+/// back, everything reads back in order.
+#[test]
+fn a_resting_set_without_descriptors_buffers_rather_than_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = std::sync::Arc::new(SegmentUse::default());
+    let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    set.count_in(&files);
+    let mut room = crate::fs::Headroom::new(0);
+    set.make_room(1000, 40, false, &mut room).unwrap();
+    let mut expect = Vec::new();
+    for i in 0..20u32 {
+        let m = format!("msg-{i:04};");
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+    }
+    set.flush().unwrap();
+    let record = set.record().expect("nothing buffered");
+    let end = set.end();
+    drop(set);
+    let mut set = SegmentSet::resume(dir.path(), &record, end, 1 << 20).unwrap();
+    set.count_in(&files);
+    assert_eq!(set.files_held(), 0, "resumed: nothing open");
+    NO_DESCRIPTORS.set(true);
+    // A small batch within the room set aside stays in the buffers: it opens nothing.
+    assert!(set.make_room(12, 1, false, &mut room).is_ok());
+    // One that writes (placed, or a large body) is refused before its journal record.
+    for (bytes, placed) in [(12, true), (WRITE_THROUGH as u64, false)] {
+        assert!(matches!(
+            set.make_room(bytes, 1, placed, &mut room),
+            Err(Error::TooManyOpenFiles)
+        ));
+    }
+    // A batch judged to stay in the buffers, applied after the share shrank (other streams
+    // took buffers meanwhile): what the share would have written is buffered, not failed.
+    set.make_room(50 * 12, 50, false, &mut room).unwrap();
+    files
+        .buffering
+        .fetch_add(100_000, std::sync::atomic::Ordering::Relaxed);
+    for i in 0..50u32 {
+        let m = format!("more-{i:05};");
+        set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
+        expect.extend_from_slice(m.as_bytes());
+    }
+    files
+        .buffering
+        .fetch_sub(100_000, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(set.files_held(), 0);
+    NO_DESCRIPTORS.set(false);
+    let got: Vec<u8> = set
+        .read_local(0, set.end().bytes)
+        .unwrap()
+        .unwrap()
+        .concat();
+    assert_eq!(got, expect);
+    assert_eq!(set.end().messages, 70);
 }

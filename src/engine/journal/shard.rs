@@ -103,7 +103,7 @@ pub(in crate::engine) struct Writer {
     touched: Vec<Arc<Stream>>,
     /// Scratch for the room a batch's streams need (`engine/journal/space.rs`), kept empty
     /// between batches for its allocation.
-    pub(super) room_want: Vec<(usize, u64, u64)>,
+    pub(super) room_want: Vec<(usize, u64, u64, bool)>,
 }
 
 /// One journal shard: its queue, its writer, its durable LSN and its checkpoint hand-off.

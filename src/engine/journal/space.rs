@@ -96,10 +96,11 @@ impl Shard {
     /// The segments' room (2 above) for the appends among `items`, one call per stream;
     /// whether any space was allocated. `want` is the writer's scratch list (empty between
     /// batches, so a batch allocates nothing once it has room): per stream, the index in
-    /// `items` of its first append, and the bytes and entries of all of them.
+    /// `items` of its first append, the bytes and entries of all of them, and whether any is
+    /// placed (its bytes go to the log before the batch is acknowledged).
     fn make_room(
         items: &[Queued],
-        want: &mut Vec<(usize, u64, u64)>,
+        want: &mut Vec<(usize, u64, u64, bool)>,
         room: &mut fs::Headroom,
     ) -> Result<bool> {
         want.clear();
@@ -108,7 +109,7 @@ impl Shard {
         let mut at: Option<HashMap<*const Stream, usize>> =
             (items.len() > 16).then(|| HashMap::with_capacity(items.len()));
         for (i, it) in items.iter().enumerate() {
-            let Record::Append { rec, .. } = &it.record else {
+            let Record::Append { rec, placed, .. } = &it.record else {
                 continue;
             };
             let (bytes, entries) = (rec.body.data.len() as u64, rec.body.ends.len() as u64);
@@ -124,20 +125,21 @@ impl Shard {
             if let Some(w) = found.and_then(|k| want.get_mut(k)) {
                 w.1 += bytes;
                 w.2 += entries;
+                w.3 |= placed.is_some();
             } else {
                 if let Some(at) = &mut at {
                     at.insert(Arc::as_ptr(&it.stream), want.len());
                 }
-                want.push((i, bytes, entries));
+                want.push((i, bytes, entries, placed.is_some()));
             }
         }
         let mut grew = false;
         let mut out = Ok(());
-        for &(first, bytes, entries) in want.iter() {
+        for &(first, bytes, entries, placed) in want.iter() {
             // A stream created in this batch has no segments yet: its appends go into the
             // first segment as it is created (inside the floor).
             if let Some(segs) = items[first].stream.data.lock().segs.as_mut() {
-                match segs.make_room(bytes, entries, room) {
+                match segs.make_room(bytes, entries, placed, room) {
                     Ok(g) => grew |= g,
                     Err(e) => {
                         out = Err(e);
