@@ -276,7 +276,12 @@ fn index_maps_under(dir: &std::path::Path) -> Vec<String> {
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| p.starts_with(&dir) && p.ends_with(".idx"))
+        .filter(|p| {
+            p.starts_with(&dir)
+                && std::path::Path::new(p)
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("idx"))
+        })
         .map(str::to_owned)
         .collect()
 }
