@@ -85,14 +85,12 @@ impl SegmentSet {
                 let adds = s.pending() as usize + bytes as usize + s.idx_pending.len();
                 let adds = 2 * (adds + (entries * ENTRY) as usize);
                 let writes = placed || adds >= limit.min(FLUSH_AT) || bytes >= WRITE_THROUGH as u64;
-                match if writes {
+                let opened = if writes {
                     s.local_log().map(drop)
                 } else {
                     Ok(())
-                } {
-                    Ok(()) => s.set_aside(&self.dir, (bytes, entries), room),
-                    Err(e) => Err(e),
-                }
+                };
+                opened.and_then(|()| s.set_aside(&self.dir, (bytes, entries), room))
             }
             None => Ok(false),
         };
