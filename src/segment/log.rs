@@ -32,6 +32,11 @@ pub(super) struct Segment {
     /// A sealed segment whose log is only in the cold tier (its index stays here), read through
     /// [`Piece::Cold`]: it has no local log to open.
     pub(super) cold: bool,
+    /// A new stream's first segment before its first append: neither file exists yet, so an
+    /// empty stream costs its directory and its sidecar alone. It holds no message and nothing
+    /// buffered (the first write, or the room made for the first batch, creates both files:
+    /// [`Segment::bear`]); its lengths are those the files get then.
+    pub(super) unborn: bool,
     pub(super) log_cap: u64,
     /// The log's bytes, from the segment's start, whose blocks the writer set aside before a
     /// batch (`segment/room.rs`); past the written bytes, writes below it allocate nothing.
@@ -102,6 +107,51 @@ impl Drop for Segment {
     }
 }
 impl Segment {
+    /// A new stream's first segment at `base`, its files not created yet (see `unborn`).
+    pub(super) fn unborn(dir: &Arc<Path>, base: Offset) -> Segment {
+        Segment {
+            base,
+            dir: dir.clone(),
+            log: None,
+            cold: false,
+            unborn: true,
+            log_cap: MIN_LOG_CAP,
+            log_alloc: 0,
+            idx_alloc: 0,
+            idx_map: None,
+            idx_len: IDX_HEADER + MIN_IDX_ENTRIES * ENTRY,
+            count: 0,
+            idx_written: 0,
+            idx_pending: Vec::new(),
+            end: base.bytes,
+            verified: 0,
+            read_map: None,
+            unwritten: Vec::new(),
+            held: Vec::new(),
+            held_len: 0,
+            started: 0,
+            writeback: None,
+        }
+    }
+
+    /// Creates the files of an unborn segment (see `unborn`), as [`Segment::create`] would
+    /// have; its log stays open. Files a stray create left there are replaced (the segment has
+    /// nothing yet). A no-op for a segment whose files exist.
+    pub(super) fn bear(&mut self) -> Result<()> {
+        if self.unborn {
+            let mut born = Segment::create(&self.dir, self.base, false)?;
+            debug_assert!(self.count == 0 && self.pending() == 0);
+            self.log = born.log.take();
+            self.idx_map = born.idx_map.take();
+            self.log_cap = born.log_cap;
+            self.idx_len = born.idx_len;
+            self.idx_alloc = born.idx_alloc;
+            self.unborn = false;
+            // `born` owns nothing else: its drop flushes nothing.
+        }
+        Ok(())
+    }
+
     /// Creates a segment at `base`: an empty log, unless `keep_log` (replay), which keeps the
     /// bytes of a log already there for [`SegmentSet::adopt`]; always a new index.
     pub(super) fn create(dir: &Arc<Path>, base: Offset, keep_log: bool) -> Result<Segment> {
@@ -208,6 +258,7 @@ impl Segment {
             dir: dir.clone(),
             log: None,
             cold: r.cold,
+            unborn: r.unborn,
             log_cap: r.log_cap,
             log_alloc: r.log_alloc,
             idx_alloc: r.idx_alloc,
@@ -243,6 +294,7 @@ impl Segment {
             dir: dir.clone(),
             log,
             cold: false,
+            unborn: false,
             log_cap,
             log_alloc: 0,
             idx_alloc: 0,
@@ -353,6 +405,9 @@ impl Segment {
     /// `recount`.
     pub(super) fn local_log(&mut self) -> Result<Arc<File>> {
         if self.log.is_none() {
+            if self.unborn {
+                self.bear().map_err(Error::or_out_of_descriptors)?;
+            }
             if self.cold {
                 return Err(Error::corrupt(
                     format!("{:020}.log", self.base.bytes),
@@ -379,7 +434,7 @@ impl Segment {
 
     /// Maps the index, if it is not (see `idx_map`): open, map, close.
     pub(super) fn map_index(&mut self) -> Result<()> {
-        if self.idx_map.is_none() {
+        if self.idx_map.is_none() && !self.unborn {
             let idx = self.open_index()?;
             self.idx_map = Some(mmap::map_index(&idx, self.idx_len as usize)?);
         }
@@ -442,7 +497,7 @@ impl Segment {
     /// segment), but its length is checked against what the segment holds, so a log cut short
     /// behind the store's back is `Corrupt`, as at an open.
     pub(super) fn wake(&mut self) -> Result<()> {
-        if self.log.is_none() && !self.cold {
+        if self.log.is_none() && !self.cold && !self.unborn {
             #[cfg(test)]
             if super::tests::NO_DESCRIPTORS.get() {
                 return Err(std::io::Error::from_raw_os_error(24).into());
@@ -477,6 +532,9 @@ impl Segment {
     /// buffer grows only within it; a full one that may not grow is written, and keeps its room
     /// while it is within the limit.
     pub(super) fn write(&mut self, body: &Body, hold: bool, share: BufferShare) -> Result<()> {
+        if self.unborn {
+            self.local_log()?;
+        }
         // The index grows first, and its buffer makes room for the body's entries: once the
         // body's bytes are written or buffered, only its entries are left to add, so a failure
         // cannot leave bytes buffered past `end`.

@@ -109,6 +109,10 @@ impl Segment {
         (bytes, entries): (u64, u64),
         room: &mut fs::Headroom,
     ) -> Result<bool> {
+        if self.unborn {
+            // The first batch's room is made in the files it creates.
+            self.local_log()?;
+        }
         let base = self.base.bytes;
         let end = self.end - base;
         let need = end + bytes;

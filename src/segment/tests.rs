@@ -23,9 +23,12 @@ fn open_whole(
 ) -> Result<SegmentSet> {
     SegmentSet::open(
         dir,
-        Offset::ZERO,
-        Offset::ZERO,
-        end,
+        Span {
+            base: Offset::ZERO,
+            start: Offset::ZERO,
+            earliest: Offset::ZERO,
+            end,
+        },
         segment_bytes,
         &[],
         replaying,
@@ -397,16 +400,15 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     let files = std::sync::Arc::new(SegmentUse::default());
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
     set.count_in(&files);
-    assert_eq!(
-        files.get(),
-        1,
-        "one segment: its log (the index is only mapped)"
-    );
+    assert_eq!(files.get(), 0, "a new stream's segment has no files yet");
     let mut expect = Vec::new();
     for i in 0..150u32 {
         let m = format!("rest-{i:05}-").repeat(4);
         set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
         expect.extend_from_slice(m.as_bytes());
+        if i == 0 {
+            assert_eq!(files.get(), 1, "its log (the index is only mapped)");
+        }
     }
     let segs = set.segs.len();
     assert!(segs >= 2, "rolled");
@@ -476,7 +478,7 @@ fn fds_under(dir: &std::path::Path) -> usize {
 fn an_open_segment_holds_only_its_log_open() {
     let dir = tempfile::tempdir().unwrap();
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
-    assert_eq!(fds_under(dir.path()), 1, "a new segment");
+    assert_eq!(fds_under(dir.path()), 0, "a new stream's segment, unborn");
     let mut expect = Vec::new();
     // Past the index's first length (1024 entries) and past a flush's worth of entries, so
     // the index both grows and is written while the set is open.
@@ -679,4 +681,89 @@ fn a_resting_set_without_descriptors_buffers_rather_than_fails() {
         .concat();
     assert_eq!(got, expect);
     assert_eq!(set.end().messages, 70);
+}
+
+/// The names of the files in `dir`, sorted.
+fn files_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A new stream's first segment makes no file until its first append: reads, a rest and a
+/// resume from its record leave the directory empty, and an open of an empty stream finds
+/// it so. The first append (or the room made for it) creates both files, and what a reopen
+/// then reads is that append. An open of an empty stream that finds files an append made
+/// whose record never became durable leaves them to the next birth, which replaces them; a
+/// replaying open keeps the log's bytes for the placed appends it may adopt.
+#[test]
+fn a_new_stream_makes_its_files_at_its_first_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(dir.path(), Offset::new(7, 70), 1 << 20).unwrap();
+    assert!(set.read_local(70, 70).unwrap().is_some());
+    assert!(set.mapped().is_ok());
+    assert!(set.verified(70, 70));
+    assert!(set.rest().unwrap());
+    let record = set.record().expect("an unborn segment has a record");
+    drop(set);
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "nothing before the first append"
+    );
+
+    let mut set = SegmentSet::resume(dir.path(), &record, Offset::new(7, 70), 1 << 20).unwrap();
+    set.open_last().unwrap();
+    assert!(set.read_local(70, 70).unwrap().is_some());
+    drop(set);
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "a resumed empty stream made none"
+    );
+    let at = Offset::new(7, 70);
+    let span = |end| Span {
+        base: at,
+        start: at,
+        earliest: at,
+        end,
+    };
+    let mut set = SegmentSet::open(dir.path(), span(at), 1 << 20, &[], false).unwrap();
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "an open of an empty stream made none"
+    );
+
+    let mut room = crate::fs::Headroom::new(0);
+    set.make_room(5, 1, false, &mut room).unwrap();
+    assert_eq!(
+        files_in(dir.path()),
+        ["00000000000000000070.idx", "00000000000000000070.log"],
+        "the room for the first batch is made in its files"
+    );
+    set.append(set.end(), &body(&[b"hello"])).unwrap();
+    set.flush().unwrap();
+    let end = set.end();
+    drop(set);
+    let mut set = SegmentSet::open(dir.path(), span(end), 1 << 20, &[], false).unwrap();
+    let got: Vec<u8> = set.read_local(70, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, b"hello");
+    drop(set);
+
+    // The stream's state says empty (the append's record was lost): replay keeps the log's
+    // bytes; a plain open leaves the files to the birth, which replaces them.
+    let set = SegmentSet::open(dir.path(), span(at), 1 << 20, &[], true).unwrap();
+    assert!(set.segs[0].log_cap >= 5 && !set.segs[0].unborn);
+    drop(set);
+    let mut set = SegmentSet::open(dir.path(), span(at), 1 << 20, &[], false).unwrap();
+    assert!(set.segs[0].unborn);
+    assert_eq!(files_in(dir.path()).len(), 2, "left for the birth");
+    set.append(set.end(), &body(&[b"anew"])).unwrap();
+    set.flush().unwrap();
+    let end = set.end();
+    drop(set);
+    let mut set = SegmentSet::open(dir.path(), span(end), 1 << 20, &[], false).unwrap();
+    let got: Vec<u8> = set.read_local(70, end.bytes).unwrap().unwrap().concat();
+    assert_eq!(got, b"anew", "the birth replaced what the lost append left");
 }
