@@ -32,10 +32,13 @@ pub(super) struct Segment {
     /// A sealed segment whose log is only in the cold tier (its index stays here), read through
     /// [`Piece::Cold`]: it has no local log to open.
     pub(super) cold: bool,
-    /// A new stream's first segment before its first append: neither file exists yet, so an
-    /// empty stream costs its directory and its sidecar alone. It holds no message and nothing
-    /// buffered (the first write, or the room made for the first batch, creates both files:
-    /// [`Segment::bear`]); its lengths are those the files get then.
+    /// A new stream's first segment before anything of it is written: neither file exists yet,
+    /// so an empty stream costs its directory and its sidecar alone, and its first appends are
+    /// buffered without a file. Whatever first needs a file creates both ([`Segment::bear`]):
+    /// a checkpoint's flush, for most (off the writer's path), or a batch that writes (a full
+    /// buffer, a large or placed body), whose room is then made in them. Everything appended
+    /// is in `unwritten` and `held` until then (reads copy it from there); the lengths are
+    /// those the files get.
     pub(super) unborn: bool,
     pub(super) log_cap: u64,
     /// The log's bytes, from the segment's start, whose blocks the writer set aside before a
@@ -135,18 +138,19 @@ impl Segment {
     }
 
     /// Creates the files of an unborn segment (see `unborn`), as [`Segment::create`] would
-    /// have; its log stays open. Files a stray create left there are replaced (the segment has
-    /// nothing yet). A no-op for a segment whose files exist.
+    /// have; its log stays open, and what it buffers stays buffered. Files a stray create left
+    /// there are replaced (nothing of the segment is written yet). A no-op for a segment whose
+    /// files exist.
     pub(super) fn bear(&mut self) -> Result<()> {
         if self.unborn {
             let mut born = Segment::create(&self.dir, self.base, false)?;
-            debug_assert!(self.count == 0 && self.pending() == 0);
             self.log = born.log.take();
             self.idx_map = born.idx_map.take();
             self.log_cap = born.log_cap;
             self.idx_len = born.idx_len;
             self.idx_alloc = born.idx_alloc;
             self.unborn = false;
+            self.set_aside_at_birth();
             // `born` owns nothing else: its drop flushes nothing.
         }
         Ok(())
@@ -445,7 +449,10 @@ impl Segment {
     /// The file is this process's own and only grows while the store is open, so one shorter
     /// than the map was cut behind the store's back: `Corrupt`. Running out of descriptors is
     /// `TooManyOpenFiles` (retryable).
-    pub(super) fn open_index(&self) -> Result<File> {
+    pub(super) fn open_index(&mut self) -> Result<File> {
+        if self.unborn {
+            self.bear().map_err(Error::or_out_of_descriptors)?;
+        }
         let ip = idx_path(&self.dir, self.base.bytes);
         let idx = OpenOptions::new()
             .read(true)
@@ -512,6 +519,23 @@ impl Segment {
         Ok(())
     }
 
+    /// A copy of the bytes `[from, to)` of an unborn segment, all of which are buffered (see
+    /// `unborn`): `unwritten`, then the held bodies.
+    pub(super) fn copy_buffered(&self, from: u64, to: u64) -> Bytes {
+        let (from, to) = (from - self.base.bytes, to - self.base.bytes);
+        let mut out = Vec::with_capacity((to - from) as usize);
+        let mut at = 0u64;
+        for part in std::iter::once(&self.unwritten[..]).chain(self.held.iter().map(|b| &b[..])) {
+            let len = part.len() as u64;
+            let (a, b) = (from.max(at), to.min(at + len));
+            if a < b {
+                out.extend_from_slice(&part[(a - at) as usize..(b - at) as usize]);
+            }
+            at += len;
+        }
+        Bytes::from(out)
+    }
+
     /// The memory the write buffers take (`unwritten` and `idx_pending`, by capacity).
     pub(super) fn buffer_capacity(&self) -> usize {
         self.unwritten.capacity() + self.idx_pending.capacity()
@@ -532,9 +556,6 @@ impl Segment {
     /// buffer grows only within it; a full one that may not grow is written, and keeps its room
     /// while it is within the limit.
     pub(super) fn write(&mut self, body: &Body, hold: bool, share: BufferShare) -> Result<()> {
-        if self.unborn {
-            self.local_log()?;
-        }
         // The index grows first, and its buffer makes room for the body's entries: once the
         // body's bytes are written or buffered, only its entries are left to add, so a failure
         // cannot leave bytes buffered past `end`.

@@ -817,6 +817,12 @@ impl SegmentSet {
                 return Ok(None);
             }
             let end = to.min(s.end);
+            if s.unborn {
+                // All of it buffered: copied, rather than its files made on a reader's path.
+                out.push(Piece::Local(s.copy_buffered(pos, end)));
+                pos = end;
+                continue;
+            }
             if s.cold {
                 s.cold_pieces(pos, end, &mut out);
                 pos = end;
@@ -866,9 +872,10 @@ impl SegmentSet {
             .iter()
             .filter(|s| s.end > from && s.base.bytes < to)
             .all(|s| {
-                s.log.is_some()
-                    && s.idx_map.is_some()
-                    && (s.verified >= s.count || s.entry_start(s.verified) >= to)
+                s.unborn
+                    || s.log.is_some()
+                        && s.idx_map.is_some()
+                        && (s.verified >= s.count || s.entry_start(s.verified) >= to)
             })
     }
 

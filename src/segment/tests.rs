@@ -180,6 +180,7 @@ fn the_write_buffer_never_grows_past_a_flush() {
 fn index_entries_are_written_at_a_flush() {
     let dir = tempfile::tempdir().unwrap();
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    set.segs[0].bear().unwrap();
     set.append(set.end(), &body(&[b"ab", b"cde"])).unwrap();
     set.append(set.end(), &body(&[b"f"])).unwrap();
     let s = set.segs.last().unwrap();
@@ -406,9 +407,6 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
         let m = format!("rest-{i:05}-").repeat(4);
         set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
         expect.extend_from_slice(m.as_bytes());
-        if i == 0 {
-            assert_eq!(files.get(), 1, "its log (the index is only mapped)");
-        }
     }
     let segs = set.segs.len();
     assert!(segs >= 2, "rolled");
@@ -487,7 +485,7 @@ fn an_open_segment_holds_only_its_log_open() {
         set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
         expect.extend_from_slice(m.as_bytes());
         if i % 500 == 0 {
-            assert_eq!(fds_under(dir.path()), 1, "after append {i}");
+            assert!(fds_under(dir.path()) <= 1, "after append {i}");
         }
     }
     set.flush().unwrap();
@@ -527,6 +525,7 @@ fn write_buffers_past_the_store_budget_write_through() {
     let dir = tempfile::tempdir().unwrap();
     let shared = std::sync::Arc::new(SegmentUse::default());
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
+    set.segs[0].bear().unwrap();
     set.count_in(&shared);
     let log = || std::fs::read(dir.path().join(format!("{:020}.log", 0))).unwrap();
     let mut expect = Vec::new();
@@ -634,7 +633,7 @@ fn a_resting_set_without_descriptors_buffers_rather_than_fails() {
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
     set.count_in(&files);
     let mut room = crate::fs::Headroom::new(0);
-    set.make_room(1000, 40, false, &mut room).unwrap();
+    set.make_room(1000, 40, true, &mut room).unwrap();
     let mut expect = Vec::new();
     for i in 0..20u32 {
         let m = format!("msg-{i:04};");
@@ -735,20 +734,45 @@ fn a_new_stream_makes_its_files_at_its_first_append() {
         "an open of an empty stream made none"
     );
 
+    // A small batch is buffered without a file, and read back from the buffer.
     let mut room = crate::fs::Headroom::new(0);
     set.make_room(5, 1, false, &mut room).unwrap();
+    set.append(set.end(), &body(&[b"hel"])).unwrap();
+    set.append_placed(set.end(), &body(&[b"lo"])).unwrap();
+    assert!(
+        set.record().is_none(),
+        "a stream with bytes buffered keeps no record"
+    );
+    let got: Vec<u8> = set.read_local(71, 75).unwrap().unwrap().concat();
+    assert_eq!(got, b"ello");
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "buffered, and read, without a file"
+    );
+    // Its flush (a checkpoint's) makes the files, and sets blocks aside for the next ones.
+    set.flush().unwrap();
     assert_eq!(
         files_in(dir.path()),
-        ["00000000000000000070.idx", "00000000000000000070.log"],
-        "the room for the first batch is made in its files"
+        ["00000000000000000070.idx", "00000000000000000070.log"]
     );
-    set.append(set.end(), &body(&[b"hello"])).unwrap();
-    set.flush().unwrap();
+    assert!(set.segs[0].log_alloc >= 4096, "{}", set.segs[0].log_alloc);
     let end = set.end();
     drop(set);
     let mut set = SegmentSet::open(dir.path(), span(end), 1 << 20, &[], false).unwrap();
     let got: Vec<u8> = set.read_local(70, end.bytes).unwrap().unwrap().concat();
     assert_eq!(got, b"hello");
+    drop(set);
+
+    // A batch that writes (placed bodies here) makes the files when its room is made.
+    let other = tempfile::tempdir().unwrap();
+    let mut set = SegmentSet::create(other.path(), at, 1 << 20).unwrap();
+    set.make_room(5, 1, true, &mut room).unwrap();
+    assert_eq!(
+        files_in(other.path()).len(),
+        2,
+        "made with the batch's room"
+    );
+    assert!(set.segs[0].log_alloc >= 5);
     drop(set);
 
     // The stream's state says empty (the append's record was lost): replay keeps the log's
