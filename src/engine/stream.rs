@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use crate::engine::journal::{Placed, Record};
 use crate::error::Result;
 use crate::name::{Incarnation, Offset, StreamName, is_json};
-use crate::segment::{SegmentSet, Span};
+use crate::segment::SegmentSet;
 use crate::sidecar::Sidecar;
 
 use super::journal::images::Images;
@@ -206,13 +206,15 @@ impl Stream {
             sc.state.base
         };
         let cold = crate::tier::manifest::cold_segments(&dir, &sc.state.config.incarnation)?;
-        let span = Span {
-            base: sc.state.base,
+        let segs = SegmentSet::open(
+            &dir,
             start,
-            earliest: sc.state.earliest,
-            end: sc.state.tail,
-        };
-        let segs = SegmentSet::open(&dir, span, segment_bytes, &cold, replaying)?;
+            sc.state.earliest,
+            sc.state.tail,
+            segment_bytes,
+            &cold,
+            replaying,
+        )?;
         Ok(Some(Stream::new(
             sc.state,
             dir,

@@ -32,14 +32,6 @@ pub(super) struct Segment {
     /// A sealed segment whose log is only in the cold tier (its index stays here), read through
     /// [`Piece::Cold`]: it has no local log to open.
     pub(super) cold: bool,
-    /// A new stream's first segment before anything of it is written: neither file exists yet,
-    /// so an empty stream costs its directory and its sidecar alone, and its first appends are
-    /// buffered without a file. Whatever first needs a file creates both ([`Segment::bear`]):
-    /// a checkpoint's flush, for most (off the writer's path), or a batch that writes (a full
-    /// buffer, a large or placed body), whose room is then made in them. Everything appended
-    /// is in `unwritten` and `held` until then (reads copy it from there); the lengths are
-    /// those the files get.
-    pub(super) unborn: bool,
     pub(super) log_cap: u64,
     /// The log's bytes, from the segment's start, whose blocks the writer set aside before a
     /// batch (`segment/room.rs`); past the written bytes, writes below it allocate nothing.
@@ -110,52 +102,6 @@ impl Drop for Segment {
     }
 }
 impl Segment {
-    /// A new stream's first segment at `base`, its files not created yet (see `unborn`).
-    pub(super) fn unborn(dir: &Arc<Path>, base: Offset) -> Segment {
-        Segment {
-            base,
-            dir: dir.clone(),
-            log: None,
-            cold: false,
-            unborn: true,
-            log_cap: MIN_LOG_CAP,
-            log_alloc: 0,
-            idx_alloc: 0,
-            idx_map: None,
-            idx_len: IDX_HEADER + MIN_IDX_ENTRIES * ENTRY,
-            count: 0,
-            idx_written: 0,
-            idx_pending: Vec::new(),
-            end: base.bytes,
-            verified: 0,
-            read_map: None,
-            unwritten: Vec::new(),
-            held: Vec::new(),
-            held_len: 0,
-            started: 0,
-            writeback: None,
-        }
-    }
-
-    /// Creates the files of an unborn segment (see `unborn`), as [`Segment::create`] would
-    /// have; its log stays open, and what it buffers stays buffered. Files a stray create left
-    /// there are replaced (nothing of the segment is written yet). A no-op for a segment whose
-    /// files exist.
-    pub(super) fn bear(&mut self) -> Result<()> {
-        if self.unborn {
-            let mut born = Segment::create(&self.dir, self.base, false)?;
-            self.log = born.log.take();
-            self.idx_map = born.idx_map.take();
-            self.log_cap = born.log_cap;
-            self.idx_len = born.idx_len;
-            self.idx_alloc = born.idx_alloc;
-            self.unborn = false;
-            self.set_aside_at_birth();
-            // `born` owns nothing else: its drop flushes nothing.
-        }
-        Ok(())
-    }
-
     /// Creates a segment at `base`: an empty log, unless `keep_log` (replay), which keeps the
     /// bytes of a log already there for [`SegmentSet::adopt`]; always a new index.
     pub(super) fn create(dir: &Arc<Path>, base: Offset, keep_log: bool) -> Result<Segment> {
@@ -262,7 +208,6 @@ impl Segment {
             dir: dir.clone(),
             log: None,
             cold: r.cold,
-            unborn: r.unborn,
             log_cap: r.log_cap,
             log_alloc: r.log_alloc,
             idx_alloc: r.idx_alloc,
@@ -298,7 +243,6 @@ impl Segment {
             dir: dir.clone(),
             log,
             cold: false,
-            unborn: false,
             log_cap,
             log_alloc: 0,
             idx_alloc: 0,
@@ -409,9 +353,6 @@ impl Segment {
     /// `recount`.
     pub(super) fn local_log(&mut self) -> Result<Arc<File>> {
         if self.log.is_none() {
-            if self.unborn {
-                self.bear().map_err(Error::or_out_of_descriptors)?;
-            }
             if self.cold {
                 return Err(Error::corrupt(
                     format!("{:020}.log", self.base.bytes),
@@ -438,7 +379,7 @@ impl Segment {
 
     /// Maps the index, if it is not (see `idx_map`): open, map, close.
     pub(super) fn map_index(&mut self) -> Result<()> {
-        if self.idx_map.is_none() && !self.unborn {
+        if self.idx_map.is_none() {
             let idx = self.open_index()?;
             self.idx_map = Some(mmap::map_index(&idx, self.idx_len as usize)?);
         }
@@ -449,10 +390,7 @@ impl Segment {
     /// The file is this process's own and only grows while the store is open, so one shorter
     /// than the map was cut behind the store's back: `Corrupt`. Running out of descriptors is
     /// `TooManyOpenFiles` (retryable).
-    pub(super) fn open_index(&mut self) -> Result<File> {
-        if self.unborn {
-            self.bear().map_err(Error::or_out_of_descriptors)?;
-        }
+    pub(super) fn open_index(&self) -> Result<File> {
         let ip = idx_path(&self.dir, self.base.bytes);
         let idx = OpenOptions::new()
             .read(true)
@@ -504,7 +442,7 @@ impl Segment {
     /// segment), but its length is checked against what the segment holds, so a log cut short
     /// behind the store's back is `Corrupt`, as at an open.
     pub(super) fn wake(&mut self) -> Result<()> {
-        if self.log.is_none() && !self.cold && !self.unborn {
+        if self.log.is_none() && !self.cold {
             #[cfg(test)]
             if super::tests::NO_DESCRIPTORS.get() {
                 return Err(std::io::Error::from_raw_os_error(24).into());
@@ -517,23 +455,6 @@ impl Segment {
             self.log = Some(Arc::new(log));
         }
         Ok(())
-    }
-
-    /// A copy of the bytes `[from, to)` of an unborn segment, all of which are buffered (see
-    /// `unborn`): `unwritten`, then the held bodies.
-    pub(super) fn copy_buffered(&self, from: u64, to: u64) -> Bytes {
-        let (from, to) = (from - self.base.bytes, to - self.base.bytes);
-        let mut out = Vec::with_capacity((to - from) as usize);
-        let mut at = 0u64;
-        for part in std::iter::once(&self.unwritten[..]).chain(self.held.iter().map(|b| &b[..])) {
-            let len = part.len() as u64;
-            let (a, b) = (from.max(at), to.min(at + len));
-            if a < b {
-                out.extend_from_slice(&part[(a - at) as usize..(b - at) as usize]);
-            }
-            at += len;
-        }
-        Bytes::from(out)
     }
 
     /// The memory the write buffers take (`unwritten` and `idx_pending`, by capacity).

@@ -39,7 +39,7 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use mmap::ReadMap;
-pub(crate) use set::{SegmentRecord, SegmentSet, SegmentUse, Span};
+pub(crate) use set::{SegmentRecord, SegmentSet, SegmentUse};
 
 const IDX_MAGIC: &[u8; 4] = b"BRKI";
 const IDX_VERSION: u32 = 1;

@@ -101,34 +101,7 @@ impl SegmentSet {
     }
 }
 
-/// The free space a birth's blocks leave (see [`Segment::set_aside_at_birth`]): twice the
-/// journal's floor, as a batch's steps ahead do.
-const BIRTH_KEEP: u64 = 2 << 20;
-
 impl Segment {
-    /// Sets aside the blocks of a log just born (`Segment::bear`): the buffered bytes it is
-    /// about to take and a first step past them, so that the stream's next small batches find
-    /// room without opening it. Best effort: a birth outside a batch (a checkpoint's flush, a
-    /// rest) has no batch to refuse, and on a full disk its write allocates what it takes, or
-    /// meets `ENOSPC` (a checkpoint then refuses writes until the disk has room again; the
-    /// journal still holds the bytes).
-    pub(super) fn set_aside_at_birth(&mut self) {
-        let Some(log) = self.log.clone() else {
-            return;
-        };
-        let need = self.pending().max(1);
-        let step = need
-            .next_power_of_two()
-            .max(LOG_MIN_STEP)
-            .min(need.next_multiple_of(LOG_STEP));
-        let path = log_path(&self.dir, self.base.bytes);
-        let mut room = fs::Headroom::new(BIRTH_KEEP);
-        if let Ok(to) = fs::allocate_ahead(&log, &path, (0, need, step), &mut room) {
-            self.log_alloc = to;
-            self.log_cap = self.log_cap.max(to);
-        }
-    }
-
     /// Steps 2 and 3 of the module docs for `bytes` more bytes in `entries` more messages.
     fn set_aside(
         &mut self,
@@ -136,12 +109,6 @@ impl Segment {
         (bytes, entries): (u64, u64),
         room: &mut fs::Headroom,
     ) -> Result<bool> {
-        if self.unborn {
-            // Nothing to set aside before the files exist: a batch that writes made them (see
-            // `SegmentSet::make_room`); the others are buffered, and the flush that makes the
-            // files writes them.
-            return Ok(false);
-        }
         let base = self.base.bytes;
         let end = self.end - base;
         let need = end + bytes;

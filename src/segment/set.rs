@@ -59,7 +59,6 @@ pub(crate) struct SegmentRecord {
     pub(super) idx_alloc: u64,
     pub(super) verified: u64,
     pub(super) cold: bool,
-    pub(super) unborn: bool,
 }
 
 /// What the segments of a store's streams hold together: descriptors, which the engine puts
@@ -189,18 +188,6 @@ fn remove_strays(dir: &Path, bases: &[u64]) -> Result<()> {
     Ok(())
 }
 
-/// The range of a stream [`SegmentSet::open`] opens: its own first byte (`base`: a fork's
-/// inherited bytes are its source's), where its segments must start (`start`: its base, or the
-/// retained start when retention may have reclaimed segments), its retained start (`earliest`)
-/// and its end.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Span {
-    pub(crate) base: Offset,
-    pub(crate) start: Offset,
-    pub(crate) earliest: Offset,
-    pub(crate) end: Offset,
-}
-
 impl SegmentSet {
     /// Creates the first segment of a new stream at `base`.
     pub(crate) fn create(dir: &Path, base: Offset, segment_bytes: u64) -> Result<SegmentSet> {
@@ -229,15 +216,8 @@ impl SegmentSet {
         } else {
             Vec::new()
         };
-        // A new stream's files wait for its first append; replay's are made now, for the
-        // bytes of a log already there.
-        let first = if replaying {
-            Segment::create(&dir, base, true)?
-        } else {
-            Segment::unborn(&dir, base)
-        };
         Ok(SegmentSet {
-            segs: vec![first],
+            segs: vec![Segment::create(&dir, base, replaying)?],
             dir,
             segment_bytes,
             replaying,
@@ -250,7 +230,9 @@ impl SegmentSet {
         })
     }
 
-    /// Opens a stream's segments over `span` (see [`Span`]). `cold` lists the sealed segments the cold tier holds, as (base byte position, log
+    /// Opens a stream's segments, valid from `start` (its base, or the retained start when
+    /// retention may have reclaimed segments) to `end`; `earliest` is the stream's retained
+    /// start. `cold` lists the sealed segments the cold tier holds, as (base byte position, log
     /// length): one whose local log is missing opens cold (its index must be here).
     ///
     /// Segment files that start at or after `end` (other than the first) hold nothing durable and
@@ -265,27 +247,18 @@ impl SegmentSet {
     /// checked against its index entry.
     pub(crate) fn open(
         dir: &Path,
-        span: Span,
+        start: Offset,
+        earliest: Offset,
+        end: Offset,
         segment_bytes: u64,
         cold: &[(u64, u64)],
         replaying: bool,
     ) -> Result<SegmentSet> {
-        let Span {
-            base,
-            start,
-            earliest,
-            end,
-        } = span;
         let shared: Arc<Path> = Arc::from(dir);
         let (mut bases, indexes) = segment_files(dir)?;
         bases.extend(cold.iter().map(|c| c.0).filter(|b| *b < end.bytes));
         bases.sort_unstable();
         bases.dedup();
-        if base == end && bases.iter().chain(&indexes).all(|&b| b >= end.bytes) {
-            // A stream with nothing of its own: its first segment is unborn, or was born by an
-            // append whose record is lost (or is the journal's, to replay).
-            return Self::open_empty(dir, end, segment_bytes, replaying);
-        }
         // The segment holding `start` among those the state knows of (starting before `end`).
         let first = bases
             .iter()
@@ -359,23 +332,6 @@ impl SegmentSet {
         Ok(set)
     }
 
-    /// [`SegmentSet::open`] of a stream with nothing of its own, ending at `end`, whose
-    /// segment files all start at or after it. Replaying, as at a replayed create: the log at
-    /// `end` keeps its bytes for the placed appends that follow, the index is made anew. Else
-    /// nothing in the files is the stream's, and its first segment is unborn. Files found
-    /// there are left: made by an append whose record never became durable, they are replaced
-    /// when the segment is born (`Segment::bear` truncates both); and they may be another
-    /// open's of the same stream, which a lookup that lost the race to register it made
-    /// alongside (only the winner writes).
-    fn open_empty(
-        dir: &Path,
-        end: Offset,
-        segment_bytes: u64,
-        replaying: bool,
-    ) -> Result<SegmentSet> {
-        Self::create_as(dir, end, segment_bytes, replaying)
-    }
-
     /// What a closed stream's record keeps of its segments (see [`SegmentRecord`]); `None` when
     /// anything is still buffered or replay is not over (the record would not say all).
     pub(crate) fn record(&self) -> Option<Box<[SegmentRecord]>> {
@@ -398,7 +354,6 @@ impl SegmentSet {
                     idx_alloc: s.idx_alloc,
                     verified: s.verified,
                     cold: s.cold,
-                    unborn: s.unborn,
                 })
                 .collect(),
         )
@@ -817,12 +772,6 @@ impl SegmentSet {
                 return Ok(None);
             }
             let end = to.min(s.end);
-            if s.unborn {
-                // All of it buffered: copied, rather than its files made on a reader's path.
-                out.push(Piece::Local(s.copy_buffered(pos, end)));
-                pos = end;
-                continue;
-            }
             if s.cold {
                 s.cold_pieces(pos, end, &mut out);
                 pos = end;
@@ -872,10 +821,9 @@ impl SegmentSet {
             .iter()
             .filter(|s| s.end > from && s.base.bytes < to)
             .all(|s| {
-                s.unborn
-                    || s.log.is_some()
-                        && s.idx_map.is_some()
-                        && (s.verified >= s.count || s.entry_start(s.verified) >= to)
+                s.log.is_some()
+                    && s.idx_map.is_some()
+                    && (s.verified >= s.count || s.entry_start(s.verified) >= to)
             })
     }
 

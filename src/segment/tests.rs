@@ -23,12 +23,9 @@ fn open_whole(
 ) -> Result<SegmentSet> {
     SegmentSet::open(
         dir,
-        Span {
-            base: Offset::ZERO,
-            start: Offset::ZERO,
-            earliest: Offset::ZERO,
-            end,
-        },
+        Offset::ZERO,
+        Offset::ZERO,
+        end,
         segment_bytes,
         &[],
         replaying,
@@ -180,7 +177,6 @@ fn the_write_buffer_never_grows_past_a_flush() {
 fn index_entries_are_written_at_a_flush() {
     let dir = tempfile::tempdir().unwrap();
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
-    set.segs[0].bear().unwrap();
     set.append(set.end(), &body(&[b"ab", b"cde"])).unwrap();
     set.append(set.end(), &body(&[b"f"])).unwrap();
     let s = set.segs.last().unwrap();
@@ -401,7 +397,11 @@ fn a_set_at_rest_closes_its_files_and_wakes_unchanged() {
     let files = std::sync::Arc::new(SegmentUse::default());
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 4096).unwrap();
     set.count_in(&files);
-    assert_eq!(files.get(), 0, "a new stream's segment has no files yet");
+    assert_eq!(
+        files.get(),
+        1,
+        "one segment: its log (the index is only mapped)"
+    );
     let mut expect = Vec::new();
     for i in 0..150u32 {
         let m = format!("rest-{i:05}-").repeat(4);
@@ -476,7 +476,7 @@ fn fds_under(dir: &std::path::Path) -> usize {
 fn an_open_segment_holds_only_its_log_open() {
     let dir = tempfile::tempdir().unwrap();
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
-    assert_eq!(fds_under(dir.path()), 0, "a new stream's segment, unborn");
+    assert_eq!(fds_under(dir.path()), 1, "a new segment");
     let mut expect = Vec::new();
     // Past the index's first length (1024 entries) and past a flush's worth of entries, so
     // the index both grows and is written while the set is open.
@@ -485,7 +485,7 @@ fn an_open_segment_holds_only_its_log_open() {
         set.append(set.end(), &body(&[m.as_bytes()])).unwrap();
         expect.extend_from_slice(m.as_bytes());
         if i % 500 == 0 {
-            assert!(fds_under(dir.path()) <= 1, "after append {i}");
+            assert_eq!(fds_under(dir.path()), 1, "after append {i}");
         }
     }
     set.flush().unwrap();
@@ -525,7 +525,6 @@ fn write_buffers_past_the_store_budget_write_through() {
     let dir = tempfile::tempdir().unwrap();
     let shared = std::sync::Arc::new(SegmentUse::default());
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
-    set.segs[0].bear().unwrap();
     set.count_in(&shared);
     let log = || std::fs::read(dir.path().join(format!("{:020}.log", 0))).unwrap();
     let mut expect = Vec::new();
@@ -633,7 +632,7 @@ fn a_resting_set_without_descriptors_buffers_rather_than_fails() {
     let mut set = SegmentSet::create(dir.path(), Offset::ZERO, 1 << 20).unwrap();
     set.count_in(&files);
     let mut room = crate::fs::Headroom::new(0);
-    set.make_room(1000, 40, true, &mut room).unwrap();
+    set.make_room(1000, 40, false, &mut room).unwrap();
     let mut expect = Vec::new();
     for i in 0..20u32 {
         let m = format!("msg-{i:04};");
@@ -680,114 +679,4 @@ fn a_resting_set_without_descriptors_buffers_rather_than_fails() {
         .concat();
     assert_eq!(got, expect);
     assert_eq!(set.end().messages, 70);
-}
-
-/// The names of the files in `dir`, sorted.
-fn files_in(dir: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
-/// A new stream's first segment makes no file until its first append: reads, a rest and a
-/// resume from its record leave the directory empty, and an open of an empty stream finds
-/// it so. The first append (or the room made for it) creates both files, and what a reopen
-/// then reads is that append. An open of an empty stream that finds files an append made
-/// whose record never became durable leaves them to the next birth, which replaces them; a
-/// replaying open keeps the log's bytes for the placed appends it may adopt.
-#[test]
-fn a_new_stream_makes_its_files_at_its_first_append() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut set = SegmentSet::create(dir.path(), Offset::new(7, 70), 1 << 20).unwrap();
-    assert!(set.read_local(70, 70).unwrap().is_some());
-    assert!(set.mapped().is_ok());
-    assert!(set.verified(70, 70));
-    assert!(set.rest().unwrap());
-    let record = set.record().expect("an unborn segment has a record");
-    drop(set);
-    assert!(
-        files_in(dir.path()).is_empty(),
-        "nothing before the first append"
-    );
-
-    let mut set = SegmentSet::resume(dir.path(), &record, Offset::new(7, 70), 1 << 20).unwrap();
-    set.open_last().unwrap();
-    assert!(set.read_local(70, 70).unwrap().is_some());
-    drop(set);
-    assert!(
-        files_in(dir.path()).is_empty(),
-        "a resumed empty stream made none"
-    );
-    let at = Offset::new(7, 70);
-    let span = |end| Span {
-        base: at,
-        start: at,
-        earliest: at,
-        end,
-    };
-    let mut set = SegmentSet::open(dir.path(), span(at), 1 << 20, &[], false).unwrap();
-    assert!(
-        files_in(dir.path()).is_empty(),
-        "an open of an empty stream made none"
-    );
-
-    // A small batch is buffered without a file, and read back from the buffer.
-    let mut room = crate::fs::Headroom::new(0);
-    set.make_room(5, 1, false, &mut room).unwrap();
-    set.append(set.end(), &body(&[b"hel"])).unwrap();
-    set.append_placed(set.end(), &body(&[b"lo"])).unwrap();
-    assert!(
-        set.record().is_none(),
-        "a stream with bytes buffered keeps no record"
-    );
-    let got: Vec<u8> = set.read_local(71, 75).unwrap().unwrap().concat();
-    assert_eq!(got, b"ello");
-    assert!(
-        files_in(dir.path()).is_empty(),
-        "buffered, and read, without a file"
-    );
-    // Its flush (a checkpoint's) makes the files, and sets blocks aside for the next ones.
-    set.flush().unwrap();
-    assert_eq!(
-        files_in(dir.path()),
-        ["00000000000000000070.idx", "00000000000000000070.log"]
-    );
-    assert!(set.segs[0].log_alloc >= 4096, "{}", set.segs[0].log_alloc);
-    let end = set.end();
-    drop(set);
-    let mut set = SegmentSet::open(dir.path(), span(end), 1 << 20, &[], false).unwrap();
-    let got: Vec<u8> = set.read_local(70, end.bytes).unwrap().unwrap().concat();
-    assert_eq!(got, b"hello");
-    drop(set);
-
-    // A batch that writes (placed bodies here) makes the files when its room is made.
-    let other = tempfile::tempdir().unwrap();
-    let mut set = SegmentSet::create(other.path(), at, 1 << 20).unwrap();
-    set.make_room(5, 1, true, &mut room).unwrap();
-    assert_eq!(
-        files_in(other.path()).len(),
-        2,
-        "made with the batch's room"
-    );
-    assert!(set.segs[0].log_alloc >= 5);
-    drop(set);
-
-    // The stream's state says empty (the append's record was lost): replay keeps the log's
-    // bytes; a plain open leaves the files to the birth, which replaces them.
-    let set = SegmentSet::open(dir.path(), span(at), 1 << 20, &[], true).unwrap();
-    assert!(set.segs[0].log_cap >= 5 && !set.segs[0].unborn);
-    drop(set);
-    let mut set = SegmentSet::open(dir.path(), span(at), 1 << 20, &[], false).unwrap();
-    assert!(set.segs[0].unborn);
-    assert_eq!(files_in(dir.path()).len(), 2, "left for the birth");
-    set.append(set.end(), &body(&[b"anew"])).unwrap();
-    set.flush().unwrap();
-    let end = set.end();
-    drop(set);
-    let mut set = SegmentSet::open(dir.path(), span(end), 1 << 20, &[], false).unwrap();
-    let got: Vec<u8> = set.read_local(70, end.bytes).unwrap().unwrap().concat();
-    assert_eq!(got, b"anew", "the birth replaced what the lost append left");
 }
