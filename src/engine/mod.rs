@@ -123,6 +123,9 @@ pub(crate) struct Engine {
     registry: Mutex<HashMap<String, Arc<Stream>>>,
     /// Streams registered so far (changed only under `registry`): see `registry`'s lookup.
     registered: AtomicU64,
+    /// The names being loaded without the registry lock, one load of a name at a time (see
+    /// `registry`'s lookup), and the signal that one such load ended.
+    loading: registry::Loading,
     /// The records of the streams the registry closed (`resident`).
     resident: resident::Residents,
     /// The last eviction scan, if it fell short of its target (taken under `registry`).
@@ -357,6 +360,7 @@ impl Engine {
             _lock: lock,
             registry: Mutex::new(registry),
             registered: AtomicU64::new(0),
+            loading: registry::Loading::default(),
             resident: resident::Residents::default(),
             short_scan: Mutex::new(None),
             stream_file_budget,

@@ -27,13 +27,48 @@ use super::stream::Stream;
 /// streams closable before it is refused.
 const ROOM_WAIT: Duration = Duration::from_secs(2);
 
+/// The names being loaded without the registry lock (see `Engine::lookup_within`).
+#[derive(Default)]
+pub(super) struct Loading {
+    names: parking_lot::Mutex<std::collections::HashSet<Box<str>>>,
+    done: parking_lot::Condvar,
+}
+
+/// A name's turn to load, given back when dropped.
+pub(super) struct LoadTurn<'a> {
+    loading: &'a Loading,
+    name: &'a str,
+}
+
+impl Loading {
+    /// Waits until no other thread loads `name`, then takes the turn. Takes no other lock.
+    fn enter<'a>(&'a self, name: &'a str) -> LoadTurn<'a> {
+        let mut names = self.names.lock();
+        while names.contains(name) {
+            self.done.wait(&mut names);
+        }
+        names.insert(name.into());
+        LoadTurn {
+            loading: self,
+            name,
+        }
+    }
+}
+
+impl Drop for LoadTurn<'_> {
+    fn drop(&mut self) {
+        self.loading.names.lock().remove(self.name);
+        self.loading.done.notify_all();
+    }
+}
+
 impl Engine {
     /// Looks a stream up, loading it from disk if needed. Includes soft-deleted and expired
     /// streams; `None` for a name with no stream or a tombstone. A stream directory holding
     /// another name's sidecar (a hash collision) is `Corrupt`.
     ///
     /// A closed stream is loaded without the registry lock, so one cold open does not hold up
-    /// every other request. The load is kept only if no stream was registered meanwhile
+    /// every other request, one load of a name at a time (`Loading`). The load is kept only if no stream was registered meanwhile
     /// (`registered` unchanged): every stream enters the registry through `register`, so an
     /// unchanged count means no entry of this name came (or, having come, went) while its
     /// files were read, and the loaded state is the stream's. Otherwise the registry's entry
@@ -54,7 +89,7 @@ impl Engine {
 
     /// [`Engine::lookup`], keeping to [`Engine::open_limit`] when `bounded`.
     fn lookup_within(&self, name: &str, bounded: bool) -> Result<Option<Arc<Stream>>> {
-        let before = {
+        {
             let mut reg = self.registry.lock();
             self.rest_if_over(&reg);
             if let Some(found) = open_entry(&mut reg, name) {
@@ -62,6 +97,18 @@ impl Engine {
             }
             if self.has_tier() {
                 return self.load_and_register(&mut reg, name, bounded);
+            }
+        }
+        // One unlocked load of a name at a time, and none while the name is registered: an
+        // open of a stream's files may remove files it finds no use for (a roll ahead whose
+        // record never became durable), which a registered copy of the stream may have just
+        // made. The loader registers before it lets the next one in, so looking again once
+        // in finds its stream.
+        let _turn = self.loading.enter(name);
+        let before = {
+            let mut reg = self.registry.lock();
+            if let Some(found) = open_entry(&mut reg, name) {
+                return Ok(found);
             }
             self.registered.load(Ordering::Acquire)
         };
