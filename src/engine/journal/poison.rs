@@ -94,7 +94,13 @@ impl Shard {
         let mut r = self.refused.lock();
         let first = r.cause.is_none();
         if first {
-            r.cause = Some(Arc::new(cause.into_io()));
+            // A failure that was itself a refusal (work that met the shard refusing, and
+            // failed after it healed) keeps that refusal's cause: wrapped again, a full disk
+            // would read as `POISONED` rather than `INSUFFICIENT_STORAGE`.
+            r.cause = Some(match cause {
+                Error::Poisoned { source } => source,
+                other => Arc::new(other.into_io()),
+            });
             self.refusing.store(true, Ordering::Release);
         }
         let kept = r.cause.clone();
