@@ -101,9 +101,14 @@ impl Drop for TierGuard {
     }
 }
 
-/// Fetches from the tier every index that a stream's manifest lists and the local disk lost
-/// (a segment past the stream's retained start), before recovery opens any stream: a stream
-/// whose local files of tiered segments are gone opens with them cold.
+/// Fetches from the tier every index that a stream's manifest lists (a segment past the
+/// stream's retained start) and the local disk lost or holds otherwise than the tier, before
+/// recovery opens any stream: a stream whose local files of tiered segments are gone opens
+/// with them cold. A sealed segment's index never changes once uploaded, so a local copy whose
+/// first `idx_len` bytes fail the manifest's crc lost entries a power cut took (written, not
+/// yet durable, when the tier read them): the tier's verified copy replaces it, and the local
+/// log, if any, goes too (it may have lost bytes alike; the tier holds it, checked), so the
+/// segment opens cold.
 pub(super) fn restore_indexes(root: &Path, tier: &Tier) -> Result<()> {
     let Ok(shards) = std::fs::read_dir(root.join("streams")) else {
         return Ok(());
@@ -126,8 +131,18 @@ pub(super) fn restore_indexes(root: &Path, tier: &Tier) -> Result<()> {
                 let file = format!("{:020}.idx", e.base.bytes);
                 let path = dir.join(&file);
                 let retained = sc.state.forks.is_empty() && e.end.bytes <= sc.state.earliest.bytes;
-                if path.exists() || retained {
+                if retained || local_index_matches(&path, e.idx_len, e.idx_crc)? {
                     continue;
+                }
+                if path.exists() {
+                    tracing::warn!(dir = %dir.display(), base = e.base.bytes, "a tiered segment's local index differs from the tier's: replaced, and its local log dropped");
+                    let log = dir.join(format!("{:020}.log", e.base.bytes));
+                    match crate::fs::remove_file(&log) {
+                        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(err.into());
+                        }
+                        _ => crate::fs::sync_dir(&dir)?,
+                    }
                 }
                 tier.restore_file(
                     tier.object(&dir, &m.incarnation, &file),
@@ -140,4 +155,20 @@ pub(super) fn restore_indexes(root: &Path, tier: &Tier) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the index file at `path` exists and its first `len` bytes have crc32 `crc` (a
+/// missing file, or a shorter one, does not match).
+fn local_index_matches(path: &Path, len: u64, crc: u32) -> Result<bool> {
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    if f.metadata()?.len() < len {
+        return Ok(false);
+    }
+    let mut buf = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0)?;
+    Ok(crc32fast::hash(&buf) == crc)
 }
