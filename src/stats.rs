@@ -70,6 +70,11 @@ pub struct Stats {
     /// Stream images checkpoints have written to checkpoint files since the store opened (the
     /// streams they recorded without a sidecar write).
     pub checkpoint_images: u64,
+    /// Streams opened from their files since the store opened (sidecar read, directory
+    /// listed): lookups that found the stream neither open nor resident. After a stream's
+    /// first open in a process its record keeps it resident, so this grows with the streams
+    /// touched, not with the requests.
+    pub stream_loads: u64,
     /// Descriptors the open streams' segment files hold now: kept within `max_stream_files`
     /// by putting idle streams at rest (their files closed, reopened on their next use).
     pub stream_files: u64,
@@ -194,6 +199,8 @@ pub(crate) struct Counters {
     pub(crate) sidecars_written: AtomicU64,
     /// Stream images written to checkpoint files (2.8).
     pub(crate) checkpoint_images: AtomicU64,
+    /// See [`Stats::stream_loads`].
+    pub(crate) stream_loads: AtomicU64,
     /// See [`Stats::retention`].
     pub(crate) retention: crate::retention::RetentionCounters,
     /// The descriptors the streams' segment files hold (see [`Stats::stream_files`]).
@@ -215,6 +222,7 @@ impl Default for Counters {
             checkpoint: AtomicHistogram::new(LATENCY_BOUNDS),
             sidecars_written: AtomicU64::new(0),
             checkpoint_images: AtomicU64::new(0),
+            stream_loads: AtomicU64::new(0),
             retention: crate::retention::RetentionCounters::default(),
             stream_files: std::sync::Arc::default(),
         }
@@ -243,6 +251,7 @@ impl Counters {
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
             creates: self.creates.load(Ordering::Relaxed),
             deletes: self.deletes.load(Ordering::Relaxed),
+            stream_loads: self.stream_loads.load(Ordering::Relaxed),
             commit_batch_records: self.batch_records.snapshot(),
             journal_sync_seconds: self.journal_sync.snapshot(),
             checkpoint_seconds: self.checkpoint.snapshot(),

@@ -121,8 +121,10 @@ pub(crate) struct Engine {
     _lock: File,
     /// Open streams (and tombstones) by name: see `registry`.
     registry: Mutex<HashMap<String, Arc<Stream>>>,
-    /// Streams registered so far (changed only under `registry`): see `registry`'s lookup.
+    /// Streams registered so far, in all and by name (changed only under `registry`): see
+    /// `registry`'s lookup.
     registered: AtomicU64,
+    registered_by_name: registry::Registrations,
     /// The names being loaded without the registry lock, one load of a name at a time (see
     /// `registry`'s lookup), and the signal that one such load ended.
     loading: registry::Loading,
@@ -360,6 +362,7 @@ impl Engine {
             _lock: lock,
             registry: Mutex::new(registry),
             registered: AtomicU64::new(0),
+            registered_by_name: registry::Registrations::default(),
             loading: registry::Loading::default(),
             resident: resident::Residents::default(),
             short_scan: Mutex::new(None),

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use parking_lot::MutexGuard;
@@ -62,19 +62,60 @@ impl Drop for LoadTurn<'_> {
     }
 }
 
+/// How many registrations each slot of names has seen: a load that finds its slot's count
+/// unchanged knows that no stream of its name was registered while it read (see
+/// `Engine::lookup_within`). Names share a slot by a hash, so a registration of another name
+/// in the same slot only costs a second load, one in `SLOTS` of them.
+pub(super) struct Registrations {
+    slots: Box<[AtomicU64]>,
+}
+
+/// Slots of [`Registrations`]: 32 KiB, so that 64 writers each registering a stream during
+/// another's load collide about once in 64 loads.
+const SLOTS: usize = 4096;
+
+impl Default for Registrations {
+    fn default() -> Self {
+        Registrations {
+            slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl Registrations {
+    /// The slot counter of `name` (FNV-1a over its bytes).
+    fn slot(&self, name: &str) -> &AtomicU64 {
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        &self.slots[(h % SLOTS as u64) as usize]
+    }
+
+    /// Notes a registration of `name`.
+    fn note(&self, name: &str) {
+        self.slot(name).fetch_add(1, Ordering::Release);
+    }
+
+    /// The registrations of `name`'s slot so far.
+    fn of(&self, name: &str) -> u64 {
+        self.slot(name).load(Ordering::Acquire)
+    }
+}
+
 impl Engine {
     /// Looks a stream up, loading it from disk if needed. Includes soft-deleted and expired
     /// streams; `None` for a name with no stream or a tombstone. A stream directory holding
     /// another name's sidecar (a hash collision) is `Corrupt`.
     ///
     /// A closed stream is loaded without the registry lock, so one cold open does not hold up
-    /// every other request, one load of a name at a time (`Loading`). The load is kept only if no stream was registered meanwhile
-    /// (`registered` unchanged): every stream enters the registry through `register`, so an
-    /// unchanged count means no entry of this name came (or, having come, went) while its
-    /// files were read, and the loaded state is the stream's. Otherwise the registry's entry
-    /// wins, or, with none, the stream is loaded again under the lock, as it is when the
-    /// unlocked load failed or a cold tier (which turns segments cold under the registry lock)
-    /// is configured.
+    /// every other request, one load of a name at a time (`Loading`). The load is kept only if
+    /// no stream of its name was registered meanwhile (its `Registrations` slot unchanged):
+    /// every stream enters the registry through `register`, so an unchanged count means no
+    /// entry of this name came (or, having come, went) while its files were read, and the
+    /// loaded state is the stream's. Otherwise the registry's entry wins, or, with none, the
+    /// stream is loaded again under the lock, as it is when the unlocked load failed or a cold
+    /// tier (which turns segments cold under the registry lock) is configured. A load kept
+    /// while the registry is full waits for room with it (`register_when_room`).
     pub(super) fn lookup(&self, name: &str) -> Result<Option<Arc<Stream>>> {
         self.lookup_within(name, true)
     }
@@ -110,7 +151,7 @@ impl Engine {
             if let Some(found) = open_entry(&mut reg, name) {
                 return Ok(found);
             }
-            self.registered.load(Ordering::Acquire)
+            self.registered_by_name.of(name)
         };
         let loaded = self.load(name);
         let mut reg = self.registry.lock();
@@ -118,14 +159,20 @@ impl Engine {
             return Ok(found);
         }
         match loaded {
-            Ok(loaded)
-                if self.registered.load(Ordering::Acquire) == before
-                    && (loaded.is_none() || !bounded || reg.len() < self.open_limit()) =>
-            {
-                if let Some(s) = &loaded {
-                    self.register(&mut reg, name, s.clone());
+            Ok(loaded) if self.registered_by_name.of(name) == before => {
+                match loaded {
+                    Some(s) if bounded && reg.len() >= self.open_limit() => {
+                        // Loaded, but no room yet: what was read is the stream's (nothing of
+                        // its name came meanwhile, and the turn keeps it so), so it waits for
+                        // room rather than being read again.
+                        self.register_when_room(&mut reg, name, s)
+                    }
+                    Some(s) => {
+                        self.register(&mut reg, name, s.clone());
+                        Ok(Some(s))
+                    }
+                    None => Ok(None),
                 }
-                Ok(loaded)
             }
             _ => self.load_and_register(&mut reg, name, bounded),
         }
@@ -262,17 +309,35 @@ impl Engine {
         let Some(s) = self.load(name)? else {
             return Ok(None);
         };
+        if !bounded {
+            self.register(reg, name, s.clone());
+            return Ok(Some(s));
+        }
+        self.register_when_room(reg, name, s)
+    }
+
+    /// Registers `s`, just loaded as `name` by the caller, which holds the registry (`reg`) or
+    /// the name's load turn, once there is room: at once if closing idle streams makes it.
+    /// Otherwise `s` is closed again (its record kept, so the next load reads no file), and
+    /// the stream is loaded afresh once [`Engine::room_for_one`] has made room: the lock is
+    /// released while it waits, so the name may have been opened, or changed and closed.
+    fn register_when_room(
+        &self,
+        reg: &mut MutexGuard<'_, HashMap<String, Arc<Stream>>>,
+        name: &str,
+        s: Arc<Stream>,
+    ) -> Result<Option<Arc<Stream>>> {
         let (cap, limit) = (self.options.max_open_streams, self.open_limit());
         if reg.len() >= limit {
             self.evict(reg, cap);
         }
-        if reg.len() < limit || !bounded {
+        if reg.len() < limit {
             self.register(reg, name, s.clone());
             return Ok(Some(s));
         }
-        // Full of streams not closable yet: close this one again, wait for room (the lock is
-        // released meanwhile, so the name may have been opened, or changed and closed), then
-        // load it afresh under the lock.
+        if !self.has_tier() {
+            self.resident.keep(&s);
+        }
         drop(s);
         self.room_for_one(reg)?;
         if let Some(found) = open_entry(reg, name) {
@@ -340,10 +405,11 @@ impl Engine {
         }
         // Its files count against `max_stream_files` from now on, registered or not (a load
         // that loses its race is dropped, and leaves the count).
-        if let Some(s) = &loaded
-            && let Some(segs) = s.data.lock().segs.as_mut()
-        {
-            segs.count_in(&self.counters.stream_files);
+        if let Some(s) = &loaded {
+            self.counters.stream_loads.fetch_add(1, Ordering::Relaxed);
+            if let Some(segs) = s.data.lock().segs.as_mut() {
+                segs.count_in(&self.counters.stream_files);
+            }
         }
         Ok(loaded)
     }
@@ -358,6 +424,7 @@ impl Engine {
     ) {
         reg.insert(name.to_owned(), s);
         self.registered.fetch_add(1, Ordering::Release);
+        self.registered_by_name.note(name);
         let cap = self.options.max_open_streams;
         if reg.len() > cap && !self.scan_futile(cap) {
             self.evict(reg, cap);

@@ -754,6 +754,11 @@ impl Scrape {
                 "Stream images written to checkpoint files instead of sidecars",
                 s.checkpoint_images,
             ),
+            counter(
+                "brook_stream_loads_total",
+                "Streams opened from their sidecar and directory (neither open nor resident)",
+                s.stream_loads,
+            ),
             gauge(
                 "brook_stream_files",
                 "Descriptors held by open streams' segment files",
