@@ -340,6 +340,8 @@ fn write(
 ) -> Res<Window> {
     let from = Instant::now() + Duration::from_secs_f64(warmup);
     let until = from + Duration::from_secs_f64(secs);
+    // A mark on stderr for a profiler to attach to the case's process (`perf record -p`).
+    eprintln!("many_streams: writing, {warmup} s of warm-up");
     std::thread::scope(|sc| -> Res<Window> {
         let handles: Vec<_> = (0..writers)
             .map(|t| {
