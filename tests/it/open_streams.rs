@@ -436,7 +436,10 @@ fn a_closed_stream_opened_into_a_full_cache_reads_no_file() -> R {
         store.head(&n(i), &Guard::NONE)?;
     }
     let before = store.stats();
-    assert!(before.resident_streams >= 100, "most streams closed: {before:?}");
+    assert!(
+        before.resident_streams >= 100,
+        "most streams closed: {before:?}"
+    );
     // Each append leaves its stream written since the checkpoint, so not closable: past 48
     // streams every open waits for a checkpoint to make room.
     for i in 0..150 {
