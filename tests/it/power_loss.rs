@@ -432,16 +432,19 @@ fn two_journal_files(root: &std::path::Path) -> Res<(Store, StreamName, Vec<Stri
     store.create(&n, CreateOptions::with_content_type("text/plain"))?;
     let jdir = root.join("journal").join("00");
     let prepared = jdir.join("prepared.tmp");
-    let (mut appends, mut waits) = (0, 0);
+    let mut appends = 0;
+    // The checkpoint thread (at a lower priority) writes the prepared file between jobs: on a
+    // machine busy with other tests' syncs that took more than 10 s once (a CI run), so the
+    // wait is long; it ends as soon as the file is whole.
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while journal_files(&jdir)?.len() < 2 {
         // Asked for (the shard asks at the start of a batch): the appends wait for the file to
         // be written, so that the switch comes well before the checkpoint.
         if appends >= 40
-            && waits < 1000
+            && std::time::Instant::now() < patience
             && std::fs::metadata(&prepared).map_or(0, |m| m.len()) < 5 << 20
         {
             std::thread::sleep(std::time::Duration::from_millis(10));
-            waits += 1;
             continue;
         }
         store.append(&n, AppendRequest::new(vec![b'o'; 32 << 10]))?;
