@@ -436,7 +436,7 @@ fn two_journal_files(root: &std::path::Path) -> Res<(Store, StreamName, Vec<Stri
     // The checkpoint thread (at a lower priority) writes the prepared file between jobs: on a
     // machine busy with other tests' syncs that took more than 10 s once (a CI run), so the
     // wait is long; it ends as soon as the file is whole.
-    let patience = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let patience = std::time::Instant::now() + std::time::Duration::from_mins(2);
     while journal_files(&jdir)?.len() < 2 {
         // Asked for (the shard asks at the start of a batch): the appends wait for the file to
         // be written, so that the switch comes well before the checkpoint.
